@@ -1,0 +1,314 @@
+//! A node's cache (the paper's *store*): which objects it holds, within a byte quota, and which
+//! one it evicts next under its eviction policy (Random, FIFO, LRU or LFU).
+//!
+//! This is bookkeeping only: the simulator's nodes and the live worker's on-disk cache both keep
+//! one, so that both evict the same objects in the same order. Invariant: `used() <= quota()`
+//! after every call, except that an object larger than the quota is never admitted.
+
+use crate::ids::ObjectId;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// Which object a full cache gives up first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvictionPolicy {
+    /// A uniformly random object (seeded).
+    Random,
+    /// The object cached earliest.
+    Fifo,
+    /// The object used least recently (the paper's experiments all use LRU).
+    #[default]
+    Lru,
+    /// The object used least often; ties go to the least recently used.
+    Lfu,
+}
+
+impl FromStr for EvictionPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "random" => Ok(Self::Random),
+            "fifo" => Ok(Self::Fifo),
+            "lru" => Ok(Self::Lru),
+            "lfu" => Ok(Self::Lfu),
+            _ => Err(format!(
+                "unknown eviction policy '{s}' (expected random, fifo, lru or lfu)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for EvictionPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Self::Random => "random",
+            Self::Fifo => "fifo",
+            Self::Lru => "lru",
+            Self::Lfu => "lfu",
+        };
+        f.write_str(s)
+    }
+}
+
+/// What happened when an object was offered to the cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Stored; these objects were evicted to make room (in eviction order).
+    Stored(Vec<ObjectId>),
+    /// Already present: counted as a use.
+    AlreadyPresent,
+    /// Larger than the whole quota: not stored, nothing evicted.
+    TooLarge,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    size: u64,
+    /// The entry's key in `order` (policy-dependent), or its index in `slots` for Random.
+    key: (u64, u64),
+}
+
+/// A byte-quota cache of object ids with a pluggable eviction order.
+#[derive(Clone, Debug)]
+pub struct NodeCache {
+    policy: EvictionPolicy,
+    quota: u64,
+    used: u64,
+    entries: FxHashMap<ObjectId, Entry>,
+    /// Eviction order, first = next victim (FIFO, LRU, LFU).
+    order: BTreeSet<((u64, u64), ObjectId)>,
+    /// Dense list of objects for uniform random choice (Random).
+    slots: Vec<ObjectId>,
+    /// Logical clock: one tick per insert or use, so ties are broken deterministically.
+    tick: u64,
+    rng: ChaCha8Rng,
+}
+
+impl NodeCache {
+    /// An empty cache of `quota` bytes; `seed` drives the Random policy.
+    pub fn new(policy: EvictionPolicy, quota: u64, seed: u64) -> Self {
+        NodeCache {
+            policy,
+            quota,
+            used: 0,
+            entries: FxHashMap::default(),
+            order: BTreeSet::new(),
+            slots: Vec::new(),
+            tick: 0,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    /// Bytes held.
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    /// Byte quota.
+    pub fn quota(&self) -> u64 {
+        self.quota
+    }
+
+    /// Number of objects held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True if it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether `object` is held.
+    pub fn contains(&self, object: ObjectId) -> bool {
+        self.entries.contains_key(&object)
+    }
+
+    /// Objects held, in no particular order.
+    pub fn objects(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        self.entries.keys().copied()
+    }
+
+    /// Record a use of `object` (a local hit). Returns false if it is not held.
+    pub fn touch(&mut self, object: ObjectId) -> bool {
+        self.tick += 1;
+        let tick = self.tick;
+        let policy = self.policy;
+        let Some(e) = self.entries.get_mut(&object) else {
+            return false;
+        };
+        let new_key = match policy {
+            EvictionPolicy::Random | EvictionPolicy::Fifo => return true,
+            EvictionPolicy::Lru => (tick, 0),
+            EvictionPolicy::Lfu => (e.key.0 + 1, tick),
+        };
+        self.order.remove(&(e.key, object));
+        e.key = new_key;
+        self.order.insert((new_key, object));
+        true
+    }
+
+    /// Offer `object` of `size` bytes: store it, evicting as the policy says.
+    pub fn insert(&mut self, object: ObjectId, size: u64) -> Admission {
+        if self.contains(object) {
+            self.touch(object);
+            return Admission::AlreadyPresent;
+        }
+        if size > self.quota {
+            return Admission::TooLarge;
+        }
+        let mut evicted = Vec::new();
+        while self.used + size > self.quota {
+            let victim = self.next_victim().expect("used > 0 implies an entry");
+            self.remove(victim);
+            evicted.push(victim);
+        }
+        self.tick += 1;
+        let key = match self.policy {
+            EvictionPolicy::Random => {
+                self.slots.push(object);
+                (self.slots.len() as u64 - 1, 0)
+            }
+            EvictionPolicy::Fifo | EvictionPolicy::Lru => (self.tick, 0),
+            EvictionPolicy::Lfu => (1, self.tick),
+        };
+        if self.policy != EvictionPolicy::Random {
+            self.order.insert((key, object));
+        }
+        self.entries.insert(object, Entry { size, key });
+        self.used += size;
+        Admission::Stored(evicted)
+    }
+
+    /// The object the policy would evict next.
+    pub fn next_victim(&mut self) -> Option<ObjectId> {
+        match self.policy {
+            EvictionPolicy::Random => {
+                if self.slots.is_empty() {
+                    None
+                } else {
+                    Some(self.slots[self.rng.random_range(0..self.slots.len())])
+                }
+            }
+            _ => self.order.first().map(|(_, o)| *o),
+        }
+    }
+
+    /// Drop `object` (evicted, invalidated or found corrupt). Returns its size if it was held.
+    pub fn remove(&mut self, object: ObjectId) -> Option<u64> {
+        let e = self.entries.remove(&object)?;
+        self.used -= e.size;
+        if self.policy == EvictionPolicy::Random {
+            let idx = e.key.0 as usize;
+            self.slots.swap_remove(idx);
+            if let Some(moved) = self.slots.get(idx).copied() {
+                self.entries
+                    .get_mut(&moved)
+                    .expect("slot of a held object")
+                    .key = (idx as u64, 0);
+            }
+        } else {
+            self.order.remove(&(e.key, object));
+        }
+        Some(e.size)
+    }
+
+    /// Drop everything (a released node's cache is gone).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.order.clear();
+        self.slots.clear();
+        self.used = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(n: u64) -> ObjectId {
+        ObjectId(n)
+    }
+
+    fn stored(a: Admission) -> Vec<ObjectId> {
+        match a {
+            Admission::Stored(v) => v,
+            other => panic!("expected Stored, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn lru_evicts_least_recently_used() {
+        let mut c = NodeCache::new(EvictionPolicy::Lru, 30, 0);
+        for i in 1..=3 {
+            assert!(stored(c.insert(o(i), 10)).is_empty());
+        }
+        c.touch(o(1));
+        assert_eq!(stored(c.insert(o(4), 10)), vec![o(2)]);
+        assert_eq!(stored(c.insert(o(5), 10)), vec![o(3)]);
+        assert_eq!(stored(c.insert(o(6), 10)), vec![o(1)]);
+    }
+
+    #[test]
+    fn fifo_ignores_uses() {
+        let mut c = NodeCache::new(EvictionPolicy::Fifo, 30, 0);
+        for i in 1..=3 {
+            c.insert(o(i), 10);
+        }
+        c.touch(o(1));
+        c.touch(o(1));
+        assert_eq!(stored(c.insert(o(4), 10)), vec![o(1)]);
+    }
+
+    #[test]
+    fn lfu_evicts_least_frequent_then_oldest_use() {
+        let mut c = NodeCache::new(EvictionPolicy::Lfu, 30, 0);
+        for i in 1..=3 {
+            c.insert(o(i), 10);
+        }
+        c.touch(o(1));
+        c.touch(o(1));
+        c.touch(o(3));
+        // counts: 1->3, 2->1, 3->2
+        assert_eq!(stored(c.insert(o(4), 10)), vec![o(2)]);
+        // counts: 1->3, 3->2, 4->1
+        assert_eq!(stored(c.insert(o(5), 10)), vec![o(4)]);
+        c.touch(o(5));
+        // 3 and 5 both count 2; 3 was used earlier
+        assert_eq!(stored(c.insert(o(6), 10)), vec![o(3)]);
+    }
+
+    #[test]
+    fn random_is_seeded_and_stays_within_quota() {
+        let run = |seed| {
+            let mut c = NodeCache::new(EvictionPolicy::Random, 50, seed);
+            let mut ev = Vec::new();
+            for i in 0..100 {
+                ev.extend(stored(c.insert(o(i), 10)));
+                assert!(c.used() <= 50);
+            }
+            ev
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+    }
+
+    #[test]
+    fn big_object_evicts_several_and_too_large_is_refused() {
+        let mut c = NodeCache::new(EvictionPolicy::Lru, 30, 0);
+        c.insert(o(1), 10);
+        c.insert(o(2), 10);
+        c.insert(o(3), 10);
+        assert_eq!(stored(c.insert(o(4), 25)), vec![o(1), o(2), o(3)]);
+        assert_eq!(c.used(), 25);
+        assert_eq!(c.insert(o(5), 31), Admission::TooLarge);
+        assert_eq!(c.insert(o(4), 25), Admission::AlreadyPresent);
+        assert_eq!(c.used(), 25);
+    }
+}

@@ -1,0 +1,705 @@
+//! The scheduling core: a deterministic state machine over tasks, nodes, slots and the location
+//! index. Drivers feed it events with `handle_*(…, now)` and carry out what `poll_action` returns.
+//!
+//! Calling order, for any driver:
+//! 1. feed every event that happened (`handle_submit`, `handle_node_joined`, `handle_object_cached`,
+//!    `handle_task_finished`, …), each with the current time;
+//! 2. if `poll_timeout()` is at or before now, call `handle_timeout(now)`;
+//! 3. drain `poll_action(now)` until it returns `None`, carrying out each action;
+//! 4. sleep until the next event or `poll_timeout()`.
+//!
+//! The core never reads a clock, does no I/O and uses no unseeded randomness, so the simulator
+//! and the live dispatcher make the same decisions from the same events.
+
+use crate::action::{Action, Dispatch, Source};
+use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
+use crate::ids::{NodeId, ObjectId, TaskId};
+use crate::index::LocationIndex;
+use crate::locality::Locality;
+use crate::provision::{Allocator, Demand, Provisioning};
+use crate::queue::WaitQueue;
+use crate::task::{Input, Outcome, TaskSpec, TaskState};
+use crate::time::Time;
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use thiserror::Error;
+
+/// Settings of a core.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CoreConfig {
+    /// Dispatch policy.
+    pub policy: PolicyKind,
+    /// GCC's utilisation threshold, in (0, 1].
+    pub threshold: f64,
+    /// Scheduling window: how many queued tasks a decision looks at, at most.
+    pub window: usize,
+    /// Static or dynamic provisioning.
+    pub provisioning: Provisioning,
+    /// A task whose node is lost this many times fails (a poison task must not take the whole
+    /// cluster down).
+    pub crash_limit: u32,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig {
+            policy: PolicyKind::Gcc,
+            threshold: 0.9,
+            window: 2500,
+            provisioning: Provisioning::Static,
+            crash_limit: 3,
+        }
+    }
+}
+
+/// Errors from handling an event. The core's state is unchanged when one is returned.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum CoreError {
+    /// A task with this id is already queued or running.
+    #[error("task {0} already exists")]
+    DuplicateTask(TaskId),
+    /// No queued or running task has this id.
+    #[error("unknown task {0}")]
+    UnknownTask(TaskId),
+    /// A result for an attempt that is not the current one (fenced).
+    #[error("stale result for {task}: attempt {got}, current attempt {current}")]
+    StaleAttempt {
+        /// The task.
+        task: TaskId,
+        /// Attempt reported.
+        got: u32,
+        /// Attempt the core is waiting for.
+        current: u32,
+    },
+    /// A result for a task that is not running.
+    #[error("task {0} is not running")]
+    NotRunning(TaskId),
+    /// A node with this id already joined.
+    #[error("node {0} already joined")]
+    DuplicateNode(NodeId),
+    /// No node with this id.
+    #[error("unknown node {0}")]
+    UnknownNode(NodeId),
+    /// A node must have at least one slot.
+    #[error("node {0} has no slots")]
+    NoSlots(NodeId),
+}
+
+#[derive(Clone, Debug)]
+enum Phase {
+    Queued {
+        seq: u64,
+    },
+    Running {
+        node: NodeId,
+        since: Time,
+        peers: Vec<NodeId>,
+        cancelled: bool,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct TaskEntry {
+    /// Distinct inputs, in the order submitted.
+    inputs: Vec<Input>,
+    phase: Phase,
+    /// Attempts dispatched so far; the current attempt when running.
+    attempt: u32,
+    /// Times its node was lost under it.
+    crashes: u32,
+}
+
+#[derive(Clone, Debug)]
+struct NodeEntry {
+    slots: u32,
+    running: Vec<TaskId>,
+    /// Peer reads from this node that running tasks were told to make.
+    serving: u32,
+    idle_since: Option<Time>,
+}
+
+/// Counters for reports and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Tasks in the wait queue.
+    pub queued: u64,
+    /// Tasks dispatched and not finished.
+    pub running: u64,
+    /// Tasks finished with success.
+    pub succeeded: u64,
+    /// Tasks finished with failure.
+    pub failed: u64,
+    /// Tasks cancelled.
+    pub cancelled: u64,
+    /// Nodes allocated.
+    pub nodes: u32,
+    /// Nodes asked for and not yet joined.
+    pub pending_nodes: u32,
+    /// Slots on allocated nodes.
+    pub slots: u64,
+    /// Slots running a task.
+    pub busy_slots: u64,
+}
+
+/// The scheduling core. See the module documentation for the calling order.
+pub struct Core {
+    cfg: CoreConfig,
+    policy: Box<dyn DispatchPolicy>,
+    tasks: FxHashMap<TaskId, TaskEntry>,
+    queue: WaitQueue,
+    index: LocationIndex,
+    locality: Locality,
+    nodes: BTreeMap<NodeId, NodeEntry>,
+    /// Nodes with at least one free slot.
+    free: BTreeSet<NodeId>,
+    actions: VecDeque<Action>,
+    /// Something changed that may allow a dispatch.
+    dirty: bool,
+    allocator: Option<Allocator>,
+    next_check: Time,
+    counts: Counts,
+}
+
+impl Core {
+    /// A core with the built-in policy named in `cfg`.
+    pub fn new(cfg: CoreConfig) -> Core {
+        let policy = cfg.policy.build(cfg.threshold);
+        Core::with_policy(cfg, policy)
+    }
+
+    /// A core with a custom dispatch policy (`cfg.policy` is then ignored).
+    pub fn with_policy(cfg: CoreConfig, policy: Box<dyn DispatchPolicy>) -> Core {
+        let allocator = match &cfg.provisioning {
+            Provisioning::Static => None,
+            Provisioning::Dynamic(d) => Some(Allocator::new(d.clone())),
+        };
+        Core {
+            cfg,
+            policy,
+            tasks: FxHashMap::default(),
+            queue: WaitQueue::new(),
+            index: LocationIndex::new(),
+            locality: Locality::new(),
+            nodes: BTreeMap::new(),
+            free: BTreeSet::new(),
+            actions: VecDeque::new(),
+            dirty: false,
+            allocator,
+            next_check: Time::ZERO,
+            counts: Counts::default(),
+        }
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &CoreConfig {
+        &self.cfg
+    }
+
+    /// Whether nodes should cache what they read (false for FA, which reads only from storage).
+    pub fn caching_enabled(&self) -> bool {
+        self.policy.uses_locality()
+    }
+
+    /// Counters.
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// The location index.
+    pub fn index(&self) -> &LocationIndex {
+        &self.index
+    }
+
+    /// Nodes that hold `object` (Hercules' `locate`).
+    pub fn locate(&self, object: ObjectId) -> &[NodeId] {
+        self.index.holders(object)
+    }
+
+    /// State of a task the core still tracks (queued or running); finished tasks are forgotten
+    /// once their outcome has been returned to the driver.
+    pub fn task_state(&self, task: TaskId) -> Option<TaskState> {
+        let t = self.tasks.get(&task)?;
+        Some(match &t.phase {
+            Phase::Queued { .. } => TaskState::Queued,
+            Phase::Running { node, since, .. } => TaskState::Running {
+                node: *node,
+                attempt: t.attempt,
+                since: *since,
+            },
+        })
+    }
+
+    // ----- inputs -----
+
+    /// A task was submitted. It joins the back of the wait queue.
+    pub fn handle_submit(&mut self, spec: TaskSpec, _now: Time) -> Result<(), CoreError> {
+        if self.tasks.contains_key(&spec.id) {
+            return Err(CoreError::DuplicateTask(spec.id));
+        }
+        let mut inputs: Vec<Input> = Vec::with_capacity(spec.inputs.len());
+        for i in spec.inputs {
+            if !inputs.iter().any(|j| j.object == i.object) {
+                inputs.push(i);
+            }
+        }
+        let entry = TaskEntry {
+            inputs,
+            phase: Phase::Queued { seq: 0 },
+            attempt: 0,
+            crashes: 0,
+        };
+        self.tasks.insert(spec.id, entry);
+        self.enqueue(spec.id);
+        Ok(())
+    }
+
+    fn enqueue(&mut self, task: TaskId) {
+        let seq = self.queue.push(task);
+        let entry = self.tasks.get_mut(&task).expect("task exists");
+        entry.phase = Phase::Queued { seq };
+        if self.policy.uses_locality() {
+            self.locality.enqueue(task, seq, &entry.inputs, &self.index);
+        }
+        self.counts.queued += 1;
+        self.dirty = true;
+    }
+
+    fn dequeue(&mut self, task: TaskId, seq: u64) {
+        self.queue.remove(seq);
+        self.locality.dequeue(task, &self.index);
+        self.counts.queued -= 1;
+    }
+
+    /// Cancel a task. A queued task ends at once; a running one ends when its node reports the
+    /// (killed) run finished. Returns the final state if it ended now.
+    pub fn handle_cancel(
+        &mut self,
+        task: TaskId,
+        _now: Time,
+    ) -> Result<Option<TaskState>, CoreError> {
+        let entry = self
+            .tasks
+            .get_mut(&task)
+            .ok_or(CoreError::UnknownTask(task))?;
+        match &mut entry.phase {
+            Phase::Queued { seq } => {
+                let seq = *seq;
+                self.dequeue(task, seq);
+                self.tasks.remove(&task);
+                self.counts.cancelled += 1;
+                Ok(Some(TaskState::Cancelled))
+            }
+            Phase::Running { cancelled, .. } => {
+                *cancelled = true;
+                Ok(None)
+            }
+        }
+    }
+
+    /// A node joined with `slots` slots and an empty cache.
+    pub fn handle_node_joined(
+        &mut self,
+        node: NodeId,
+        slots: u32,
+        now: Time,
+    ) -> Result<(), CoreError> {
+        if self.nodes.contains_key(&node) {
+            return Err(CoreError::DuplicateNode(node));
+        }
+        if slots == 0 {
+            return Err(CoreError::NoSlots(node));
+        }
+        self.nodes.insert(
+            node,
+            NodeEntry {
+                slots,
+                running: Vec::new(),
+                serving: 0,
+                idle_since: Some(now),
+            },
+        );
+        self.free.insert(node);
+        self.counts.nodes += 1;
+        self.counts.slots += slots as u64;
+        self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(1);
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Nodes asked for with `Action::Provision` that will not come (the resource manager refused).
+    pub fn handle_provision_failed(&mut self, nodes: u32, _now: Time) {
+        self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(nodes);
+    }
+
+    /// A node is gone (crashed, cut off, or left by itself): its cache is forgotten and its running
+    /// tasks are queued again, or failed once they have lost `crash_limit` nodes. Returns the tasks
+    /// that failed for that reason.
+    pub fn handle_node_lost(&mut self, node: NodeId, _now: Time) -> Result<Vec<TaskId>, CoreError> {
+        let entry = self.nodes.get(&node).ok_or(CoreError::UnknownNode(node))?;
+        let running = entry.running.clone();
+        let mut failed = Vec::new();
+        for task in running {
+            self.release_slot(task, node);
+            let t = self.tasks.get_mut(&task).expect("running task exists");
+            let was_cancelled = matches!(
+                t.phase,
+                Phase::Running {
+                    cancelled: true,
+                    ..
+                }
+            );
+            t.crashes += 1;
+            self.counts.running -= 1;
+            if was_cancelled {
+                self.tasks.remove(&task);
+                self.counts.cancelled += 1;
+            } else if t.crashes >= self.cfg.crash_limit {
+                self.tasks.remove(&task);
+                self.counts.failed += 1;
+                failed.push(task);
+            } else {
+                self.enqueue(task);
+            }
+        }
+        self.forget_node(node);
+        Ok(failed)
+    }
+
+    fn forget_node(&mut self, node: NodeId) {
+        let entry = self.nodes.remove(&node).expect("node exists");
+        self.free.remove(&node);
+        self.counts.nodes -= 1;
+        self.counts.slots -= entry.slots as u64;
+        for object in self.index.remove_node(node) {
+            self.locality.object_removed(node, object);
+        }
+        self.locality.remove_node(node);
+        self.dirty = true;
+    }
+
+    /// The current attempt of `task` ended on its node. Returns the task's final state.
+    pub fn handle_task_finished(
+        &mut self,
+        task: TaskId,
+        attempt: u32,
+        outcome: Outcome,
+        now: Time,
+    ) -> Result<TaskState, CoreError> {
+        let t = self.tasks.get(&task).ok_or(CoreError::UnknownTask(task))?;
+        let Phase::Running {
+            node, cancelled, ..
+        } = t.phase.clone()
+        else {
+            return Err(CoreError::NotRunning(task));
+        };
+        if attempt != t.attempt {
+            return Err(CoreError::StaleAttempt {
+                task,
+                got: attempt,
+                current: t.attempt,
+            });
+        }
+        self.release_slot(task, node);
+        if let Some(n) = self.nodes.get_mut(&node) {
+            if n.running.is_empty() {
+                n.idle_since = Some(now);
+            }
+        }
+        self.tasks.remove(&task);
+        self.counts.running -= 1;
+        let state = if cancelled {
+            self.counts.cancelled += 1;
+            TaskState::Cancelled
+        } else {
+            match &outcome {
+                Outcome::Succeeded => self.counts.succeeded += 1,
+                Outcome::Failed(_) => self.counts.failed += 1,
+            }
+            TaskState::Finished(outcome)
+        };
+        self.dirty = true;
+        Ok(state)
+    }
+
+    fn release_slot(&mut self, task: TaskId, node: NodeId) {
+        let peers = match &self.tasks[&task].phase {
+            Phase::Running { peers, .. } => peers.clone(),
+            Phase::Queued { .. } => Vec::new(),
+        };
+        for p in peers {
+            if let Some(pe) = self.nodes.get_mut(&p) {
+                pe.serving = pe.serving.saturating_sub(1);
+            }
+        }
+        if let Some(n) = self.nodes.get_mut(&node) {
+            if let Some(pos) = n.running.iter().position(|t| *t == task) {
+                n.running.swap_remove(pos);
+                self.counts.busy_slots -= 1;
+                self.free.insert(node);
+            }
+        }
+    }
+
+    /// `node` reports it now holds `object`.
+    pub fn handle_object_cached(
+        &mut self,
+        node: NodeId,
+        object: ObjectId,
+        _now: Time,
+    ) -> Result<(), CoreError> {
+        if !self.nodes.contains_key(&node) {
+            return Err(CoreError::UnknownNode(node));
+        }
+        if self.index.add(node, object) {
+            self.locality.object_added(node, object);
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// `node` reports it no longer holds `object`.
+    pub fn handle_object_evicted(
+        &mut self,
+        node: NodeId,
+        object: ObjectId,
+        _now: Time,
+    ) -> Result<(), CoreError> {
+        if !self.nodes.contains_key(&node) {
+            return Err(CoreError::UnknownNode(node));
+        }
+        if self.index.remove(node, object) {
+            self.locality.object_removed(node, object);
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// The source of `object` changed: no node's copy may be used again. Returns the nodes that
+    /// held it (the driver tells them to drop it).
+    pub fn handle_object_invalidated(&mut self, object: ObjectId, _now: Time) -> Vec<NodeId> {
+        let holders = self.index.holders(object).to_vec();
+        for n in &holders {
+            self.index.remove(*n, object);
+            self.locality.object_removed(*n, object);
+        }
+        holders
+    }
+
+    /// A deadline returned by `poll_timeout` has passed: run provisioning.
+    pub fn handle_timeout(&mut self, now: Time) {
+        let Some(alloc) = self.allocator.as_mut() else {
+            return;
+        };
+        if now < self.next_check {
+            return;
+        }
+        let cfg = alloc.config().clone();
+        self.next_check = now + cfg.check_interval;
+        let want = alloc.nodes_to_acquire(Demand {
+            queued: self.counts.queued,
+            free_slots: self.counts.slots - self.counts.busy_slots,
+            nodes: self.counts.nodes,
+            pending: self.counts.pending_nodes,
+        });
+        if want > 0 {
+            self.counts.pending_nodes += want;
+            self.actions.push_back(Action::Provision { nodes: want });
+        }
+        // Release idle nodes, oldest idle first, down to min_nodes.
+        let mut idle: Vec<(Time, NodeId)> = self
+            .nodes
+            .iter()
+            .filter_map(|(id, n)| match n.idle_since {
+                Some(t)
+                    if n.running.is_empty()
+                        && n.serving == 0
+                        && now.since(t) >= cfg.idle_timeout =>
+                {
+                    Some((t, *id))
+                }
+                _ => None,
+            })
+            .collect();
+        idle.sort();
+        for (_, node) in idle {
+            if self.counts.nodes <= cfg.min_nodes {
+                break;
+            }
+            self.forget_node(node);
+            self.actions.push_back(Action::Release { node });
+        }
+    }
+
+    // ----- outputs -----
+
+    /// When the core next wants `handle_timeout` to be called.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.allocator.as_ref().map(|_| self.next_check)
+    }
+
+    /// The next action for the driver, if any.
+    pub fn poll_action(&mut self, now: Time) -> Option<Action> {
+        if self.actions.is_empty() && self.dirty {
+            self.dirty = false;
+            self.dispatch_pass(now);
+        }
+        self.actions.pop_front()
+    }
+
+    fn dispatch_pass(&mut self, now: Time) {
+        if self.queue.is_empty() {
+            return;
+        }
+        let free: Vec<NodeId> = self.free.iter().copied().collect();
+        for node in free {
+            while self.has_free_slot(node) && !self.queue.is_empty() {
+                let view = SchedView {
+                    queue: &self.queue,
+                    locality: &self.locality,
+                    index: &self.index,
+                    window_bound: self.queue.window_bound(self.cfg.window),
+                    busy_slots: self.counts.busy_slots,
+                    total_slots: self.counts.slots,
+                };
+                let Some(task) = self.policy.choose(&view, node, now) else {
+                    break;
+                };
+                self.assign(task, node, now);
+            }
+        }
+    }
+
+    fn has_free_slot(&self, node: NodeId) -> bool {
+        self.nodes
+            .get(&node)
+            .is_some_and(|n| (n.running.len() as u32) < n.slots)
+    }
+
+    fn assign(&mut self, task: TaskId, node: NodeId, now: Time) {
+        let Phase::Queued { seq } = self.tasks[&task].phase else {
+            panic!("policy chose {task}, which is not queued");
+        };
+        self.dequeue(task, seq);
+        let use_locality = self.policy.uses_locality();
+        let t = self.tasks.get_mut(&task).expect("task exists");
+        t.attempt += 1;
+        let mut inputs = Vec::with_capacity(t.inputs.len());
+        let mut peers = Vec::new();
+        for input in &t.inputs {
+            let source = if !use_locality {
+                Source::Storage
+            } else if self.index.holds(node, input.object) {
+                Source::Local
+            } else {
+                let holders = self.index.holders(input.object);
+                match holders
+                    .iter()
+                    .min_by_key(|h| (self.nodes.get(h).map_or(u32::MAX, |n| n.serving), **h))
+                {
+                    Some(h) => {
+                        peers.push(*h);
+                        Source::Peer(*h)
+                    }
+                    None => Source::Storage,
+                }
+            };
+            inputs.push((input.object, source));
+        }
+        for p in &peers {
+            if let Some(pe) = self.nodes.get_mut(p) {
+                pe.serving += 1;
+            }
+        }
+        t.phase = Phase::Running {
+            node,
+            since: now,
+            peers,
+            cancelled: false,
+        };
+        let attempt = t.attempt;
+        let n = self.nodes.get_mut(&node).expect("node exists");
+        n.running.push(task);
+        n.idle_since = None;
+        if n.running.len() as u32 >= n.slots {
+            self.free.remove(&node);
+        }
+        self.counts.running += 1;
+        self.counts.busy_slots += 1;
+        self.actions.push_back(Action::Dispatch(Dispatch {
+            task,
+            attempt,
+            node,
+            inputs,
+        }));
+    }
+
+    /// Check every invariant of the core's state; `Err` names the first one broken. Tests and the
+    /// simulator's `--check` mode call it after every step.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut queued = 0u64;
+        let mut running = 0u64;
+        for (id, t) in &self.tasks {
+            match &t.phase {
+                Phase::Queued { seq } => {
+                    queued += 1;
+                    if self.queue.get(*seq) != Some(*id) {
+                        return Err(format!("{id} queued at {seq} but the queue disagrees"));
+                    }
+                }
+                Phase::Running { node, .. } => {
+                    running += 1;
+                    let n = self
+                        .nodes
+                        .get(node)
+                        .ok_or(format!("{id} runs on unknown {node}"))?;
+                    if !n.running.contains(id) {
+                        return Err(format!("{id} runs on {node}, which does not list it"));
+                    }
+                }
+            }
+        }
+        if queued != self.counts.queued || queued != self.queue.len() as u64 {
+            return Err(format!(
+                "queued: {queued} tasks, counter {}, queue {}",
+                self.counts.queued,
+                self.queue.len()
+            ));
+        }
+        if running != self.counts.running {
+            return Err(format!(
+                "running: {running} tasks, counter {}",
+                self.counts.running
+            ));
+        }
+        let mut busy = 0u64;
+        let mut slots = 0u64;
+        for (id, n) in &self.nodes {
+            if n.running.len() as u32 > n.slots {
+                return Err(format!(
+                    "{id} runs {} tasks on {} slots",
+                    n.running.len(),
+                    n.slots
+                ));
+            }
+            if ((n.running.len() as u32) < n.slots) != self.free.contains(id) {
+                return Err(format!("{id}: free set disagrees with its slots"));
+            }
+            busy += n.running.len() as u64;
+            slots += n.slots as u64;
+        }
+        if busy != self.counts.busy_slots || slots != self.counts.slots {
+            return Err("slot counters disagree with nodes".into());
+        }
+        for n in self.free.iter() {
+            if !self.nodes.contains_key(n) {
+                return Err(format!("free set lists unknown {n}"));
+            }
+        }
+        self.index.check()?;
+        if self.policy.uses_locality() {
+            self.locality.check(&self.index)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,212 @@
+//! Dispatch policies (section 2.2 of the data diffusion paper): which queued task a free slot on
+//! a node takes.
+//!
+//! The scheduler is window-based and executor-driven: when a node has a free slot, the policy
+//! looks at most `window` tasks deep into the wait queue. A task whose inputs are all cached on
+//! the node (a 100% local hit) is taken at once; otherwise the task with the highest local-hit
+//! fraction is taken; what happens when no task has any local data is what tells the policies
+//! apart:
+//!
+//! | policy | no local data for this node |
+//! |---|---|
+//! | FA  | ignores locality: always the oldest task, every input from persistent storage |
+//! | MCU | the oldest task in the window (keeps every slot busy) |
+//! | MCH | only a task whose data is cached nowhere; otherwise the slot stays idle, and a task whose data is elsewhere waits for that node |
+//! | GCC | MCU while utilisation (busy slots / allocated slots) is below the threshold, MCH above it |
+//!
+//! Policies see the queue through [`SchedView`], whose answers come from the per-node candidate
+//! sets of [`crate::locality`], so a decision costs O(|Ti| + log |Q|), not a scan of the window.
+
+use crate::ids::{NodeId, TaskId};
+use crate::index::LocationIndex;
+use crate::locality::{Locality, Score, FULL};
+use crate::queue::WaitQueue;
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// What a policy can see when it decides.
+pub struct SchedView<'a> {
+    pub(crate) queue: &'a WaitQueue,
+    pub(crate) locality: &'a Locality,
+    pub(crate) index: &'a LocationIndex,
+    /// Sequence numbers below this are inside the scheduling window.
+    pub(crate) window_bound: u64,
+    pub(crate) busy_slots: u64,
+    pub(crate) total_slots: u64,
+}
+
+impl SchedView<'_> {
+    /// Busy slots / allocated slots (1.0 when no slot is allocated).
+    pub fn utilization(&self) -> f64 {
+        if self.total_slots == 0 {
+            1.0
+        } else {
+            self.busy_slots as f64 / self.total_slots as f64
+        }
+    }
+
+    /// The oldest queued task.
+    pub fn oldest(&self) -> Option<TaskId> {
+        self.queue.first().map(|(_, t)| t)
+    }
+
+    /// The task in the window with the highest local-hit fraction on `node` (ties: oldest), and
+    /// that fraction. With `only_where_most`, a task is skipped if another node holds more of its
+    /// data (MCH: it waits for that node).
+    pub fn best_local(&self, node: NodeId, only_where_most: bool) -> Option<(TaskId, Score)> {
+        for (task, score) in self.locality.candidates_within(node, self.window_bound) {
+            if only_where_most && score < FULL {
+                let here = self.locality.local_bytes(task, node);
+                if self.locality.max_local_bytes(task, self.index) > here {
+                    continue;
+                }
+            }
+            return Some((task, score));
+        }
+        None
+    }
+
+    /// The oldest task in the window whose inputs are cached nowhere.
+    pub fn oldest_cold(&self) -> Option<TaskId> {
+        self.locality
+            .cold()
+            .next()
+            .filter(|(seq, _)| *seq < self.window_bound)
+            .map(|(_, t)| t)
+    }
+}
+
+/// A dispatch policy: picks a queued task for a free slot on `node`, or `None` to leave it idle.
+pub trait DispatchPolicy: Send {
+    /// Short name, as on the command line.
+    fn name(&self) -> &'static str;
+    /// Whether the policy uses cached data at all. FA does not: its tasks read only from
+    /// persistent storage, and nodes need not cache.
+    fn uses_locality(&self) -> bool {
+        true
+    }
+    /// Choose a task for one free slot on `node`.
+    fn choose(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId>;
+}
+
+/// First-available: the oldest task, wherever its data is.
+#[derive(Clone, Debug, Default)]
+pub struct FirstAvailable;
+
+impl DispatchPolicy for FirstAvailable {
+    fn name(&self) -> &'static str {
+        "fa"
+    }
+    fn uses_locality(&self) -> bool {
+        false
+    }
+    fn choose(&mut self, view: &SchedView<'_>, _node: NodeId, _now: Time) -> Option<TaskId> {
+        view.oldest()
+    }
+}
+
+/// Max-compute-util: every free slot gets a task, preferring local data.
+#[derive(Clone, Debug, Default)]
+pub struct MaxComputeUtil;
+
+impl DispatchPolicy for MaxComputeUtil {
+    fn name(&self) -> &'static str {
+        "mcu"
+    }
+    fn choose(&mut self, view: &SchedView<'_>, node: NodeId, _now: Time) -> Option<TaskId> {
+        view.best_local(node, false)
+            .map(|(t, _)| t)
+            .or_else(|| view.oldest())
+    }
+}
+
+/// Max-cache-hit: a task runs only where most of its data is (or anywhere if it is nowhere).
+#[derive(Clone, Debug, Default)]
+pub struct MaxCacheHit;
+
+impl DispatchPolicy for MaxCacheHit {
+    fn name(&self) -> &'static str {
+        "mch"
+    }
+    fn choose(&mut self, view: &SchedView<'_>, node: NodeId, _now: Time) -> Option<TaskId> {
+        view.best_local(node, true)
+            .map(|(t, _)| t)
+            .or_else(|| view.oldest_cold())
+    }
+}
+
+/// Good-cache-compute: MCU below the utilisation threshold, MCH at or above it.
+#[derive(Clone, Debug)]
+pub struct GoodCacheCompute {
+    /// Utilisation (busy / allocated slots) at which the policy switches from MCU to MCH.
+    pub threshold: f64,
+}
+
+impl DispatchPolicy for GoodCacheCompute {
+    fn name(&self) -> &'static str {
+        "gcc"
+    }
+    fn choose(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId> {
+        if view.utilization() < self.threshold {
+            MaxComputeUtil.choose(view, node, now)
+        } else {
+            MaxCacheHit.choose(view, node, now)
+        }
+    }
+}
+
+/// The built-in policies by name, for configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    /// First-available.
+    Fa,
+    /// Max-compute-util.
+    Mcu,
+    /// Max-cache-hit.
+    Mch,
+    /// Good-cache-compute.
+    #[default]
+    Gcc,
+}
+
+impl PolicyKind {
+    /// Build the policy; `threshold` is used by GCC only.
+    pub fn build(self, threshold: f64) -> Box<dyn DispatchPolicy> {
+        match self {
+            PolicyKind::Fa => Box::new(FirstAvailable),
+            PolicyKind::Mcu => Box::new(MaxComputeUtil),
+            PolicyKind::Mch => Box::new(MaxCacheHit),
+            PolicyKind::Gcc => Box::new(GoodCacheCompute { threshold }),
+        }
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "fa" => Ok(Self::Fa),
+            "mcu" => Ok(Self::Mcu),
+            "mch" => Ok(Self::Mch),
+            "gcc" => Ok(Self::Gcc),
+            _ => Err(format!(
+                "unknown policy '{s}' (expected fa, mcu, mch or gcc)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Self::Fa => "fa",
+            Self::Mcu => "mcu",
+            Self::Mch => "mch",
+            Self::Gcc => "gcc",
+        };
+        f.write_str(s)
+    }
+}

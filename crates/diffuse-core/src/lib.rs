@@ -1,0 +1,41 @@
+//! # diffuse-core: the sans-IO scheduling core of diffuse
+//!
+//! Every scheduling decision of diffuse lives here, as a deterministic state machine: no tokio, no
+//! clock reads (time comes in as `now`), no I/O, no unseeded randomness. Two drivers run it: the
+//! discrete-event simulator (`diffuse-sim`) and the live dispatcher. A policy measured in the
+//! simulator is the code that runs live.
+//!
+//! | module | what it holds | paper term |
+//! |---|---|---|
+//! | [`core`] | [`Core`]: tasks, nodes, slots; `handle_*` in, `poll_*` out | dispatcher |
+//! | [`dispatch`] | FA, MCU, MCH, GCC behind the [`DispatchPolicy`] trait | data-aware scheduler |
+//! | [`locality`] | per-node candidate sets that make a decision O(\|Ti\| + log \|Q\|) | scheduling window |
+//! | [`queue`] | the wait queue and its window boundary | wait queue, window W |
+//! | [`index`] | object <-> node location index | centralized index |
+//! | [`cache`] | a node's cache with Random/FIFO/LRU/LFU eviction | store, eviction policy |
+//! | [`provision`] | static and dynamic provisioning | DRP |
+//! | [`model`] | the abstract model of section 3.1 | abstract model |
+//! | [`action`] | what the core asks the driver to do | |
+//! | [`task`], [`ids`], [`time`] | vocabulary | task, executor = slot, store = node cache |
+
+pub mod action;
+pub mod cache;
+pub mod core;
+pub mod dispatch;
+pub mod ids;
+pub mod index;
+pub mod locality;
+pub mod model;
+pub mod provision;
+pub mod queue;
+pub mod task;
+pub mod time;
+
+pub use crate::action::{Action, Dispatch, Source};
+pub use crate::cache::{Admission, EvictionPolicy, NodeCache};
+pub use crate::core::{Core, CoreConfig, CoreError, Counts};
+pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
+pub use crate::ids::{JobId, NodeId, ObjectId, TaskId};
+pub use crate::provision::{DynamicConfig, Provisioning, StepPolicy};
+pub use crate::task::{Input, Outcome, TaskSpec, TaskState};
+pub use crate::time::Time;

@@ -1,0 +1,85 @@
+//! What a task is to the scheduler: its inputs (objects of known size), its job, its state.
+
+use crate::ids::{JobId, NodeId, ObjectId, TaskId};
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+
+/// One input of a task: an object and its size in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Input {
+    /// The object read.
+    pub object: ObjectId,
+    /// Its size in bytes (known at submission: the driver stats the source).
+    pub size: u64,
+}
+
+/// A task as submitted to the core.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// Unique id, chosen by the driver.
+    pub id: TaskId,
+    /// The job it belongs to.
+    pub job: JobId,
+    /// Objects it reads. The same object listed twice is read once.
+    pub inputs: Vec<Input>,
+}
+
+impl TaskSpec {
+    /// A task of the default job.
+    pub fn new(id: TaskId, inputs: Vec<Input>) -> Self {
+        TaskSpec {
+            id,
+            job: JobId(0),
+            inputs,
+        }
+    }
+
+    /// Total bytes over its distinct inputs.
+    pub fn input_bytes(&self) -> u64 {
+        let mut seen: Vec<ObjectId> = Vec::with_capacity(self.inputs.len());
+        let mut total = 0;
+        for i in &self.inputs {
+            if !seen.contains(&i.object) {
+                seen.push(i.object);
+                total += i.size;
+            }
+        }
+        total
+    }
+}
+
+/// How a run of a task ended, as the driver reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The process exited 0 (or the simulated task completed).
+    Succeeded,
+    /// The task itself failed (non-zero exit, missing input); it is not retried.
+    Failed(String),
+}
+
+/// Where a task is in its life.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskState {
+    /// In the wait queue.
+    Queued,
+    /// Dispatched to a node; `attempt` fences results of older attempts.
+    Running {
+        /// Node it was sent to.
+        node: NodeId,
+        /// Attempt number, starting at 1.
+        attempt: u32,
+        /// When it was dispatched.
+        since: Time,
+    },
+    /// Finished with a recorded outcome.
+    Finished(Outcome),
+    /// Cancelled before it finished.
+    Cancelled,
+}
+
+impl TaskState {
+    /// True once the task has its one recorded outcome.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, TaskState::Finished(_) | TaskState::Cancelled)
+    }
+}
