@@ -1,1 +1,28 @@
-//! placeholder
+//! # diffuse-sim: the discrete-event simulator
+//!
+//! Drives the same scheduling core as the live dispatcher (`diffuse-core`) in virtual time, over
+//! a model of a cluster: slots per node, local disk and NIC bandwidth, persistent storage whose
+//! aggregate bandwidth its concurrent readers share, latencies and node start-up time.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`engine`] | the event loop: [`simulate`] |
+//! | [`flows`] | transfers as fluid flows over shared resources |
+//! | [`workload`] | the paper's MI, SW and AP workloads, and custom lists |
+//! | [`testbed`] | cluster models of the paper's testbeds |
+//! | [`report`] | summary, per-second samples, time series, CSV |
+//! | [`plot`] | SVG figures of a run |
+//! | [`paper`] | the paper's experiments, run side by side with its results |
+
+pub mod engine;
+pub mod flows;
+pub mod paper;
+pub mod plot;
+pub mod report;
+pub mod testbed;
+pub mod workload;
+
+pub use engine::{simulate, DynamicSettings, SimConfig, SimError};
+pub use report::{Sample, SeriesRow, Summary};
+pub use testbed::Testbed;
+pub use workload::{Arrival, Workload};

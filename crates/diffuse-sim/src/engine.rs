@@ -1,0 +1,699 @@
+//! The simulator: drives the scheduling core in virtual time over a cluster model.
+//!
+//! Events (arrivals, dispatch deliveries, transfer starts, compute completions, node start-ups,
+//! per-second samples) sit in a time-ordered heap; transfers are fluid flows in a [`FlowNet`]
+//! whose completions are computed from current rates. Each step jumps to the earliest of the
+//! next event, the next flow completion and the core's timeout, feeds what happened to the core
+//! and carries out the core's actions, exactly as the live dispatcher does.
+
+use crate::flows::{FlowNet, ResourceId};
+use crate::report::{percentile, ModelReport, Sample, Summary};
+use crate::testbed::Testbed;
+use crate::workload::{Arrival, Workload};
+use diffuse_core::model::{predict, ModelInput};
+use diffuse_core::{
+    Action, Admission, Core, CoreConfig, DynamicConfig, EvictionPolicy, Input, NodeCache, NodeId,
+    ObjectId, Outcome, PolicyKind, Provisioning, Source, StepPolicy, TaskId, TaskSpec, Time,
+};
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+use thiserror::Error;
+
+/// Settings of one simulation.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The workload.
+    pub workload: Workload,
+    /// The cluster model.
+    pub testbed: Testbed,
+    /// Dispatch policy.
+    pub policy: PolicyKind,
+    /// GCC utilisation threshold.
+    pub threshold: f64,
+    /// Scheduling window.
+    pub window: usize,
+    /// Cache quota per node, bytes.
+    pub cache_size: u64,
+    /// Eviction policy of every node.
+    pub eviction: EvictionPolicy,
+    /// Maximum nodes (static: all start at time 0).
+    pub nodes: u32,
+    /// Dynamic provisioning (None: static).
+    pub dynamic: Option<DynamicSettings>,
+    /// Seed for the workload's file choices and random eviction.
+    pub seed: u64,
+    /// Run `Core::check_invariants` after every step (slow; for tests).
+    pub check_invariants: bool,
+}
+
+/// Dynamic provisioning settings of a simulation.
+#[derive(Clone, Debug)]
+pub struct DynamicSettings {
+    /// Allocation step policy.
+    pub step: StepPolicy,
+    /// Idle time after which a node is released, seconds.
+    pub idle_timeout_s: f64,
+    /// Nodes kept even when idle.
+    pub min_nodes: u32,
+}
+
+impl Default for DynamicSettings {
+    fn default() -> Self {
+        DynamicSettings {
+            step: StepPolicy::Exponential,
+            idle_timeout_s: 30.0,
+            min_nodes: 0,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Defaults for a workload on a testbed: GCC, threshold 0.9, window 2500, LRU, all nodes.
+    pub fn new(workload: Workload, testbed: Testbed, cache_size: u64) -> SimConfig {
+        SimConfig {
+            workload,
+            nodes: testbed.nodes,
+            testbed,
+            policy: PolicyKind::Gcc,
+            threshold: 0.9,
+            window: 2500,
+            cache_size,
+            eviction: EvictionPolicy::Lru,
+            dynamic: None,
+            seed: 1,
+            check_invariants: false,
+        }
+    }
+}
+
+/// A simulation that could not complete.
+#[derive(Debug, Error)]
+pub enum SimError {
+    /// An invariant of the core broke (only with `check_invariants`).
+    #[error("invariant broken at t={time:.3}s: {message}")]
+    Invariant {
+        /// Virtual time.
+        time: f64,
+        /// What broke.
+        message: String,
+    },
+    /// The core refused an event the simulator fed it: a simulator bug.
+    #[error("core refused an event at t={time:.3}s: {message}")]
+    Core {
+        /// Virtual time.
+        time: f64,
+        /// The core's error.
+        message: String,
+    },
+    /// No more events, yet tasks remain (e.g. no nodes and static provisioning).
+    #[error("simulation stalled at t={time:.3}s with {left} tasks unfinished")]
+    Stalled {
+        /// Virtual time.
+        time: f64,
+        /// Tasks not finished.
+        left: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Arrival,
+    Deliver(TaskId),
+    FlowStart(TaskId, u32),
+    ComputeDone(TaskId),
+    NodeUp(NodeId),
+    Sample,
+}
+
+/// Source actually used for an access (the planned one may have vanished in between).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Used {
+    Local,
+    Peer,
+    Storage,
+}
+
+struct SimNode {
+    cache: NodeCache,
+    disk: ResourceId,
+    nic_in: ResourceId,
+    nic_out: ResourceId,
+    joined: f64,
+}
+
+struct Running {
+    node: NodeId,
+    attempt: u32,
+    /// Per input: object, size, source planned by the core.
+    inputs: Vec<(ObjectId, u64, Source)>,
+    /// Per input: resources and source used, decided at delivery.
+    plan: Vec<(Vec<ResourceId>, Used)>,
+    pending: u32,
+    delivered: f64,
+}
+
+/// The simulator state.
+pub struct Simulation {
+    cfg: SimConfig,
+    core: Core,
+    now: Time,
+    heap: BinaryHeap<Reverse<(Time, u64, Ev)>>,
+    seq: u64,
+    arrivals: std::iter::Peekable<Box<dyn Iterator<Item = Arrival> + Send>>,
+    /// Queued and running tasks: arrival record.
+    waiting: FxHashMap<TaskId, Arrival>,
+    running: FxHashMap<TaskId, Running>,
+    nodes: FxHashMap<NodeId, SimNode>,
+    net: FlowNet<(TaskId, u32)>,
+    storage: ResourceId,
+    next_task: u64,
+    next_node: u32,
+    // metrics
+    samples: Vec<Sample>,
+    current: Sample,
+    bytes: [u64; 3],
+    accesses: [u64; 3],
+    finished: u64,
+    response_sum: f64,
+    exec_sum: f64,
+    last_done: f64,
+    peak_queue: u64,
+    cpu_seconds: f64,
+    nodes_acquired: u64,
+}
+
+fn secs(t: Time) -> f64 {
+    t.as_secs_f64()
+}
+
+impl Simulation {
+    /// Set up a simulation; static nodes join at time 0.
+    pub fn new(cfg: SimConfig) -> Simulation {
+        let provisioning = match &cfg.dynamic {
+            None => Provisioning::Static,
+            Some(d) => Provisioning::Dynamic(DynamicConfig {
+                step: d.step,
+                min_nodes: d.min_nodes,
+                max_nodes: cfg.nodes,
+                slots_per_node: cfg.testbed.slots_per_node,
+                idle_timeout: Duration::from_secs_f64(d.idle_timeout_s),
+                check_interval: Duration::from_secs(1),
+            }),
+        };
+        let core = Core::new(CoreConfig {
+            policy: cfg.policy,
+            threshold: cfg.threshold,
+            window: cfg.window,
+            provisioning,
+            crash_limit: 3,
+        });
+        let mut net = FlowNet::new();
+        let storage = net.add_resource(cfg.testbed.storage_bw);
+        let arrivals = cfg.workload.arrivals(cfg.seed).peekable();
+        let mut sim = Simulation {
+            core,
+            now: Time::ZERO,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            arrivals,
+            waiting: FxHashMap::default(),
+            running: FxHashMap::default(),
+            nodes: FxHashMap::default(),
+            net,
+            storage,
+            next_task: 0,
+            next_node: 0,
+            samples: Vec::new(),
+            current: Sample::default(),
+            bytes: [0; 3],
+            accesses: [0; 3],
+            finished: 0,
+            response_sum: 0.0,
+            exec_sum: 0.0,
+            last_done: 0.0,
+            peak_queue: 0,
+            cpu_seconds: 0.0,
+            nodes_acquired: 0,
+            cfg,
+        };
+        if sim.cfg.dynamic.is_none() {
+            for _ in 0..sim.cfg.nodes {
+                let id = sim.new_node_id();
+                sim.push(Time::ZERO, Ev::NodeUp(id));
+            }
+        }
+        if let Some(a) = sim.arrivals.peek() {
+            let t = Time::from_secs_f64(a.time);
+            sim.push(t, Ev::Arrival);
+        }
+        sim.push(Time::from_secs_f64(1.0), Ev::Sample);
+        sim
+    }
+
+    fn new_node_id(&mut self) -> NodeId {
+        self.next_node += 1;
+        NodeId(self.next_node - 1)
+    }
+
+    fn push(&mut self, t: Time, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn done(&mut self) -> bool {
+        let c = self.core.counts();
+        self.arrivals.peek().is_none() && c.queued == 0 && c.running == 0
+    }
+
+    /// Run to completion and summarise.
+    pub fn run(mut self) -> Result<(Summary, Vec<Sample>), SimError> {
+        let wall = std::time::Instant::now();
+        while !self.done() {
+            let t_event = self.heap.peek().map(|Reverse((t, _, _))| *t);
+            let t_flow = self.net.next_completion().map(Time::from_secs_f64);
+            let t_core = self.core.poll_timeout();
+            let useful = t_event.is_some() || t_flow.is_some();
+            let next = [t_event, t_flow, t_core].into_iter().flatten().min();
+            let (Some(next), true) = (next, useful) else {
+                return Err(SimError::Stalled {
+                    time: secs(self.now),
+                    left: self.unfinished(),
+                });
+            };
+            if t_event.is_none()
+                && t_flow.is_none()
+                && self.core.counts().nodes == 0
+                && self.core.counts().pending_nodes == 0
+                && self.cfg.dynamic.is_none()
+            {
+                return Err(SimError::Stalled {
+                    time: secs(self.now),
+                    left: self.unfinished(),
+                });
+            }
+            self.step(next.max(self.now))?;
+        }
+        let end = self.last_done;
+        for n in self.nodes.values() {
+            self.cpu_seconds += (end - n.joined).max(0.0) * self.cfg.testbed.slots_per_node as f64;
+        }
+        self.close_sample();
+        let summary = self.summarise(wall.elapsed().as_secs_f64());
+        Ok((summary, self.samples))
+    }
+
+    fn unfinished(&self) -> u64 {
+        let c = self.core.counts();
+        c.queued + c.running
+    }
+
+    fn step(&mut self, now: Time) -> Result<(), SimError> {
+        self.now = now;
+        let t = secs(now);
+        for flow in self.net.advance(t) {
+            self.input_done(flow.tag.0, flow.tag.1 as usize, flow.bytes)?;
+        }
+        while let Some(Reverse((when, _, ev))) = self.heap.peek().copied() {
+            if when > now {
+                break;
+            }
+            self.heap.pop();
+            self.event(ev)?;
+        }
+        if self.core.poll_timeout().is_some_and(|d| d <= now) {
+            self.core.handle_timeout(now);
+        }
+        while let Some(action) = self.core.poll_action(now) {
+            self.action(action);
+        }
+        self.peak_queue = self.peak_queue.max(self.core.counts().queued);
+        if self.cfg.check_invariants {
+            self.core
+                .check_invariants()
+                .map_err(|message| SimError::Invariant { time: t, message })?;
+            self.check_nodes(t)?;
+        }
+        Ok(())
+    }
+
+    fn check_nodes(&self, t: f64) -> Result<(), SimError> {
+        for (id, n) in &self.nodes {
+            if n.cache.used() > n.cache.quota() {
+                return Err(SimError::Invariant {
+                    time: t,
+                    message: format!("{id} cache over quota"),
+                });
+            }
+            let index = self.core.index();
+            if index.count(*id) != n.cache.len() || n.cache.objects().any(|o| !index.holds(*id, o))
+            {
+                return Err(SimError::Invariant {
+                    time: t,
+                    message: format!("{id}: index differs from cache"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn core_err(&self, e: impl ToString) -> SimError {
+        SimError::Core {
+            time: secs(self.now),
+            message: e.to_string(),
+        }
+    }
+
+    fn event(&mut self, ev: Ev) -> Result<(), SimError> {
+        let t = secs(self.now);
+        match ev {
+            Ev::Arrival => {
+                while self
+                    .arrivals
+                    .peek()
+                    .is_some_and(|a| Time::from_secs_f64(a.time) <= self.now)
+                {
+                    let a = self.arrivals.next().expect("peeked");
+                    let id = TaskId(self.next_task);
+                    self.next_task += 1;
+                    let inputs = a
+                        .inputs
+                        .iter()
+                        .map(|(o, s)| Input {
+                            object: *o,
+                            size: *s,
+                        })
+                        .collect();
+                    self.current.demand_bytes +=
+                        a.inputs.iter().map(|(_, s)| *s as f64).sum::<f64>();
+                    self.core
+                        .handle_submit(TaskSpec::new(id, inputs), self.now)
+                        .map_err(|e| self.core_err(e))?;
+                    self.waiting.insert(id, a);
+                }
+                if let Some(a) = self.arrivals.peek() {
+                    let next = Time::from_secs_f64(a.time);
+                    self.push(next, Ev::Arrival);
+                }
+            }
+            Ev::Deliver(task) => self.deliver(task)?,
+            Ev::FlowStart(task, i) => {
+                let r = &self.running[&task];
+                let (resources, _) = &r.plan[i as usize];
+                let size = r.inputs[i as usize].1;
+                let resources = resources.clone();
+                self.net.start(t, size, &resources, (task, i));
+            }
+            Ev::ComputeDone(task) => {
+                let r = self.running.remove(&task).expect("running task");
+                self.core
+                    .handle_task_finished(task, r.attempt, Outcome::Succeeded, self.now)
+                    .map_err(|e| self.core_err(e))?;
+                let a = self.waiting.remove(&task).expect("arrival record");
+                self.finished += 1;
+                self.response_sum += t - a.time;
+                self.exec_sum += t - r.delivered;
+                self.last_done = t;
+            }
+            Ev::NodeUp(node) => {
+                let tb = &self.cfg.testbed;
+                let (disk_bw, nic_bw) = (tb.disk_bw, tb.nic_bw);
+                let n = SimNode {
+                    cache: NodeCache::new(
+                        self.cfg.eviction,
+                        self.cfg.cache_size,
+                        self.cfg.seed ^ node.0 as u64,
+                    ),
+                    disk: self.net.add_resource(disk_bw),
+                    nic_in: self.net.add_resource(nic_bw),
+                    nic_out: self.net.add_resource(nic_bw),
+                    joined: t,
+                };
+                self.nodes.insert(node, n);
+                self.nodes_acquired += 1;
+                self.core
+                    .handle_node_joined(node, self.cfg.testbed.slots_per_node, self.now)
+                    .map_err(|e| self.core_err(e))?;
+            }
+            Ev::Sample => {
+                self.close_sample();
+                if !self.done() {
+                    self.push(self.now + Duration::from_secs(1), Ev::Sample);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn close_sample(&mut self) {
+        let c = self.core.counts();
+        let mut s = std::mem::take(&mut self.current);
+        s.t = self.samples.len() as f64;
+        s.queue = c.queued;
+        s.nodes = c.nodes;
+        s.busy_slots = c.busy_slots;
+        self.samples.push(s);
+    }
+
+    fn action(&mut self, action: Action) {
+        match action {
+            Action::Dispatch(d) => {
+                let a = &self.waiting[&d.task];
+                let inputs = d
+                    .inputs
+                    .iter()
+                    .map(|(o, src)| {
+                        let size = a.inputs.iter().find(|(x, _)| x == o).map_or(0, |(_, s)| *s);
+                        (*o, size, *src)
+                    })
+                    .collect();
+                self.running.insert(
+                    d.task,
+                    Running {
+                        node: d.node,
+                        attempt: d.attempt,
+                        inputs,
+                        plan: Vec::new(),
+                        pending: 0,
+                        delivered: 0.0,
+                    },
+                );
+                let at = self.now + Duration::from_secs_f64(self.cfg.testbed.dispatch_latency_s);
+                self.push(at, Ev::Deliver(d.task));
+            }
+            Action::Provision { nodes } => {
+                let at = self.now + Duration::from_secs_f64(self.cfg.testbed.node_startup_s);
+                for _ in 0..nodes {
+                    let id = self.new_node_id();
+                    self.push(at, Ev::NodeUp(id));
+                }
+            }
+            Action::Release { node } => {
+                if let Some(n) = self.nodes.remove(&node) {
+                    self.cpu_seconds +=
+                        (secs(self.now) - n.joined) * self.cfg.testbed.slots_per_node as f64;
+                }
+            }
+        }
+    }
+
+    /// The dispatch reached its node: decide where each input really comes from and start reading.
+    fn deliver(&mut self, task: TaskId) -> Result<(), SimError> {
+        let t = secs(self.now);
+        let tb = self.cfg.testbed.clone();
+        let caching = self.core.caching_enabled();
+        let mut r = self.running.remove(&task).expect("dispatched task");
+        r.delivered = t;
+        let node = r.node;
+        let mut starts = Vec::new();
+        for (i, (object, _size, src)) in r.inputs.iter().enumerate() {
+            let here = &self.nodes[&node];
+            let (resources, used, latency) = match src {
+                Source::Local if here.cache.contains(*object) => {
+                    (vec![here.disk], Used::Local, 0.0)
+                }
+                Source::Peer(p)
+                    if caching
+                        && self
+                            .nodes
+                            .get(p)
+                            .is_some_and(|pn| pn.cache.contains(*object)) =>
+                {
+                    (
+                        vec![self.nodes[p].nic_out, here.nic_in],
+                        Used::Peer,
+                        tb.peer_latency_s,
+                    )
+                }
+                _ => (
+                    vec![self.storage, here.nic_in],
+                    Used::Storage,
+                    tb.storage_latency_s,
+                ),
+            };
+            if used == Used::Local {
+                self.nodes
+                    .get_mut(&node)
+                    .expect("node")
+                    .cache
+                    .touch(*object);
+            }
+            let k = used as usize;
+            self.accesses[k] += 1;
+            self.current.accesses[k] += 1;
+            r.plan.push((resources, used));
+            starts.push((i as u32, latency));
+        }
+        r.pending = starts.len() as u32;
+        let compute = self.waiting[&task].compute_s;
+        self.running.insert(task, r);
+        if starts.is_empty() {
+            self.push(
+                self.now + Duration::from_secs_f64(compute),
+                Ev::ComputeDone(task),
+            );
+        }
+        for (i, latency) in starts {
+            if latency > 0.0 {
+                self.push(
+                    self.now + Duration::from_secs_f64(latency),
+                    Ev::FlowStart(task, i),
+                );
+            } else {
+                self.event(Ev::FlowStart(task, i))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One input of `task` has been read.
+    fn input_done(&mut self, task: TaskId, i: usize, bytes: u64) -> Result<(), SimError> {
+        let caching = self.core.caching_enabled();
+        let r = self.running.get_mut(&task).expect("running task");
+        let (object, size, _) = r.inputs[i];
+        let used = r.plan[i].1;
+        let node = r.node;
+        self.bytes[used as usize] += bytes;
+        match used {
+            Used::Local => self.current.bytes_local += bytes as f64,
+            Used::Peer => self.current.bytes_peer += bytes as f64,
+            Used::Storage => self.current.bytes_storage += bytes as f64,
+        }
+        r.pending -= 1;
+        let ready = r.pending == 0;
+        if used != Used::Local && caching {
+            let n = self.nodes.get_mut(&node).expect("node of a running task");
+            if let Admission::Stored(evicted) = n.cache.insert(object, size) {
+                for o in evicted {
+                    self.core
+                        .handle_object_evicted(node, o, self.now)
+                        .map_err(|e| self.core_err(e))?;
+                }
+                self.core
+                    .handle_object_cached(node, object, self.now)
+                    .map_err(|e| self.core_err(e))?;
+            }
+        }
+        if ready {
+            let compute = self.waiting[&task].compute_s;
+            self.push(
+                self.now + Duration::from_secs_f64(compute),
+                Ev::ComputeDone(task),
+            );
+        }
+        Ok(())
+    }
+
+    fn summarise(&self, wall: f64) -> Summary {
+        let cfg = &self.cfg;
+        let tb = &cfg.testbed;
+        let info = cfg.workload.info();
+        let slots = cfg.nodes as f64 * tb.slots_per_node as f64;
+        let per_slot_disk = tb.disk_bw / tb.slots_per_node as f64;
+        let best_task = info.compute_s + info.bytes_per_task / per_slot_disk;
+        let ideal = (info.last_arrival_s + best_task).max(info.tasks as f64 * best_task / slots);
+        let makespan = self.last_done;
+        let total_acc = self.accesses.iter().sum::<u64>().max(1) as f64;
+        let frac = |k: usize| self.accesses[k] as f64 / total_acc;
+        let total_bytes: u64 = self.bytes.iter().sum();
+        let per_sec: Vec<f64> = self
+            .samples
+            .iter()
+            .map(|s| (s.bytes_local + s.bytes_peer + s.bytes_storage) * 8.0 / 1e9)
+            .collect();
+        let access_bytes = info.bytes_per_task / info.inputs_per_task.max(1.0);
+        let r_storage = access_bytes / tb.nic_bw.min(tb.storage_bw / slots);
+        let input = ModelInput {
+            r_local: access_bytes / per_slot_disk,
+            r_peer: access_bytes / tb.nic_bw,
+            r_storage,
+            compute: info.compute_s,
+            hr_local: frac(0),
+            hr_peer: frac(1),
+            hr_storage: frac(2),
+            accesses_per_task: info.inputs_per_task,
+            tasks: info.tasks,
+            processors: slots as u64,
+            cache_bytes: cfg.cache_size * cfg.nodes as u64,
+            working_set_bytes: info.dataset_bytes,
+            arrival_rate: if info.last_arrival_s > 0.0 {
+                info.tasks as f64 / info.last_arrival_s
+            } else {
+                0.0
+            },
+        };
+        Summary {
+            workload: info.name,
+            policy: cfg.policy.to_string(),
+            testbed: tb.name.to_string(),
+            cache_size: cfg.cache_size,
+            eviction: cfg.eviction.to_string(),
+            provisioning: if cfg.dynamic.is_some() {
+                "dynamic"
+            } else {
+                "static"
+            }
+            .into(),
+            nodes: cfg.nodes,
+            window: cfg.window,
+            threshold: cfg.threshold,
+            seed: cfg.seed,
+            tasks: self.finished,
+            makespan_s: makespan,
+            ideal_makespan_s: ideal,
+            efficiency: if makespan > 0.0 {
+                ideal / makespan
+            } else {
+                0.0
+            },
+            hit_local: frac(0),
+            hit_peer: frac(1),
+            miss: frac(2),
+            avg_response_s: self.response_sum / self.finished.max(1) as f64,
+            peak_queue: self.peak_queue,
+            cpu_hours: self.cpu_seconds / 3600.0,
+            throughput_avg_gbps: if makespan > 0.0 {
+                total_bytes as f64 * 8.0 / 1e9 / makespan
+            } else {
+                0.0
+            },
+            throughput_peak_gbps: percentile(&per_sec, 99.0),
+            bytes_local: self.bytes[0],
+            bytes_peer: self.bytes[1],
+            bytes_storage: self.bytes[2],
+            nodes_acquired: self.nodes_acquired,
+            model: ModelReport {
+                input,
+                predicted: predict(&input),
+                measured_task_time_s: self.exec_sum / self.finished.max(1) as f64,
+            },
+            sim_wall_s: wall,
+        }
+    }
+}
+
+/// Run a simulation to completion.
+pub fn simulate(cfg: SimConfig) -> Result<(Summary, Vec<Sample>), SimError> {
+    Simulation::new(cfg).run()
+}

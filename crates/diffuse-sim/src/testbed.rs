@@ -1,0 +1,78 @@
+//! Cluster models of the paper's testbeds, as named presets: one model per testbed, the same for
+//! every experiment run on it, with no per-experiment correction factor.
+//!
+//! Figures come from the paper's section 4 where it gives them (node count, NIC speed, GPFS
+//! aggregate rate, 2 ms dispatcher latency, <1 ms storage latency). The local disk read rate and
+//! node start-up time are not given; the values chosen and why are in docs/simulation.md.
+
+use serde::Serialize;
+
+/// Bytes per second in one gigabit per second.
+pub const GBPS: f64 = 1e9 / 8.0;
+
+/// A cluster model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Testbed {
+    /// Preset name.
+    pub name: &'static str,
+    /// Nodes available (the provisioner's maximum).
+    pub nodes: u32,
+    /// Slots (processors) per node.
+    pub slots_per_node: u32,
+    /// Aggregate read bandwidth of persistent storage, bytes/s, shared by its concurrent readers.
+    pub storage_bw: f64,
+    /// Latency of one persistent-storage access, seconds.
+    pub storage_latency_s: f64,
+    /// Node NIC bandwidth each way, bytes/s.
+    pub nic_bw: f64,
+    /// Local disk read bandwidth per node, bytes/s, shared by the node's concurrent readers.
+    pub disk_bw: f64,
+    /// Latency of one peer-cache access, seconds.
+    pub peer_latency_s: f64,
+    /// Dispatcher-to-executor latency, seconds.
+    pub dispatch_latency_s: f64,
+    /// Time from asking the resource manager for a node to the node joining, seconds.
+    pub node_startup_s: f64,
+}
+
+impl Testbed {
+    /// ANL/UC TeraGrid as used for the MI workload (GPFS before its upgrade, ~4.4 Gb/s).
+    pub fn teragrid_2007() -> Testbed {
+        Testbed {
+            name: "teragrid-2007",
+            nodes: 64,
+            slots_per_node: 2,
+            storage_bw: 4.4 * GBPS,
+            storage_latency_s: 0.001,
+            nic_bw: GBPS,
+            disk_bw: 250e6,
+            peer_latency_s: 0.001,
+            dispatch_latency_s: 0.002,
+            node_startup_s: 30.0,
+        }
+    }
+
+    /// ANL/UC TeraGrid after the GPFS upgrade (~8 Gb/s), as used for SW and AP.
+    pub fn teragrid_2008() -> Testbed {
+        Testbed {
+            name: "teragrid-2008",
+            nodes: 100,
+            storage_bw: 8.0 * GBPS,
+            ..Testbed::teragrid_2007()
+        }
+    }
+
+    /// A preset by name.
+    pub fn by_name(name: &str) -> Option<Testbed> {
+        match name {
+            "teragrid-2007" => Some(Self::teragrid_2007()),
+            "teragrid-2008" => Some(Self::teragrid_2008()),
+            _ => None,
+        }
+    }
+
+    /// Total slots at full size.
+    pub fn slots(&self) -> u64 {
+        self.nodes as u64 * self.slots_per_node as u64
+    }
+}

@@ -1,0 +1,272 @@
+//! Workload generators: MI, SW and AP exactly as defined in `shared/papers/NOTES.md`, plus
+//! hand-written task lists for tests.
+//!
+//! A workload is a lazy, seeded stream of arrivals in time order, so that the 2,000,000 tasks of
+//! SW are never all in memory at once.
+
+use diffuse_core::ObjectId;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+/// 10 MB, as the paper counts (10^7 bytes: 1000 tasks/s x 10 MB = 80 Gb/s).
+pub const MB: u64 = 1_000_000;
+
+/// One task arriving at the dispatcher.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arrival {
+    /// Arrival time, seconds since the start.
+    pub time: f64,
+    /// Objects read and their sizes.
+    pub inputs: Vec<(ObjectId, u64)>,
+    /// Compute time, seconds.
+    pub compute_s: f64,
+}
+
+/// Which workload to generate.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Workload {
+    /// Monotonically increasing arrival rate: 250,000 tasks over 10,000 files of 10 MB.
+    Mi,
+    /// Sine-wave arrival rate: 2,000,000 tasks over 100,000 files of 10 MB.
+    Sw,
+    /// All-pairs 500 x 500 over two sets of 12 MB items, all submitted at once.
+    Ap {
+        /// Compute per task (1 s, or 0.1 s for the data-intensive variant).
+        compute_s: f64,
+    },
+    /// A fixed list (tests, small experiments). Must be sorted by time.
+    Custom(Vec<Arrival>),
+}
+
+/// Summary facts about a workload, for reports and the ideal makespan.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkloadInfo {
+    /// Short name.
+    pub name: String,
+    /// Number of tasks.
+    pub tasks: u64,
+    /// Distinct objects in the dataset.
+    pub objects: u64,
+    /// Bytes in the dataset (the working set W).
+    pub dataset_bytes: u64,
+    /// Bytes each task reads (average).
+    pub bytes_per_task: f64,
+    /// Inputs per task (average).
+    pub inputs_per_task: f64,
+    /// Compute per task, seconds (average).
+    pub compute_s: f64,
+    /// Time of the last arrival, seconds.
+    pub last_arrival_s: f64,
+}
+
+/// MI arrival rate in interval `i` (60 s each): A_0 = 1, A_i = min(ceil(1.3 A_{i-1}), 1000).
+pub fn mi_rates() -> impl Iterator<Item = u64> {
+    let mut a = 1u64;
+    let mut first = true;
+    std::iter::from_fn(move || {
+        if !first {
+            a = ((a as f64 * 1.3).ceil() as u64).min(1000);
+        }
+        first = false;
+        Some(a)
+    })
+}
+
+/// SW arrival rate (tasks/s) in the second starting at `sec` (from the Falkon source code).
+pub fn sw_rate(sec: u64) -> u64 {
+    let t = sec as f64 / 60.0 + 0.11;
+    let a = ((t.sqrt() * 2.859678).sin() + 1.0) * t * 5.705;
+    a.floor().clamp(0.0, 1000.0) as u64
+}
+
+const MI_TASKS: u64 = 250_000;
+const MI_FILES: u64 = 10_000;
+const SW_TASKS: u64 = 2_000_000;
+const SW_FILES: u64 = 100_000;
+const AP_SIDE: u64 = 500;
+const AP_ITEM: u64 = 12 * MB;
+
+impl Workload {
+    /// Facts about the workload (computed without generating it, except `Custom`).
+    pub fn info(&self) -> WorkloadInfo {
+        match self {
+            Workload::Mi => WorkloadInfo {
+                name: "mi".into(),
+                tasks: MI_TASKS,
+                objects: MI_FILES,
+                dataset_bytes: MI_FILES * 10 * MB,
+                bytes_per_task: (10 * MB) as f64,
+                inputs_per_task: 1.0,
+                compute_s: 0.01,
+                last_arrival_s: self.last_arrival(),
+            },
+            Workload::Sw => WorkloadInfo {
+                name: "sw".into(),
+                tasks: SW_TASKS,
+                objects: SW_FILES,
+                dataset_bytes: SW_FILES * 10 * MB,
+                bytes_per_task: (10 * MB) as f64,
+                inputs_per_task: 1.0,
+                compute_s: 0.01,
+                last_arrival_s: self.last_arrival(),
+            },
+            Workload::Ap { compute_s } => WorkloadInfo {
+                name: "ap".into(),
+                tasks: AP_SIDE * AP_SIDE,
+                objects: 2 * AP_SIDE,
+                dataset_bytes: 2 * AP_SIDE * AP_ITEM,
+                bytes_per_task: (2 * AP_ITEM) as f64,
+                inputs_per_task: 2.0,
+                compute_s: *compute_s,
+                last_arrival_s: 0.0,
+            },
+            Workload::Custom(list) => {
+                let n = list.len().max(1) as f64;
+                let mut objects: Vec<(ObjectId, u64)> =
+                    list.iter().flat_map(|a| a.inputs.iter().copied()).collect();
+                objects.sort();
+                objects.dedup_by_key(|(o, _)| *o);
+                WorkloadInfo {
+                    name: "custom".into(),
+                    tasks: list.len() as u64,
+                    objects: objects.len() as u64,
+                    dataset_bytes: objects.iter().map(|(_, s)| s).sum(),
+                    bytes_per_task: list
+                        .iter()
+                        .flat_map(|a| &a.inputs)
+                        .map(|(_, s)| *s as f64)
+                        .sum::<f64>()
+                        / n,
+                    inputs_per_task: list.iter().map(|a| a.inputs.len() as f64).sum::<f64>() / n,
+                    compute_s: list.iter().map(|a| a.compute_s).sum::<f64>() / n,
+                    last_arrival_s: list.last().map_or(0.0, |a| a.time),
+                }
+            }
+        }
+    }
+
+    fn last_arrival(&self) -> f64 {
+        let mut it = self.arrivals(0);
+        let mut last = 0.0;
+        // Cheap: only times are needed, but generation is fast enough (2M tasks in ~0.1 s).
+        for a in it.by_ref() {
+            last = a.time;
+        }
+        last
+    }
+
+    /// The arrivals, in time order, with file choices drawn from `seed`.
+    pub fn arrivals(&self, seed: u64) -> Box<dyn Iterator<Item = Arrival> + Send> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        match self {
+            Workload::Mi => {
+                let mut rates = mi_rates();
+                let per_second = std::iter::from_fn(move || rates.next())
+                    .flat_map(|a| std::iter::repeat_n(a, 60));
+                Box::new(
+                    spread(per_second)
+                        .take(MI_TASKS as usize)
+                        .map(move |time| one_file(time, rng.random_range(0..MI_FILES), 0.01)),
+                )
+            }
+            Workload::Sw => Box::new(
+                spread((0u64..).map(sw_rate))
+                    .take(SW_TASKS as usize)
+                    .map(move |time| one_file(time, rng.random_range(0..SW_FILES), 0.01)),
+            ),
+            Workload::Ap { compute_s } => {
+                let c = *compute_s;
+                Box::new((0..AP_SIDE * AP_SIDE).map(move |k| Arrival {
+                    time: 0.0,
+                    inputs: vec![
+                        (ObjectId(k / AP_SIDE), AP_ITEM),
+                        (ObjectId(AP_SIDE + k % AP_SIDE), AP_ITEM),
+                    ],
+                    compute_s: c,
+                }))
+            }
+            Workload::Custom(list) => Box::new(list.clone().into_iter()),
+        }
+    }
+}
+
+fn one_file(time: f64, file: u64, compute_s: f64) -> Arrival {
+    Arrival {
+        time,
+        inputs: vec![(ObjectId(file), 10 * MB)],
+        compute_s,
+    }
+}
+
+/// Turn per-second rates into arrival times spaced evenly within each second.
+fn spread(rates: impl Iterator<Item = u64>) -> impl Iterator<Item = f64> {
+    rates
+        .enumerate()
+        .flat_map(|(sec, a)| (0..a).map(move |k| sec as f64 + k as f64 / a as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mi_rates_match_the_paper() {
+        let r: Vec<u64> = mi_rates().take(25).collect();
+        assert_eq!(
+            r,
+            vec![
+                1, 2, 3, 4, 6, 8, 11, 15, 20, 26, 34, 45, 59, 77, 101, 132, 172, 224, 292, 380,
+                494, 643, 836, 1000, 1000
+            ]
+        );
+    }
+
+    #[test]
+    fn mi_ends_35_s_into_the_1000_interval() {
+        let info = Workload::Mi.info();
+        assert_eq!(info.tasks, 250_000);
+        assert_eq!(Workload::Mi.arrivals(1).count(), 250_000);
+        // 23 intervals of 60 s, then 35 s at 1000/s: last arrival in second 1414, ideal 1415 s.
+        assert!(
+            info.last_arrival_s >= 1414.0 && info.last_arrival_s < 1415.0,
+            "{}",
+            info.last_arrival_s
+        );
+    }
+
+    #[test]
+    fn sw_reaches_two_million_at_6504_s() {
+        let info = Workload::Sw.info();
+        assert!(
+            info.last_arrival_s >= 6504.0 && info.last_arrival_s < 6505.0,
+            "{}",
+            info.last_arrival_s
+        );
+        assert_eq!(sw_rate(0), 0);
+        assert!((0..7000).map(sw_rate).max() == Some(1000));
+    }
+
+    #[test]
+    fn ap_pairs_every_a_with_every_b() {
+        let all: Vec<Arrival> = Workload::Ap { compute_s: 1.0 }.arrivals(0).collect();
+        assert_eq!(all.len(), 250_000);
+        assert_eq!(
+            all[0].inputs,
+            vec![(ObjectId(0), 12 * MB), (ObjectId(500), 12 * MB)]
+        );
+        assert_eq!(
+            all[501].inputs,
+            vec![(ObjectId(1), 12 * MB), (ObjectId(501), 12 * MB)]
+        );
+    }
+
+    #[test]
+    fn same_seed_same_files() {
+        let a: Vec<Arrival> = Workload::Mi.arrivals(3).take(100).collect();
+        let b: Vec<Arrival> = Workload::Mi.arrivals(3).take(100).collect();
+        let c: Vec<Arrival> = Workload::Mi.arrivals(4).take(100).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}

@@ -1,0 +1,246 @@
+//! `diffuse sim`: run the simulator and report, or reproduce the paper's experiments.
+
+use crate::size::{format_size, parse_size};
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use diffuse_core::{EvictionPolicy, PolicyKind, StepPolicy};
+use diffuse_sim::paper;
+use diffuse_sim::plot::plot;
+use diffuse_sim::report::{series, write_csv};
+use diffuse_sim::{simulate, DynamicSettings, SimConfig, Summary, Testbed, Workload};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WorkloadArg {
+    /// Monotonically increasing rate: 250K tasks, 10K x 10 MB files, 64 nodes.
+    Mi,
+    /// Sine-wave rate: 2M tasks, 100K x 10 MB files, 100 nodes.
+    Sw,
+    /// All-pairs 500x500 over 12 MB items, 100 nodes.
+    Ap,
+    /// Every experiment of the paper's table, side by side with the paper's figures.
+    Paper,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProvisioningArg {
+    /// All nodes from the start.
+    Static,
+    /// Acquire nodes as the queue grows, release after an idle timeout.
+    Dynamic,
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' must be greater than zero"))
+    }
+}
+
+fn threshold(s: &str) -> Result<f64, String> {
+    let v = positive_f64(s)?;
+    if v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' must be in (0, 1]"))
+    }
+}
+
+/// Arguments of `diffuse sim`.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Workload to simulate, or `paper` for every experiment of the paper.
+    #[arg(value_enum)]
+    workload: WorkloadArg,
+    /// Dispatch policy: fa, mcu, mch or gcc.
+    #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
+    policy: PolicyKind,
+    /// Cache size per node, e.g. 2GB, 1.5GB, 512MiB [default: MI 2GB, SW and AP 50GB].
+    #[arg(long, value_parser = parse_size)]
+    cache_size: Option<u64>,
+    /// Maximum number of nodes [default: the testbed's, MI 64, SW and AP 100].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    nodes: Option<u32>,
+    /// Provisioning [default: MI dynamic, SW and AP static].
+    #[arg(long, value_enum)]
+    provisioning: Option<ProvisioningArg>,
+    /// Scheduling window: how many queued tasks a decision looks at.
+    #[arg(long, default_value_t = 2500, value_parser = clap::value_parser!(u64).range(1..))]
+    window: u64,
+    /// GCC's utilisation threshold, in (0, 1].
+    #[arg(long, default_value_t = 0.9, value_parser = threshold)]
+    threshold: f64,
+    /// Per-node eviction policy: random, fifo, lru or lfu.
+    #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
+    eviction: EvictionPolicy,
+    /// Dynamic provisioning step: one, additive:K, exponential or all.
+    #[arg(long, value_parser = |s: &str| s.parse::<StepPolicy>(), default_value = "exponential")]
+    step: StepPolicy,
+    /// Dynamic provisioning: release a node idle this many seconds.
+    #[arg(long, default_value_t = 30.0, value_parser = positive_f64)]
+    idle_timeout: f64,
+    /// Testbed model: teragrid-2007 (MI) or teragrid-2008 (SW, AP) [default: the workload's].
+    #[arg(long)]
+    testbed: Option<String>,
+    /// AP compute time per task, seconds (the paper uses 1 and 0.1).
+    #[arg(long, default_value_t = 1.0, value_parser = positive_f64)]
+    ap_compute: f64,
+    /// Seed for file choices and random eviction.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object (or, for `paper`, a JSON array of rows).
+    #[arg(long)]
+    json: bool,
+    /// Write the time series (demand, throughput, queue, hits, nodes) to this CSV file.
+    #[arg(long)]
+    series: Option<PathBuf>,
+    /// Seconds per row of the time series and plot.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    series_step: u64,
+    /// Draw the time series as SVG to this file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// `paper` only: directory for each experiment's plot and series.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Check the core's invariants after every step (slow).
+    #[arg(long)]
+    check: bool,
+}
+
+/// Defaults a workload brings: its testbed, cache size and provisioning, from the paper.
+pub fn defaults(w: WorkloadArg) -> (Testbed, u64, bool) {
+    match w {
+        WorkloadArg::Mi => (Testbed::teragrid_2007(), 2_000_000_000, true),
+        _ => (Testbed::teragrid_2008(), 50_000_000_000, false),
+    }
+}
+
+fn config(a: &SimArgs) -> Result<SimConfig> {
+    let (mut testbed, cache, dynamic) = defaults(a.workload);
+    if let Some(name) = &a.testbed {
+        testbed = Testbed::by_name(name).with_context(|| {
+            format!("--testbed: unknown testbed '{name}' (expected teragrid-2007 or teragrid-2008)")
+        })?;
+    }
+    let workload = match a.workload {
+        WorkloadArg::Mi => Workload::Mi,
+        WorkloadArg::Sw => Workload::Sw,
+        WorkloadArg::Ap => Workload::Ap {
+            compute_s: a.ap_compute,
+        },
+        WorkloadArg::Paper => unreachable!("paper is handled separately"),
+    };
+    let mut cfg = SimConfig::new(workload, testbed, a.cache_size.unwrap_or(cache));
+    cfg.policy = a.policy;
+    cfg.threshold = a.threshold;
+    cfg.window = a.window as usize;
+    cfg.eviction = a.eviction;
+    cfg.seed = a.seed;
+    cfg.check_invariants = a.check;
+    if let Some(n) = a.nodes {
+        cfg.nodes = n;
+    }
+    let dynamic = a
+        .provisioning
+        .map_or(dynamic, |p| p == ProvisioningArg::Dynamic);
+    if dynamic {
+        cfg.dynamic = Some(DynamicSettings {
+            step: a.step,
+            idle_timeout_s: a.idle_timeout,
+            min_nodes: 0,
+        });
+    }
+    Ok(cfg)
+}
+
+/// Run `diffuse sim`.
+pub fn run(a: SimArgs) -> Result<ExitCode> {
+    if a.workload == WorkloadArg::Paper {
+        return run_paper(&a);
+    }
+    let cfg = config(&a)?;
+    let (summary, samples) = simulate(cfg)?;
+    let rows = series(&samples, a.series_step as usize);
+    if let Some(path) = &a.series {
+        let f = std::fs::File::create(path)
+            .with_context(|| format!("--series: cannot create {}", path.display()))?;
+        write_csv(&rows, std::io::BufWriter::new(f))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &a.plot {
+        plot(&rows, &title(&summary), path)
+            .map_err(anyhow::Error::msg)
+            .context("--plot")?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn title(s: &Summary) -> String {
+    format!(
+        "{} {} {} cache/node, {} provisioning, {} nodes",
+        s.workload.to_uppercase(),
+        s.policy.to_uppercase(),
+        format_size(s.cache_size),
+        s.provisioning,
+        s.nodes
+    )
+}
+
+fn print_summary(s: &Summary) {
+    println!("{}", title(s));
+    println!("  tasks             {}", s.tasks);
+    println!(
+        "  makespan          {:.0} s (ideal {:.0} s)",
+        s.makespan_s, s.ideal_makespan_s
+    );
+    println!("  efficiency        {:.1}%", s.efficiency * 100.0);
+    println!(
+        "  accesses          {:.1}% local, {:.1}% peer, {:.1}% miss",
+        s.hit_local * 100.0,
+        s.hit_peer * 100.0,
+        s.miss * 100.0
+    );
+    println!(
+        "  throughput        {:.2} Gb/s average, {:.2} Gb/s peak (p99 of 1 s samples)",
+        s.throughput_avg_gbps, s.throughput_peak_gbps
+    );
+    println!("  response time     {:.2} s average", s.avg_response_s);
+    println!("  peak queue        {}", s.peak_queue);
+    println!("  CPU-hours         {:.1}", s.cpu_hours);
+    println!(
+        "  bytes             {} local, {} peer, {} storage",
+        format_size(s.bytes_local),
+        format_size(s.bytes_peer),
+        format_size(s.bytes_storage)
+    );
+    let m = &s.model;
+    println!(
+        "  model             task time {:.3} s predicted, {:.3} s measured; workload {:.0} s on {} slots",
+        m.predicted.task_time_s, m.measured_task_time_s, m.predicted.workload_time_s, m.input.processors
+    );
+    println!("  simulated in      {:.2} s", s.sim_wall_s);
+}
+
+fn run_paper(a: &SimArgs) -> Result<ExitCode> {
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--out: cannot create {}", dir.display()))?;
+    }
+    let rows = paper::run_all(a.seed, a.out.as_deref(), a.series_step as usize, !a.json)
+        .map_err(anyhow::Error::msg)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        paper::print_table(&rows);
+    }
+    Ok(ExitCode::SUCCESS)
+}
