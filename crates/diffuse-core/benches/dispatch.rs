@@ -1,1 +1,2 @@
+//! placeholder, replaced below
 fn main() {}

@@ -39,6 +39,11 @@ pub struct CoreConfig {
     /// A task whose node is lost this many times fails (a poison task must not take the whole
     /// cluster down).
     pub crash_limit: u32,
+    /// Most peer reads one node is told to serve at once (0: no limit). A holder at the limit is
+    /// passed over for another holder, or for persistent storage when every holder is at it, so
+    /// a newly popular object spreads as a tree of replicas instead of every node queueing on the
+    /// first holder's NIC.
+    pub peer_read_limit: u32,
 }
 
 impl Default for CoreConfig {
@@ -49,6 +54,7 @@ impl Default for CoreConfig {
             window: 2500,
             provisioning: Provisioning::Static,
             crash_limit: 3,
+            peer_read_limit: 4,
         }
     }
 }
@@ -288,6 +294,8 @@ impl Core {
                 self.dequeue(task, seq);
                 self.tasks.remove(&task);
                 self.counts.cancelled += 1;
+                // The window now reaches one task deeper.
+                self.dirty = true;
                 Ok(Some(TaskState::Cancelled))
             }
             Phase::Running { cancelled, .. } => {
@@ -367,6 +375,22 @@ impl Core {
     }
 
     fn forget_node(&mut self, node: NodeId) {
+        // Running tasks told to read from this node must not later decrement the count of a
+        // node that joins under the same id.
+        let running: Vec<TaskId> = self
+            .nodes
+            .values()
+            .flat_map(|n| n.running.iter().copied())
+            .collect();
+        for t in running {
+            if let Some(TaskEntry {
+                phase: Phase::Running { peers, .. },
+                ..
+            }) = self.tasks.get_mut(&t)
+            {
+                peers.retain(|p| *p != node);
+            }
+        }
         let entry = self.nodes.remove(&node).expect("node exists");
         self.free.remove(&node);
         self.counts.nodes -= 1;
@@ -483,6 +507,10 @@ impl Core {
             self.index.remove(*n, object);
             self.locality.object_removed(*n, object);
         }
+        if !holders.is_empty() {
+            // A task held back for a holder (MCH) may now run anywhere.
+            self.dirty = true;
+        }
         holders
     }
 
@@ -551,21 +579,39 @@ impl Core {
         if self.queue.is_empty() {
             return;
         }
-        let free: Vec<NodeId> = self.free.iter().copied().collect();
-        for node in free {
-            while self.has_free_slot(node) && !self.queue.is_empty() {
-                let view = SchedView {
-                    queue: &self.queue,
-                    locality: &self.locality,
-                    index: &self.index,
-                    window_bound: self.queue.window_bound(self.cfg.window),
-                    busy_slots: self.counts.busy_slots,
-                    total_slots: self.counts.slots,
-                };
-                let Some(task) = self.policy.choose(&view, node, now) else {
-                    break;
-                };
-                self.assign(task, node, now);
+        // A dispatch moves the window, which can bring in a task for a node that already
+        // declined in this pass: repeat until a pass changes nothing of that kind.
+        loop {
+            let mut declined = false;
+            let mut dispatched_after_decline = false;
+            for local_pass in [true, false] {
+                let free: Vec<NodeId> = self.free.iter().copied().collect();
+                for node in free {
+                    while self.has_free_slot(node) && !self.queue.is_empty() {
+                        let view = SchedView {
+                            queue: &self.queue,
+                            locality: &self.locality,
+                            index: &self.index,
+                            window_bound: self.queue.window_bound(self.cfg.window),
+                            busy_slots: self.counts.busy_slots,
+                            total_slots: self.counts.slots,
+                        };
+                        let choice = if local_pass {
+                            self.policy.choose_local(&view, node, now)
+                        } else {
+                            self.policy.choose_any(&view, node, now)
+                        };
+                        let Some(task) = choice else {
+                            declined = true;
+                            break;
+                        };
+                        dispatched_after_decline |= declined;
+                        self.assign(task, node, now);
+                    }
+                }
+            }
+            if !dispatched_after_decline || self.queue.is_empty() || self.free.is_empty() {
+                break;
             }
         }
     }
@@ -585,7 +631,7 @@ impl Core {
         let t = self.tasks.get_mut(&task).expect("task exists");
         t.attempt += 1;
         let mut inputs = Vec::with_capacity(t.inputs.len());
-        let mut peers = Vec::new();
+        let mut peers: Vec<NodeId> = Vec::new();
         for input in &t.inputs {
             let source = if !use_locality {
                 Source::Storage
@@ -593,13 +639,17 @@ impl Core {
                 Source::Local
             } else {
                 let holders = self.index.holders(input.object);
+                let limit = self.cfg.peer_read_limit;
                 match holders
                     .iter()
-                    .min_by_key(|h| (self.nodes.get(h).map_or(u32::MAX, |n| n.serving), **h))
+                    .map(|h| (self.nodes.get(h).map_or(u32::MAX, |n| n.serving), *h))
+                    .filter(|(serving, _)| limit == 0 || *serving < limit)
+                    .min()
+                    .map(|(_, h)| h)
                 {
                     Some(h) => {
-                        peers.push(*h);
-                        Source::Peer(*h)
+                        peers.push(h);
+                        Source::Peer(h)
                     }
                     None => Source::Storage,
                 }

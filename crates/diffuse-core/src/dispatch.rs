@@ -1,11 +1,12 @@
 //! Dispatch policies (section 2.2 of the data diffusion paper): which queued task a free slot on
 //! a node takes.
 //!
-//! The scheduler is window-based and executor-driven: when a node has a free slot, the policy
-//! looks at most `window` tasks deep into the wait queue. A task whose inputs are all cached on
-//! the node (a 100% local hit) is taken at once; otherwise the task with the highest local-hit
-//! fraction is taken; what happens when no task has any local data is what tells the policies
-//! apart:
+//! The scheduler is window-based: for a node with a free slot, the policy looks at most `window`
+//! tasks deep into the wait queue. A task whose inputs are all cached on the node (a 100% local
+//! hit) is taken at once; otherwise the task with the highest local-hit fraction is taken. Every
+//! free node gets this first pass before any falls back, so a task goes to a free node that holds
+//! its data in preference to one that does not. What happens when no task has any local data for
+//! a node is what tells the policies apart:
 //!
 //! | policy | no local data for this node |
 //! |---|---|
@@ -79,6 +80,10 @@ impl SchedView<'_> {
 }
 
 /// A dispatch policy: picks a queued task for a free slot on `node`, or `None` to leave it idle.
+///
+/// The core asks in two passes. First every node with a free slot is offered `choose_local`:
+/// tasks with data on that node, so a task goes to a free node holding its data before any node
+/// without it is considered. Slots still free then get `choose_any`, the policy's fallback.
 pub trait DispatchPolicy: Send {
     /// Short name, as on the command line.
     fn name(&self) -> &'static str;
@@ -87,8 +92,10 @@ pub trait DispatchPolicy: Send {
     fn uses_locality(&self) -> bool {
         true
     }
-    /// Choose a task for one free slot on `node`.
-    fn choose(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId>;
+    /// First pass: a task with data cached on `node`, or `None`.
+    fn choose_local(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId>;
+    /// Second pass: any task this policy allows on `node`, or `None` to leave the slot idle.
+    fn choose_any(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId>;
 }
 
 /// First-available: the oldest task, wherever its data is.
@@ -102,7 +109,10 @@ impl DispatchPolicy for FirstAvailable {
     fn uses_locality(&self) -> bool {
         false
     }
-    fn choose(&mut self, view: &SchedView<'_>, _node: NodeId, _now: Time) -> Option<TaskId> {
+    fn choose_local(&mut self, _: &SchedView<'_>, _: NodeId, _: Time) -> Option<TaskId> {
+        None
+    }
+    fn choose_any(&mut self, view: &SchedView<'_>, _node: NodeId, _now: Time) -> Option<TaskId> {
         view.oldest()
     }
 }
@@ -115,10 +125,11 @@ impl DispatchPolicy for MaxComputeUtil {
     fn name(&self) -> &'static str {
         "mcu"
     }
-    fn choose(&mut self, view: &SchedView<'_>, node: NodeId, _now: Time) -> Option<TaskId> {
-        view.best_local(node, false)
-            .map(|(t, _)| t)
-            .or_else(|| view.oldest())
+    fn choose_local(&mut self, view: &SchedView<'_>, node: NodeId, _now: Time) -> Option<TaskId> {
+        view.best_local(node, false).map(|(t, _)| t)
+    }
+    fn choose_any(&mut self, view: &SchedView<'_>, _node: NodeId, _now: Time) -> Option<TaskId> {
+        view.oldest()
     }
 }
 
@@ -130,10 +141,11 @@ impl DispatchPolicy for MaxCacheHit {
     fn name(&self) -> &'static str {
         "mch"
     }
-    fn choose(&mut self, view: &SchedView<'_>, node: NodeId, _now: Time) -> Option<TaskId> {
-        view.best_local(node, true)
-            .map(|(t, _)| t)
-            .or_else(|| view.oldest_cold())
+    fn choose_local(&mut self, view: &SchedView<'_>, node: NodeId, _now: Time) -> Option<TaskId> {
+        view.best_local(node, true).map(|(t, _)| t)
+    }
+    fn choose_any(&mut self, view: &SchedView<'_>, _node: NodeId, _now: Time) -> Option<TaskId> {
+        view.oldest_cold()
     }
 }
 
@@ -148,11 +160,18 @@ impl DispatchPolicy for GoodCacheCompute {
     fn name(&self) -> &'static str {
         "gcc"
     }
-    fn choose(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId> {
+    fn choose_local(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId> {
         if view.utilization() < self.threshold {
-            MaxComputeUtil.choose(view, node, now)
+            MaxComputeUtil.choose_local(view, node, now)
         } else {
-            MaxCacheHit.choose(view, node, now)
+            MaxCacheHit.choose_local(view, node, now)
+        }
+    }
+    fn choose_any(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId> {
+        if view.utilization() < self.threshold {
+            MaxComputeUtil.choose_any(view, node, now)
+        } else {
+            MaxCacheHit.choose_any(view, node, now)
         }
     }
 }

@@ -33,9 +33,17 @@ struct QueuedTask {
     inputs: Vec<Input>,
 }
 
+/// Local bytes of a task on a node, and how many of its inputs the node holds (an input may be
+/// zero bytes, so membership is decided by the count, not the bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Held {
+    bytes: u64,
+    inputs: u32,
+}
+
 #[derive(Clone, Debug, Default)]
 struct NodeCandidates {
-    local: FxHashMap<TaskId, u64>,
+    local: FxHashMap<TaskId, Held>,
     order: BTreeSet<(Reverse<Score>, u64, TaskId)>,
 }
 
@@ -107,7 +115,7 @@ impl Locality {
                 if let Some(nc) = self.nodes.get_mut(node) {
                     if let Some(old) = nc.local.remove(&task) {
                         nc.order
-                            .remove(&(Reverse(score(old, q.total)), q.seq, task));
+                            .remove(&(Reverse(score(old.bytes, q.total)), q.seq, task));
                     }
                 }
             }
@@ -147,19 +155,27 @@ impl Locality {
     fn add_local(&mut self, task: TaskId, node: NodeId, bytes: u64) {
         let q = self.queued.get_mut(&task).expect("queued task");
         let nc = self.nodes.entry(node).or_default();
-        let old = nc.local.get(&task).copied().unwrap_or(0);
-        if old == 0 {
-            q.nodes_with_data += 1;
-            if q.nodes_with_data == 1 {
-                self.cold.remove(&(q.seq, task));
+        let old = match nc.local.get(&task) {
+            Some(old) => {
+                nc.order
+                    .remove(&(Reverse(score(old.bytes, q.total)), q.seq, task));
+                *old
             }
-        } else {
-            nc.order
-                .remove(&(Reverse(score(old, q.total)), q.seq, task));
-        }
-        let new = old + bytes;
+            None => {
+                q.nodes_with_data += 1;
+                if q.nodes_with_data == 1 {
+                    self.cold.remove(&(q.seq, task));
+                }
+                Held::default()
+            }
+        };
+        let new = Held {
+            bytes: old.bytes + bytes,
+            inputs: old.inputs + 1,
+        };
         nc.local.insert(task, new);
-        nc.order.insert((Reverse(score(new, q.total)), q.seq, task));
+        nc.order
+            .insert((Reverse(score(new.bytes, q.total)), q.seq, task));
     }
 
     fn sub_local(&mut self, task: TaskId, node: NodeId, bytes: u64) {
@@ -171,17 +187,21 @@ impl Locality {
             return;
         };
         nc.order
-            .remove(&(Reverse(score(old, q.total)), q.seq, task));
-        let new = old.saturating_sub(bytes);
-        if new == 0 {
+            .remove(&(Reverse(score(old.bytes, q.total)), q.seq, task));
+        if old.inputs <= 1 {
             nc.local.remove(&task);
             q.nodes_with_data -= 1;
             if q.nodes_with_data == 0 {
                 self.cold.insert((q.seq, task));
             }
         } else {
+            let new = Held {
+                bytes: old.bytes.saturating_sub(bytes),
+                inputs: old.inputs - 1,
+            };
             nc.local.insert(task, new);
-            nc.order.insert((Reverse(score(new, q.total)), q.seq, task));
+            nc.order
+                .insert((Reverse(score(new.bytes, q.total)), q.seq, task));
         }
     }
 
@@ -195,8 +215,7 @@ impl Locality {
         self.nodes
             .get(&node)
             .and_then(|nc| nc.local.get(&task))
-            .copied()
-            .unwrap_or(0)
+            .map_or(0, |h| h.bytes)
     }
 
     /// The greatest local bytes of `task` over all nodes.
@@ -259,24 +278,26 @@ impl Locality {
     /// Check the invariant in the module doc against `index`.
     pub fn check(&self, index: &LocationIndex) -> Result<(), String> {
         for (task, q) in &self.queued {
-            let mut nodes_with_data = 0;
-            let mut expected: FxHashMap<NodeId, u64> = FxHashMap::default();
+            let mut expected: FxHashMap<NodeId, Held> = FxHashMap::default();
             for i in &q.inputs {
                 for n in index.holders(i.object) {
-                    *expected.entry(*n).or_default() += i.size;
+                    let h = expected.entry(*n).or_default();
+                    h.bytes += i.size;
+                    h.inputs += 1;
                 }
             }
-            for (n, bytes) in &expected {
-                if *bytes > 0 {
-                    nodes_with_data += 1;
-                }
-                let got = self.local_bytes(*task, *n);
-                if got != *bytes {
-                    return Err(format!(
-                        "{task} on {n}: {got} local bytes, index says {bytes}"
-                    ));
+            for (n, held) in &expected {
+                let got = self
+                    .nodes
+                    .get(n)
+                    .and_then(|nc| nc.local.get(task))
+                    .copied()
+                    .unwrap_or_default();
+                if got != *held {
+                    return Err(format!("{task} on {n}: {got:?} held, index says {held:?}"));
                 }
             }
+            let nodes_with_data = expected.len() as u32;
             if nodes_with_data != q.nodes_with_data {
                 return Err(format!(
                     "{task}: nodes_with_data {} != {nodes_with_data}",

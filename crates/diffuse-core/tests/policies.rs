@@ -412,3 +412,22 @@ fn local_source_is_preferred_to_a_peer() {
     assert_eq!(d.len(), 2);
     assert!(d.iter().all(|d| d.inputs == vec![(o(10), Source::Local)]));
 }
+
+// ----- local pass before fallback -----
+
+#[test]
+fn a_free_holder_wins_over_a_free_node_visited_before_it() {
+    // Every free node is offered its local tasks before any node falls back, so n2 (holding o10)
+    // gets t1 although n1 is visited first and MCU would give n1 the oldest task.
+    for policy in [PolicyKind::Mcu, PolicyKind::Gcc] {
+        let mut env = TestEnv::new(policy);
+        env.node(1, 1).node(2, 1).cached(2, 10);
+        env.task(1, &[(10, 5)]).task(2, &[(20, 5)]);
+        let d = env.take_dispatches();
+        assert_eq!(d.len(), 2, "{policy}");
+        assert_eq!((d[0].task, d[0].node), (t(1), n(2)), "{policy}");
+        assert_eq!(d[0].inputs, vec![(o(10), Source::Local)]);
+        assert_eq!((d[1].task, d[1].node), (t(2), n(1)), "{policy}");
+        assert_eq!(d[1].inputs, vec![(o(20), Source::Storage)]);
+    }
+}

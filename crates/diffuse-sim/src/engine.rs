@@ -44,6 +44,8 @@ pub struct SimConfig {
     pub dynamic: Option<DynamicSettings>,
     /// Seed for the workload's file choices and random eviction.
     pub seed: u64,
+    /// Most concurrent peer reads a node serves (0: no limit); see `CoreConfig::peer_read_limit`.
+    pub peer_read_limit: u32,
     /// Run `Core::check_invariants` after every step (slow; for tests).
     pub check_invariants: bool,
 }
@@ -83,6 +85,7 @@ impl SimConfig {
             eviction: EvictionPolicy::Lru,
             dynamic: None,
             seed: 1,
+            peer_read_limit: CoreConfig::default().peer_read_limit,
             check_invariants: false,
         }
     }
@@ -150,6 +153,8 @@ struct Running {
     inputs: Vec<(ObjectId, u64, Source)>,
     /// Per input: resources and source used, decided at delivery.
     plan: Vec<(Vec<ResourceId>, Used)>,
+    /// Per input: when its read was requested (latency included in the access time).
+    requested: Vec<f64>,
     pending: u32,
     delivered: f64,
 }
@@ -175,6 +180,8 @@ pub struct Simulation {
     current: Sample,
     bytes: [u64; 3],
     accesses: [u64; 3],
+    /// Sum of access times (request to last byte) by source, seconds.
+    access_time: [f64; 3],
     finished: u64,
     response_sum: f64,
     exec_sum: f64,
@@ -208,6 +215,7 @@ impl Simulation {
             window: cfg.window,
             provisioning,
             crash_limit: 3,
+            peer_read_limit: cfg.peer_read_limit,
         });
         let mut net = FlowNet::new();
         let storage = net.add_resource(cfg.testbed.storage_bw);
@@ -229,6 +237,7 @@ impl Simulation {
             current: Sample::default(),
             bytes: [0; 3],
             accesses: [0; 3],
+            access_time: [0.0; 3],
             finished: 0,
             response_sum: 0.0,
             exec_sum: 0.0,
@@ -475,6 +484,7 @@ impl Simulation {
                         attempt: d.attempt,
                         inputs,
                         plan: Vec::new(),
+                        requested: Vec::new(),
                         pending: 0,
                         delivered: 0.0,
                     },
@@ -543,6 +553,7 @@ impl Simulation {
             self.accesses[k] += 1;
             self.current.accesses[k] += 1;
             r.plan.push((resources, used));
+            r.requested.push(t);
             starts.push((i as u32, latency));
         }
         r.pending = starts.len() as u32;
@@ -575,6 +586,7 @@ impl Simulation {
         let used = r.plan[i].1;
         let node = r.node;
         self.bytes[used as usize] += bytes;
+        self.access_time[used as usize] += secs(self.now) - r.requested[i];
         match used {
             Used::Local => self.current.bytes_local += bytes as f64,
             Used::Peer => self.current.bytes_peer += bytes as f64,
@@ -611,7 +623,9 @@ impl Simulation {
         let info = cfg.workload.info();
         let slots = cfg.nodes as f64 * tb.slots_per_node as f64;
         let per_slot_disk = tb.disk_bw / tb.slots_per_node as f64;
-        let best_task = info.compute_s + info.bytes_per_task / per_slot_disk;
+        // Best case: every access a local read at the node's full disk rate (a lower bound,
+        // since a read never goes faster than the disk).
+        let best_task = info.compute_s + info.bytes_per_task / tb.disk_bw;
         let ideal = (info.last_arrival_s + best_task).max(info.tasks as f64 * best_task / slots);
         let makespan = self.last_done;
         let total_acc = self.accesses.iter().sum::<u64>().max(1) as f64;
@@ -687,6 +701,9 @@ impl Simulation {
                 input,
                 predicted: predict(&input),
                 measured_task_time_s: self.exec_sum / self.finished.max(1) as f64,
+                measured_r_local_s: self.access_time[0] / self.accesses[0].max(1) as f64,
+                measured_r_peer_s: self.access_time[1] / self.accesses[1].max(1) as f64,
+                measured_r_storage_s: self.access_time[2] / self.accesses[2].max(1) as f64,
             },
             sim_wall_s: wall,
         }

@@ -47,6 +47,8 @@ pub struct SeriesRow {
     pub queue: u64,
     /// Nodes allocated at the end of the step.
     pub nodes: u32,
+    /// Mean busy slots over the step.
+    pub busy_slots: f64,
     /// Fraction of the step's accesses that were local hits.
     pub hit_local: f64,
     /// Fraction that were peer hits.
@@ -87,6 +89,7 @@ pub fn series(samples: &[Sample], step: usize) -> Vec<SeriesRow> {
                 storage_gbps: gbps(s),
                 queue: last.queue,
                 nodes: last.nodes,
+                busy_slots: c.iter().map(|s| s.busy_slots as f64).sum::<f64>() / secs,
                 hit_local: acc[0] as f64 / total,
                 hit_peer: acc[1] as f64 / total,
                 miss: acc[2] as f64 / total,
@@ -99,12 +102,12 @@ pub fn series(samples: &[Sample], step: usize) -> Vec<SeriesRow> {
 pub fn write_csv(rows: &[SeriesRow], mut out: impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "t_s,demand_gbps,throughput_gbps,local_gbps,peer_gbps,storage_gbps,queue,nodes,hit_local,hit_peer,miss"
+        "t_s,demand_gbps,throughput_gbps,local_gbps,peer_gbps,storage_gbps,queue,nodes,busy_slots,hit_local,hit_peer,miss"
     )?;
     for r in rows {
         writeln!(
             out,
-            "{},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{:.4},{:.4},{:.4}",
+            "{},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{:.1},{:.4},{:.4},{:.4}",
             r.t,
             r.demand_gbps,
             r.throughput_gbps,
@@ -113,6 +116,7 @@ pub fn write_csv(rows: &[SeriesRow], mut out: impl Write) -> std::io::Result<()>
             r.storage_gbps,
             r.queue,
             r.nodes,
+            r.busy_slots,
             r.hit_local,
             r.hit_peer,
             r.miss
@@ -130,6 +134,12 @@ pub struct ModelReport {
     pub predicted: ModelPrediction,
     /// Measured mean task execution time (dispatch to completion), seconds.
     pub measured_task_time_s: f64,
+    /// Measured mean time of a local access (request to last byte), seconds.
+    pub measured_r_local_s: f64,
+    /// Measured mean time of a peer access, seconds.
+    pub measured_r_peer_s: f64,
+    /// Measured mean time of a persistent-storage access, seconds.
+    pub measured_r_storage_s: f64,
 }
 
 /// The summary of one run (`diffuse sim … --json`).
@@ -160,7 +170,7 @@ pub struct Summary {
     /// Time from the first arrival to the last completion, seconds.
     pub makespan_s: f64,
     /// Best possible makespan: the later of the last arrival plus one all-local task, and all
-    /// tasks packed on all slots with every access a local read.
+    /// tasks packed on all slots with every access a local read at the full disk rate.
     pub ideal_makespan_s: f64,
     /// ideal_makespan_s / makespan_s.
     pub efficiency: f64,

@@ -88,6 +88,10 @@ pub struct SimArgs {
     /// AP compute time per task, seconds (the paper uses 1 and 0.1).
     #[arg(long, default_value_t = 1.0, value_parser = positive_f64)]
     ap_compute: f64,
+    /// Most concurrent peer reads one node serves; a busier holder is passed over for another
+    /// holder or for storage (0: no limit).
+    #[arg(long, default_value_t = 4)]
+    peer_read_limit: u32,
     /// Seed for file choices and random eviction.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -140,6 +144,7 @@ fn config(a: &SimArgs) -> Result<SimConfig> {
     cfg.window = a.window as usize;
     cfg.eviction = a.eviction;
     cfg.seed = a.seed;
+    cfg.peer_read_limit = a.peer_read_limit;
     cfg.check_invariants = a.check;
     if let Some(n) = a.nodes {
         cfg.nodes = n;

@@ -8,21 +8,22 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let mult: f64 =
-        match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" => 1.0,
-            "kb" | "k" => 1e3,
-            "mb" | "m" => 1e6,
-            "gb" | "g" => 1e9,
-            "tb" | "t" => 1e12,
-            "kib" => 1024.0,
-            "mib" => 1024.0 * 1024.0,
-            "gib" => 1024.0 * 1024.0 * 1024.0,
-            "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-            other => return Err(format!(
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "tb" | "t" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
                 "unknown unit '{other}' in size '{s}' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-            )),
-        };
+            ))
+        }
+    };
     let n: f64 = num
         .trim()
         .parse()
