@@ -5,7 +5,7 @@
 //! slot), a new task is submitted (keeping the queue length constant), and `poll_action` returns
 //! the dispatch for the free slot. Run: `cargo bench -p diffuse-core --bench dispatch`.
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_main, Criterion, Throughput};
 use diffuse_core::{
     Action, Core, CoreConfig, Input, NodeId, ObjectId, Outcome, PolicyKind, TaskId, TaskSpec, Time,
 };
@@ -96,5 +96,9 @@ fn decisions(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decisions);
+#[allow(missing_docs)]
+mod group {
+    criterion::criterion_group!(benches, super::decisions);
+}
+use group::benches;
 criterion_main!(benches);

@@ -41,7 +41,7 @@ impl WaitQueue {
     /// Append `task`; returns its sequence number.
     pub fn push(&mut self, task: TaskId) -> u64 {
         let seq = self.base + self.slots.len() as u64;
-        if self.slots.len() % BLOCK == 0 {
+        if self.slots.len().is_multiple_of(BLOCK) {
             self.counts.push_back(0);
         }
         self.slots.push_back(Some(task));

@@ -586,14 +586,11 @@ impl Simulation {
         let used = r.plan[i].1;
         let node = r.node;
         self.bytes[used as usize] += bytes;
-        self.access_time[used as usize] += secs(self.now) - r.requested[i];
-        match used {
-            Used::Local => self.current.bytes_local += bytes as f64,
-            Used::Peer => self.current.bytes_peer += bytes as f64,
-            Used::Storage => self.current.bytes_storage += bytes as f64,
-        }
+        let requested = r.requested[i];
+        self.access_time[used as usize] += secs(self.now) - requested;
         r.pending -= 1;
         let ready = r.pending == 0;
+        self.book_bytes(requested, secs(self.now), bytes, used);
         if used != Used::Local && caching {
             let n = self.nodes.get_mut(&node).expect("node of a running task");
             if let Admission::Stored(evicted) = n.cache.insert(object, size) {
@@ -615,6 +612,35 @@ impl Simulation {
             );
         }
         Ok(())
+    }
+
+    /// Spread a transfer's bytes over the per-second samples it was in flight for, so the
+    /// throughput series shows bytes as they moved, not when the transfer ended.
+    fn book_bytes(&mut self, from: f64, to: f64, bytes: u64, used: Used) {
+        let current = self.samples.len();
+        let first = (from.max(0.0).floor() as usize).min(current);
+        let last = (to.floor() as usize).min(current);
+        let span = to - from;
+        for k in first..=last {
+            let share = if span <= 0.0 || first == last {
+                1.0
+            } else {
+                let lo = from.max(k as f64);
+                let hi = to.min(k as f64 + 1.0);
+                ((hi - lo) / span).max(0.0)
+            };
+            let sample = if k == current {
+                &mut self.current
+            } else {
+                &mut self.samples[k]
+            };
+            let b = bytes as f64 * share;
+            match used {
+                Used::Local => sample.bytes_local += b,
+                Used::Peer => sample.bytes_peer += b,
+                Used::Storage => sample.bytes_storage += b,
+            }
+        }
     }
 
     fn summarise(&self, wall: f64) -> Summary {

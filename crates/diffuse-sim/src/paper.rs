@@ -241,12 +241,10 @@ pub fn add_checks(rows: &mut [Row]) {
             .find(|r| r.id == id)
             .map(|r| r.simulated.clone())
     };
-    let (Some(mi_fa), Some(mi_1), Some(mi_15), Some(mi_2), Some(mi_4)) = (
+    let (Some(mi_fa), Some(mi_15), Some(mi_2)) = (
         get(rows, "mi-fa"),
-        get(rows, "mi-gcc-1gb"),
         get(rows, "mi-gcc-1.5gb"),
         get(rows, "mi-gcc-2gb"),
-        get(rows, "mi-gcc-4gb"),
     ) else {
         return;
     };
@@ -307,7 +305,6 @@ pub fn add_checks(rows: &mut [Row]) {
             _ => {}
         }
     }
-    let _ = (mi_1, mi_4);
 }
 
 /// Print the rows as a table.

@@ -5,6 +5,9 @@ use crate::report::SeriesRow;
 use plotters::prelude::*;
 use std::path::Path;
 
+/// A line of a panel: legend label, colour, and the column it plots.
+type Line = (&'static str, RGBColor, fn(&SeriesRow) -> f64);
+
 /// Draw `rows` into an SVG file at `path`, titled `title`.
 pub fn plot(rows: &[SeriesRow], title: &str, path: &Path) -> Result<(), String> {
     let err = |e: &dyn std::fmt::Display| format!("drawing {}: {e}", path.display());
@@ -32,7 +35,7 @@ pub fn plot(rows: &[SeriesRow], title: &str, path: &Path) -> Result<(), String> 
         .y_desc("Gb/s")
         .draw()
         .map_err(|e| err(&e))?;
-    let lines: [(&str, RGBColor, fn(&SeriesRow) -> f64); 5] = [
+    let lines: [Line; 5] = [
         ("demand", BLACK, |r| r.demand_gbps),
         ("throughput", BLUE, |r| r.throughput_gbps),
         ("local", GREEN, |r| r.local_gbps),
@@ -101,7 +104,7 @@ pub fn plot(rows: &[SeriesRow], title: &str, path: &Path) -> Result<(), String> 
         .y_desc("fraction of accesses")
         .draw()
         .map_err(|e| err(&e))?;
-    let hits: [(&str, RGBColor, fn(&SeriesRow) -> f64); 3] = [
+    let hits: [Line; 3] = [
         ("hit local", GREEN, |r| r.hit_local),
         ("hit peer", RGBColor(200, 160, 0), |r| r.hit_peer),
         ("miss", RED, |r| r.miss),

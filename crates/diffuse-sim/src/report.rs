@@ -167,7 +167,7 @@ pub struct Summary {
     pub seed: u64,
     /// Tasks completed.
     pub tasks: u64,
-    /// Time from the first arrival to the last completion, seconds.
+    /// Time from the start of the simulation (time 0) to the last completion, seconds.
     pub makespan_s: f64,
     /// Best possible makespan: the later of the last arrival plus one all-local task, and all
     /// tasks packed on all slots with every access a local read at the full disk rate.

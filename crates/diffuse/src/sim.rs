@@ -33,11 +33,28 @@ pub enum ProvisioningArg {
 
 fn positive_f64(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if v.is_finite() && v > 0.0 {
+    if !v.is_finite() {
+        Err(format!("'{s}' must be a finite number"))
+    } else if v > 0.0 {
         Ok(v)
     } else {
         Err(format!("'{s}' must be greater than zero"))
     }
+}
+
+/// A duration in seconds: positive and at most 10^9 s (about 31 years).
+fn seconds(s: &str) -> Result<f64, String> {
+    let v = positive_f64(s)?;
+    if v <= 1e9 {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' seconds is more than 1e9 (about 31 years)"))
+    }
+}
+
+fn testbed(s: &str) -> Result<Testbed, String> {
+    Testbed::by_name(s)
+        .ok_or_else(|| format!("unknown testbed '{s}' (expected teragrid-2007 or teragrid-2008)"))
 }
 
 fn threshold(s: &str) -> Result<f64, String> {
@@ -52,26 +69,27 @@ fn threshold(s: &str) -> Result<f64, String> {
 /// Arguments of `diffuse sim`.
 #[derive(Args, Debug)]
 pub struct SimArgs {
-    /// Workload to simulate, or `paper` for every experiment of the paper.
+    /// Workload to simulate, or `paper` for every experiment of the paper (exits 1 if any of the
+    /// project's acceptance checks on those experiments fails).
     #[arg(value_enum)]
     workload: WorkloadArg,
     /// Dispatch policy: fa, mcu, mch or gcc.
     #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
     policy: PolicyKind,
     /// Cache size per node, e.g. 2GB, 1.5GB, 512MiB [default: MI 2GB, SW and AP 50GB].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     cache_size: Option<u64>,
     /// Maximum number of nodes [default: the testbed's, MI 64, SW and AP 100].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     nodes: Option<u32>,
     /// Provisioning [default: MI dynamic, SW and AP static].
     #[arg(long, value_enum)]
     provisioning: Option<ProvisioningArg>,
     /// Scheduling window: how many queued tasks a decision looks at.
-    #[arg(long, default_value_t = 2500, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 2500, value_parser = clap::value_parser!(u64).range(1..), allow_hyphen_values = true)]
     window: u64,
     /// GCC's utilisation threshold, in (0, 1].
-    #[arg(long, default_value_t = 0.9, value_parser = threshold)]
+    #[arg(long, default_value_t = 0.9, value_parser = threshold, allow_hyphen_values = true)]
     threshold: f64,
     /// Per-node eviction policy: random, fifo, lru or lfu.
     #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
@@ -80,20 +98,20 @@ pub struct SimArgs {
     #[arg(long, value_parser = |s: &str| s.parse::<StepPolicy>(), default_value = "exponential")]
     step: StepPolicy,
     /// Dynamic provisioning: release a node idle this many seconds.
-    #[arg(long, default_value_t = 30.0, value_parser = positive_f64)]
+    #[arg(long, default_value_t = 30.0, value_parser = seconds, allow_hyphen_values = true)]
     idle_timeout: f64,
     /// Testbed model: teragrid-2007 (MI) or teragrid-2008 (SW, AP) [default: the workload's].
-    #[arg(long)]
-    testbed: Option<String>,
+    #[arg(long, value_parser = testbed)]
+    testbed: Option<Testbed>,
     /// AP compute time per task, seconds (the paper uses 1 and 0.1).
-    #[arg(long, default_value_t = 1.0, value_parser = positive_f64)]
+    #[arg(long, default_value_t = 1.0, value_parser = seconds, allow_hyphen_values = true)]
     ap_compute: f64,
     /// Most concurrent peer reads one node serves; a busier holder is passed over for another
     /// holder or for storage (0: no limit).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, allow_hyphen_values = true)]
     peer_read_limit: u32,
     /// Seed for file choices and random eviction.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
     seed: u64,
     /// Print one JSON object (or, for `paper`, a JSON array of rows).
     #[arg(long)]
@@ -102,7 +120,7 @@ pub struct SimArgs {
     #[arg(long)]
     series: Option<PathBuf>,
     /// Seconds per row of the time series and plot.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..), allow_hyphen_values = true)]
     series_step: u64,
     /// Draw the time series as SVG to this file.
     #[arg(long)]
@@ -123,12 +141,10 @@ pub fn defaults(w: WorkloadArg) -> (Testbed, u64, bool) {
     }
 }
 
-fn config(a: &SimArgs) -> Result<SimConfig> {
+fn config(a: &SimArgs) -> SimConfig {
     let (mut testbed, cache, dynamic) = defaults(a.workload);
-    if let Some(name) = &a.testbed {
-        testbed = Testbed::by_name(name).with_context(|| {
-            format!("--testbed: unknown testbed '{name}' (expected teragrid-2007 or teragrid-2008)")
-        })?;
+    if let Some(t) = &a.testbed {
+        testbed = t.clone();
     }
     let workload = match a.workload {
         WorkloadArg::Mi => Workload::Mi,
@@ -159,7 +175,7 @@ fn config(a: &SimArgs) -> Result<SimConfig> {
             min_nodes: 0,
         });
     }
-    Ok(cfg)
+    cfg
 }
 
 /// Run `diffuse sim`.
@@ -167,7 +183,7 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
     if a.workload == WorkloadArg::Paper {
         return run_paper(&a);
     }
-    let cfg = config(&a)?;
+    let cfg = config(&a);
     let (summary, samples) = simulate(cfg)?;
     let rows = series(&samples, a.series_step as usize);
     if let Some(path) = &a.series {
@@ -247,5 +263,23 @@ fn run_paper(a: &SimArgs) -> Result<ExitCode> {
     } else {
         paper::print_table(&rows);
     }
-    Ok(ExitCode::SUCCESS)
+    let failed: Vec<String> = rows
+        .iter()
+        .flat_map(|r| {
+            r.checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(move |c| format!("{}: {}", r.id, c.requirement))
+        })
+        .collect();
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "error: {} acceptance check(s) failed: {}",
+            failed.len(),
+            failed.join("; ")
+        );
+        Ok(ExitCode::from(1))
+    }
 }

@@ -8,6 +8,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
+    if num.trim().is_empty() {
+        return Err(format!(
+            "malformed size '{s}' (expected a number and a unit, e.g. 2GB, 512MiB, 1000000)"
+        ));
+    }
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "kb" | "k" => 1e3,
@@ -28,10 +33,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("malformed size '{s}' (expected e.g. 2GB, 512MiB, 1000000)"))?;
-    if !n.is_finite() || n <= 0.0 {
-        return Err(format!("size '{s}' must be greater than zero"));
+    let bytes = n * mult;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("size '{s}' is too large"));
     }
-    Ok((n * mult).round() as u64)
+    if bytes.round() < 1.0 {
+        return Err(format!("size '{s}' must be at least one byte"));
+    }
+    Ok(bytes.round() as u64)
 }
 
 /// Format bytes the way sizes are parsed (decimal units).
@@ -64,7 +73,9 @@ mod tests {
         assert!(parse_size("2XB").is_err());
         assert!(parse_size("-1GB").is_err());
         assert!(parse_size("0").is_err());
-        assert!(parse_size("abc").is_err());
+        assert!(parse_size("abc").unwrap_err().contains("malformed"));
+        assert!(parse_size("0.4").is_err(), "rounds to zero bytes");
+        assert!(parse_size("1e30TB").is_err());
     }
 
     #[test]

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The project's test command (README): installs what the tests need, then runs every check.
+#   - formatting (cargo fmt --check) and lints (cargo clippy --all-targets -D warnings)
+#   - all unit, integration and property tests (cargo test --workspace)
+#   - the paper-reproduction acceptance checks (diffuse sim paper exits 1 if any check fails)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Toolchain components: present on the project's machines; added if a fresh rustup lacks them.
+if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 2>&1; then
+    rustup component add clippy rustfmt
+fi
+
+scripts/check.sh
+
+echo "== paper reproduction (release) =="
+cargo build --release --locked -p diffuse
+./target/release/diffuse sim paper --out target/paper
