@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 /// Where a node should read one input from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Source {
-    /// The node's own cache: a local hit.
+    /// The node's own cache: a local hit. The node may still be fetching it for another of its
+    /// tasks (the core counts objects in transfer to a node as local-to-be); the node then waits
+    /// for that fetch instead of starting a second one, and reads from storage if it fails.
     Local,
     /// A peer's cache: a global (peer) hit.
     Peer(NodeId),

@@ -101,6 +101,8 @@ enum Phase {
         node: NodeId,
         since: Time,
         peers: Vec<NodeId>,
+        /// Inputs this attempt fetches to its node (counted in `Core::incoming`).
+        fetching: Vec<ObjectId>,
         cancelled: bool,
     },
 }
@@ -154,7 +156,13 @@ pub struct Core {
     policy: Box<dyn DispatchPolicy>,
     tasks: FxHashMap<TaskId, TaskEntry>,
     queue: WaitQueue,
+    /// What nodes reported they hold: the only valid peer sources.
     index: LocationIndex,
+    /// `index` plus objects being fetched to a node for a running task (MixApart's "in
+    /// transfer" tier): what scoring sees, so a task goes to the node already fetching its data.
+    effective: LocationIndex,
+    /// Running tasks fetching each (node, object) pair.
+    incoming: FxHashMap<(NodeId, ObjectId), u32>,
     locality: Locality,
     nodes: BTreeMap<NodeId, NodeEntry>,
     /// Nodes with at least one free slot.
@@ -186,6 +194,8 @@ impl Core {
             tasks: FxHashMap::default(),
             queue: WaitQueue::new(),
             index: LocationIndex::new(),
+            effective: LocationIndex::new(),
+            incoming: FxHashMap::default(),
             locality: Locality::new(),
             nodes: BTreeMap::new(),
             free: BTreeSet::new(),
@@ -265,7 +275,8 @@ impl Core {
         let entry = self.tasks.get_mut(&task).expect("task exists");
         entry.phase = Phase::Queued { seq };
         if self.policy.uses_locality() {
-            self.locality.enqueue(task, seq, &entry.inputs, &self.index);
+            self.locality
+                .enqueue(task, seq, &entry.inputs, &self.effective);
         }
         self.counts.queued += 1;
         self.dirty = true;
@@ -273,7 +284,7 @@ impl Core {
 
     fn dequeue(&mut self, task: TaskId, seq: u64) {
         self.queue.remove(seq);
-        self.locality.dequeue(task, &self.index);
+        self.locality.dequeue(task, &self.effective);
         self.counts.queued -= 1;
     }
 
@@ -395,7 +406,9 @@ impl Core {
         self.free.remove(&node);
         self.counts.nodes -= 1;
         self.counts.slots -= entry.slots as u64;
-        for object in self.index.remove_node(node) {
+        self.index.remove_node(node);
+        self.incoming.retain(|(n, _), _| *n != node);
+        for object in self.effective.remove_node(node) {
             self.locality.object_removed(node, object);
         }
         self.locality.remove_node(node);
@@ -447,10 +460,22 @@ impl Core {
     }
 
     fn release_slot(&mut self, task: TaskId, node: NodeId) {
-        let peers = match &self.tasks[&task].phase {
-            Phase::Running { peers, .. } => peers.clone(),
-            Phase::Queued { .. } => Vec::new(),
+        let (peers, fetching) = match &self.tasks[&task].phase {
+            Phase::Running {
+                peers, fetching, ..
+            } => (peers.clone(), fetching.clone()),
+            Phase::Queued { .. } => (Vec::new(), Vec::new()),
         };
+        for object in fetching {
+            let key = (node, object);
+            if let Some(c) = self.incoming.get_mut(&key) {
+                *c -= 1;
+                if *c == 0 {
+                    self.incoming.remove(&key);
+                    self.effective_remove_if_unused(node, object);
+                }
+            }
+        }
         for p in peers {
             if let Some(pe) = self.nodes.get_mut(&p) {
                 pe.serving = pe.serving.saturating_sub(1);
@@ -475,10 +500,8 @@ impl Core {
         if !self.nodes.contains_key(&node) {
             return Err(CoreError::UnknownNode(node));
         }
-        if self.index.add(node, object) {
-            self.locality.object_added(node, object);
-            self.dirty = true;
-        }
+        self.index.add(node, object);
+        self.effective_add(node, object);
         Ok(())
     }
 
@@ -493,10 +516,27 @@ impl Core {
             return Err(CoreError::UnknownNode(node));
         }
         if self.index.remove(node, object) {
+            self.effective_remove_if_unused(node, object);
+        }
+        Ok(())
+    }
+
+    fn effective_add(&mut self, node: NodeId, object: ObjectId) {
+        if self.effective.add(node, object) {
+            self.locality.object_added(node, object);
+            self.dirty = true;
+        }
+    }
+
+    /// Drop (node, object) from what scoring sees unless the node holds it or is fetching it.
+    fn effective_remove_if_unused(&mut self, node: NodeId, object: ObjectId) {
+        if !self.index.holds(node, object)
+            && !self.incoming.contains_key(&(node, object))
+            && self.effective.remove(node, object)
+        {
             self.locality.object_removed(node, object);
             self.dirty = true;
         }
-        Ok(())
     }
 
     /// The source of `object` changed: no node's copy may be used again. Returns the nodes that
@@ -505,7 +545,7 @@ impl Core {
         let holders = self.index.holders(object).to_vec();
         for n in &holders {
             self.index.remove(*n, object);
-            self.locality.object_removed(*n, object);
+            self.effective_remove_if_unused(*n, object);
         }
         if !holders.is_empty() {
             // A task held back for a holder (MCH) may now run anywhere.
@@ -591,7 +631,7 @@ impl Core {
                         let view = SchedView {
                             queue: &self.queue,
                             locality: &self.locality,
-                            index: &self.index,
+                            index: &self.effective,
                             window_bound: self.queue.window_bound(self.cfg.window),
                             busy_slots: self.counts.busy_slots,
                             total_slots: self.counts.slots,
@@ -635,7 +675,10 @@ impl Core {
         for input in &t.inputs {
             let source = if !use_locality {
                 Source::Storage
-            } else if self.index.holds(node, input.object) {
+            } else if self.index.holds(node, input.object)
+                || self.incoming.contains_key(&(node, input.object))
+            {
+                // Held, or being fetched to this node for another task: join that fetch.
                 Source::Local
             } else {
                 let holders = self.index.holders(input.object);
@@ -656,6 +699,11 @@ impl Core {
             };
             inputs.push((input.object, source));
         }
+        let fetching: Vec<ObjectId> = inputs
+            .iter()
+            .filter(|(_, src)| use_locality && *src != Source::Local)
+            .map(|(o, _)| *o)
+            .collect();
         for p in &peers {
             if let Some(pe) = self.nodes.get_mut(p) {
                 pe.serving += 1;
@@ -665,6 +713,7 @@ impl Core {
             node,
             since: now,
             peers,
+            fetching: fetching.clone(),
             cancelled: false,
         };
         let attempt = t.attempt;
@@ -682,6 +731,10 @@ impl Core {
             node,
             inputs,
         }));
+        for object in fetching {
+            *self.incoming.entry((node, object)).or_default() += 1;
+            self.effective_add(node, object);
+        }
     }
 
     /// Check every invariant of the core's state; `Err` names the first one broken. Tests and the
@@ -747,8 +800,32 @@ impl Core {
             }
         }
         self.index.check()?;
+        self.effective.check()?;
+        for (node, object) in self.effective.pairs() {
+            if !self.index.holds(node, object) && !self.incoming.contains_key(&(node, object)) {
+                return Err(format!(
+                    "{node} scored as holding {object}: neither held nor fetched"
+                ));
+            }
+        }
+        for (node, object) in self.index.pairs().chain(self.incoming.keys().copied()) {
+            if !self.effective.holds(node, object) {
+                return Err(format!("{object} on {node} missing from the scored index"));
+            }
+        }
+        let mut fetches: FxHashMap<(NodeId, ObjectId), u32> = FxHashMap::default();
+        for t in self.tasks.values() {
+            if let Phase::Running { node, fetching, .. } = &t.phase {
+                for o in fetching {
+                    *fetches.entry((*node, *o)).or_default() += 1;
+                }
+            }
+        }
+        if fetches != self.incoming {
+            return Err("in-transfer counts disagree with running tasks".into());
+        }
         if self.policy.uses_locality() {
-            self.locality.check(&self.index)?;
+            self.locality.check(&self.effective)?;
         }
         Ok(())
     }

@@ -78,6 +78,13 @@ impl LocationIndex {
         objects
     }
 
+    /// Every (node, object) pair.
+    pub fn pairs(&self) -> impl Iterator<Item = (NodeId, ObjectId)> + '_ {
+        self.contents
+            .iter()
+            .flat_map(|(n, set)| set.iter().map(move |o| (*n, *o)))
+    }
+
     /// Number of (node, object) pairs; equal from both directions.
     pub fn replicas(&self) -> usize {
         self.contents.values().map(|s| s.len()).sum()

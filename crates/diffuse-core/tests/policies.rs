@@ -431,3 +431,54 @@ fn a_free_holder_wins_over_a_free_node_visited_before_it() {
         assert_eq!(d[1].inputs, vec![(o(20), Source::Storage)]);
     }
 }
+
+// ----- in transfer (MixApart's "in progress" tier) -----
+
+#[test]
+fn an_object_in_transfer_counts_as_local_to_be() {
+    for policy in [PolicyKind::Mcu, PolicyKind::Mch, PolicyKind::Gcc] {
+        let mut env = TestEnv::new(policy);
+        env.node(1, 2).node(2, 1);
+        env.task(1, &[(10, 5)]);
+        let d = env.take_one();
+        assert_eq!(
+            source(&d, 10),
+            Source::Storage,
+            "{policy}: o10 is cached nowhere yet"
+        );
+        assert_eq!(d.node, n(1), "{policy}: free nodes are visited in id order");
+        // t2 reads the same object: it goes to the node already fetching it, told Local (join
+        // that fetch), even though another node is free and holds nothing.
+        env.task(2, &[(10, 5)]);
+        let d = env.take_dispatches();
+        assert_eq!(d.len(), 1, "{policy}: {d:?}");
+        assert_eq!((d[0].task, d[0].node), (t(2), n(1)), "{policy}");
+        assert_eq!(source(&d[0], 10), Source::Local, "{policy}");
+        // When the fetch ends without the object being cached (too large), it stops counting.
+        env.finish(1);
+        env.take_dispatches();
+        assert!(
+            env.core.locate(o(10)).is_empty(),
+            "{policy}: never reported cached"
+        );
+        env.check();
+    }
+}
+
+#[test]
+fn in_transfer_ends_when_the_fetching_task_ends() {
+    let mut env = TestEnv::new(PolicyKind::Mch);
+    env.node(1, 1).node(2, 1);
+    env.task(1, &[(10, 5)]);
+    let d = env.take_one();
+    assert_eq!(d.node, n(1));
+    // Under MCH t2 waits for n1, which is fetching o10 (local-to-be), though n2 is free.
+    env.task(2, &[(10, 5)]);
+    env.assert_idle();
+    // The fetch ends and n1 reports o10: t2 runs there as a local hit.
+    env.cached(1, 10);
+    env.finish(1);
+    let d = env.take_one();
+    assert_eq!((d.task, d.node), (t(2), n(1)));
+    assert_eq!(source(&d, 10), Source::Local);
+}

@@ -119,6 +119,8 @@ enum Phase {
         attempt: u32,
         /// Peer source of each input read from a peer.
         peers: Vec<NodeId>,
+        /// Inputs fetched to the node (read from a peer or storage): in transfer there.
+        fetching: Vec<ObjectId>,
     },
     Ended(End),
 }
@@ -245,6 +247,24 @@ impl Model {
                 _ => 0,
             })
             .sum()
+    }
+
+    /// Whether a running task is fetching `object` to `node` (the core scores it as local-to-be).
+    fn fetching_to(&self, node: NodeId, object: ObjectId) -> bool {
+        self.tasks.values().any(|t| match &t.phase {
+            Phase::Running {
+                node: n, fetching, ..
+            } => *n == node && fetching.contains(&object),
+            _ => false,
+        })
+    }
+
+    /// Held by `node`, or in transfer to it: what the core's scoring counts as local.
+    fn scored_holds(&self, node: NodeId, object: ObjectId) -> bool {
+        self.nodes
+            .get(&node)
+            .is_some_and(|n| n.objects.contains(&object))
+            || self.fetching_to(node, object)
     }
 
     fn holders(&self, object: ObjectId) -> Vec<NodeId> {
@@ -491,6 +511,10 @@ impl Model {
             .iter()
             .map(|(o, _)| (*o, self.holders(*o)))
             .collect();
+        let incoming: Vec<bool> = holders
+            .iter()
+            .map(|(o, _)| self.fetching_to(d.node, *o))
+            .collect();
         let t = self
             .tasks
             .get_mut(&d.task)
@@ -520,10 +544,13 @@ impl Model {
             holders.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
         );
         let mut peers = Vec::new();
-        for ((object, source), (_, hs)) in d.inputs.iter().zip(&holders) {
+        let mut fetching = Vec::new();
+        for (((object, source), (_, hs)), in_transfer) in
+            d.inputs.iter().zip(&holders).zip(&incoming)
+        {
             let expected = if self.policy == PolicyKind::Fa {
                 Source::Storage
-            } else if hs.contains(&d.node) {
+            } else if hs.contains(&d.node) || *in_transfer {
                 Source::Local
             } else if let Some(best) = hs
                 .iter()
@@ -541,12 +568,16 @@ impl Model {
             if let Source::Peer(p) = source {
                 peers.push(*p);
             }
+            if self.policy != PolicyKind::Fa && *source != Source::Local {
+                fetching.push(*object);
+            }
         }
         t.attempts = d.attempt;
         t.phase = Phase::Running {
             node: d.node,
             attempt: d.attempt,
             peers,
+            fetching,
         };
         n.running.insert(d.task);
         n.idle_since = None;
@@ -631,22 +662,25 @@ impl Model {
             if t.phase != Phase::Queued {
                 continue;
             }
-            let local = |node: &ShadowNode| -> u64 {
+            let local = |node: NodeId| -> u64 {
                 t.inputs
                     .iter()
-                    .filter(|(o, _)| node.objects.contains(o))
+                    .filter(|(o, _)| self.scored_holds(node, *o))
                     .map(|(_, s)| *s)
                     .sum()
             };
-            let most = self.nodes.values().map(local).max().unwrap_or(0);
-            let holders_any = t.inputs.iter().any(|(o, _)| !self.holders(*o).is_empty());
+            let most = self.nodes.keys().map(|n| local(*n)).max().unwrap_or(0);
+            let holders_any = t
+                .inputs
+                .iter()
+                .any(|(o, _)| self.nodes.keys().any(|n| self.scored_holds(*n, *o)));
             assert!(
                 holders_any,
                 "cold {id} queued while {free:?} have free slots"
             );
             let total: u64 = t.inputs.iter().map(|(_, s)| *s).sum();
             for f in &free {
-                let here = local(&self.nodes[f]);
+                let here = local(*f);
                 assert!(
                     here == 0 || (here < total && here < most),
                     "{id} ({here} of {total} bytes on free {f}, most {most}) left queued"

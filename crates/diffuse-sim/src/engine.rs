@@ -172,6 +172,8 @@ pub struct Simulation {
     running: FxHashMap<TaskId, Running>,
     nodes: FxHashMap<NodeId, SimNode>,
     net: FlowNet<(TaskId, u32)>,
+    /// Fetches in progress to a node, with the (task, input) pairs waiting for each.
+    inflight: FxHashMap<(NodeId, ObjectId), Vec<(TaskId, u32)>>,
     storage: ResourceId,
     next_task: u64,
     next_node: u32,
@@ -230,6 +232,7 @@ impl Simulation {
             running: FxHashMap::default(),
             nodes: FxHashMap::default(),
             net,
+            inflight: FxHashMap::default(),
             storage,
             next_task: 0,
             next_node: 0,
@@ -517,8 +520,22 @@ impl Simulation {
         r.delivered = t;
         let node = r.node;
         let mut starts = Vec::new();
+        let mut joined = 0;
         for (i, (object, _size, src)) in r.inputs.iter().enumerate() {
             let here = &self.nodes[&node];
+            // Single-flight: an object this node is already fetching is waited for, not fetched
+            // again (the core sends such tasks here on purpose, as `Source::Local`).
+            if caching && !here.cache.contains(*object) {
+                if let Some(waiters) = self.inflight.get_mut(&(node, *object)) {
+                    waiters.push((task, i as u32));
+                    self.accesses[Used::Local as usize] += 1;
+                    self.current.accesses[Used::Local as usize] += 1;
+                    r.plan.push((Vec::new(), Used::Local));
+                    r.requested.push(t);
+                    joined += 1;
+                    continue;
+                }
+            }
             let (resources, used, latency) = match src {
                 Source::Local if here.cache.contains(*object) => {
                     (vec![here.disk], Used::Local, 0.0)
@@ -548,6 +565,8 @@ impl Simulation {
                     .expect("node")
                     .cache
                     .touch(*object);
+            } else if caching {
+                self.inflight.insert((node, *object), Vec::new());
             }
             let k = used as usize;
             self.accesses[k] += 1;
@@ -556,10 +575,10 @@ impl Simulation {
             r.requested.push(t);
             starts.push((i as u32, latency));
         }
-        r.pending = starts.len() as u32;
+        r.pending = starts.len() as u32 + joined;
         let compute = self.waiting[&task].compute_s;
         self.running.insert(task, r);
-        if starts.is_empty() {
+        if starts.is_empty() && joined == 0 {
             self.push(
                 self.now + Duration::from_secs_f64(compute),
                 Ev::ComputeDone(task),
@@ -611,7 +630,35 @@ impl Simulation {
                 Ev::ComputeDone(task),
             );
         }
+        if used != Used::Local {
+            for (waiter, j) in self.inflight.remove(&(node, object)).unwrap_or_default() {
+                self.joined_fetch_done(waiter, j as usize);
+            }
+        }
         Ok(())
+    }
+
+    /// A task that waited for its node's fetch of an input (single-flight) has that input.
+    fn joined_fetch_done(&mut self, task: TaskId, i: usize) {
+        let t = secs(self.now);
+        let r = self
+            .running
+            .get_mut(&task)
+            .expect("waiting task is running");
+        let size = r.inputs[i].1;
+        let requested = r.requested[i];
+        r.pending -= 1;
+        let ready = r.pending == 0;
+        self.bytes[Used::Local as usize] += size;
+        self.access_time[Used::Local as usize] += t - requested;
+        self.current.bytes_local += size as f64;
+        if ready {
+            let compute = self.waiting[&task].compute_s;
+            self.push(
+                self.now + Duration::from_secs_f64(compute),
+                Ev::ComputeDone(task),
+            );
+        }
     }
 
     /// Spread a transfer's bytes over the per-second samples it was in flight for, so the

@@ -791,3 +791,17 @@ fn peer_read_limit_settings_all_complete() {
         assert!(s.hit_local + s.hit_peer > 0.0, "limit {limit}");
     }
 }
+
+#[test]
+fn a_node_fetches_an_object_once_for_concurrent_tasks() {
+    // One node, 2 slots; two tasks read the same 100-byte object at time 0. The core sends t0
+    // to storage and t1 to the same node as Local (the object is in transfer there); the node
+    // waits for its one fetch (100 B at 100 B/s, 0..1 s) instead of reading it twice, which at
+    // 50 B/s each would end both reads at 2 s. Both compute 1 s: makespan 2 s.
+    let arrivals = vec![at(0.0, &[(0, 100)], 1.0), at(0.0, &[(0, 100)], 1.0)];
+    let s = summary(config(testbed(1, 2), arrivals, 1000));
+    close(s.makespan_s, 2.0, "makespan");
+    assert_eq!(s.bytes_storage, 100, "one fetch from storage");
+    close(s.miss, 0.5, "miss");
+    close(s.hit_local, 0.5, "the second access joins the fetch");
+}
