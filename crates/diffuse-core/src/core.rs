@@ -249,7 +249,19 @@ impl Core {
     // ----- inputs -----
 
     /// A task was submitted. It joins the back of the wait queue.
-    pub fn handle_submit(&mut self, spec: TaskSpec, _now: Time) -> Result<(), CoreError> {
+    pub fn handle_submit(&mut self, spec: TaskSpec, now: Time) -> Result<(), CoreError> {
+        self.handle_restore(spec, 0, now)
+    }
+
+    /// A task replayed from the driver's journal after a restart, `attempts` of which were
+    /// dispatched before: its next attempt is numbered `attempts + 1`, so a result from an attempt
+    /// made before the restart is refused as stale.
+    pub fn handle_restore(
+        &mut self,
+        spec: TaskSpec,
+        attempts: u32,
+        _now: Time,
+    ) -> Result<(), CoreError> {
         if self.tasks.contains_key(&spec.id) {
             return Err(CoreError::DuplicateTask(spec.id));
         }
@@ -262,7 +274,7 @@ impl Core {
         let entry = TaskEntry {
             inputs,
             phase: Phase::Queued { seq: 0 },
-            attempt: 0,
+            attempt: attempts,
             crashes: 0,
         };
         self.tasks.insert(spec.id, entry);

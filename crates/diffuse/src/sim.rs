@@ -57,7 +57,7 @@ fn testbed(s: &str) -> Result<Testbed, String> {
         .ok_or_else(|| format!("unknown testbed '{s}' (expected teragrid-2007 or teragrid-2008)"))
 }
 
-fn threshold(s: &str) -> Result<f64, String> {
+pub fn threshold(s: &str) -> Result<f64, String> {
     let v = positive_f64(s)?;
     if v <= 1.0 {
         Ok(v)

@@ -1,0 +1,21 @@
+//! # diffuse-runtime: the live dispatcher and workers
+//!
+//! The live driver of the scheduling core (`diffuse-core`): the same decisions as the simulator,
+//! carried out with real processes, files and sockets.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`spec`] | task files (JSON Lines / JSON array): parsing and validation |
+//! | [`proto`] | dispatcher <-> worker messages (JSON over WebSocket) |
+//! | [`storage`] | persistent storage via `object_store`: file, S3, HTTP; source versions |
+//! | [`journal`] | the dispatcher's durable journal (embedded SQLite) |
+//! | [`cache_dir`] | a worker's on-disk cache: quota, eviction, verification |
+
+pub mod cache_dir;
+pub mod dispatcher;
+pub mod journal;
+pub mod proto;
+pub mod run;
+pub mod spec;
+pub mod storage;
+pub mod worker;

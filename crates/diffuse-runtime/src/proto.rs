@@ -1,0 +1,203 @@
+//! Messages between the dispatcher and its workers. They travel as JSON text frames over one
+//! WebSocket per worker (`GET /v1/workers/connect`, worker token); framing is the WebSocket
+//! protocol's, so there is no hand-written wire parser.
+//!
+//! Order on a connection: the worker sends `Hello` first; the dispatcher answers `Welcome`, then
+//! any number of `Run`/`Drop`; the worker sends `Cached`/`Evicted` as its cache changes (a
+//! `Cached` for an object a task fetched is sent before that task's `Finished`) and a `Heartbeat`
+//! every `heartbeat_ms`. A worker silent for the dispatcher's heartbeat timeout is given up and
+//! its tasks are run again elsewhere; a late `Finished` from it is refused by attempt number.
+
+use crate::spec::Cmd;
+use serde::{Deserialize, Serialize};
+
+/// An object a worker holds, with the source version it was fetched at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// Object URI.
+    pub uri: String,
+    /// Source version (size, mtime or ETag) when fetched.
+    pub version: String,
+}
+
+/// Worker to dispatcher.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToDispatcher {
+    /// First message: who the worker is and what it already caches.
+    Hello {
+        /// Worker name (host name or given).
+        name: String,
+        /// Task slots.
+        slots: u32,
+        /// Cache quota, bytes.
+        cache_quota: u64,
+        /// Base URL of its peer data server (`http://host:port`).
+        peer_url: String,
+        /// Objects already in its cache directory.
+        held: Vec<Held>,
+    },
+    /// The worker now caches these objects.
+    Cached {
+        /// Objects added.
+        objects: Vec<Held>,
+    },
+    /// The worker dropped these objects (evicted, stale or corrupt).
+    Evicted {
+        /// URIs removed.
+        uris: Vec<String>,
+    },
+    /// An attempt of a task ended.
+    Finished(TaskReport),
+    /// Still alive.
+    Heartbeat,
+}
+
+/// Where a worker reads one input from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum InputSource {
+    /// Its own cache (or a fetch of it already under way on that worker).
+    Local,
+    /// A peer's cache: `GET {url}/v1/cache/{key}` with the worker token.
+    Peer {
+        /// Peer base URL.
+        url: String,
+    },
+    /// Persistent storage.
+    Storage,
+}
+
+/// One input of an assignment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssignedInput {
+    /// Object URI.
+    pub uri: String,
+    /// Size in bytes, as stat'ed at submission.
+    pub size: u64,
+    /// Source version at submission; a cached copy with another version is stale.
+    pub version: String,
+    /// Where to read it from.
+    pub source: InputSource,
+}
+
+/// Run one attempt of a task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// Task id.
+    pub task: String,
+    /// Attempt number; reported back with the result.
+    pub attempt: u32,
+    /// Program.
+    pub cmd: Cmd,
+    /// Inputs in the task's order (distinct).
+    pub inputs: Vec<AssignedInput>,
+    /// Output URIs.
+    pub outputs: Vec<String>,
+}
+
+/// Dispatcher to worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToWorker {
+    /// Accepted: the worker's node id and heartbeat interval.
+    Welcome {
+        /// Node id in the dispatcher.
+        node: u32,
+        /// Send a heartbeat this often.
+        heartbeat_ms: u64,
+    },
+    /// Run an attempt.
+    Run(Assignment),
+    /// Drop these objects from the cache (their source changed).
+    Drop {
+        /// URIs.
+        uris: Vec<String>,
+    },
+    /// Finish running tasks' reports, then exit.
+    Shutdown,
+}
+
+/// Bytes and accesses by source for one task.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Traffic {
+    /// Accesses served by the local cache.
+    pub local: u64,
+    /// Accesses served by a peer.
+    pub peer: u64,
+    /// Accesses served by persistent storage.
+    pub storage: u64,
+    /// Bytes read from the local cache.
+    pub bytes_local: u64,
+    /// Bytes read from peers.
+    pub bytes_peer: u64,
+    /// Bytes read from persistent storage.
+    pub bytes_storage: u64,
+}
+
+/// How an attempt ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskReport {
+    /// Task id.
+    pub task: String,
+    /// Attempt number from the assignment.
+    pub attempt: u32,
+    /// Process exit code (None: not run, or killed by a signal).
+    pub exit_code: Option<i32>,
+    /// Why it failed before or instead of running (`not found: <uri>`, exec error).
+    pub error: Option<String>,
+    /// Unix time when staging began.
+    pub started_at: f64,
+    /// Unix time when staging ended and the process started.
+    pub staged_at: f64,
+    /// Unix time when it ended.
+    pub finished_at: f64,
+    /// Path of the captured standard output.
+    pub stdout: String,
+    /// Path of the captured standard error.
+    pub stderr: String,
+    /// Where each output was written.
+    pub outputs: Vec<String>,
+    /// Inputs read without caching because they are larger than the cache quota.
+    pub uncached: Vec<String>,
+    /// Traffic by source.
+    pub traffic: Traffic,
+}
+
+impl TaskReport {
+    /// Whether the attempt succeeded.
+    pub fn succeeded(&self) -> bool {
+        self.error.is_none() && self.exit_code == Some(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_as_tagged_json() {
+        let m = ToWorker::Run(Assignment {
+            task: "t1".into(),
+            attempt: 2,
+            cmd: Cmd::Shell("true".into()),
+            inputs: vec![AssignedInput {
+                uri: "file:///d/a".into(),
+                size: 3,
+                version: "3:1".into(),
+                source: InputSource::Peer {
+                    url: "http://127.0.0.1:9".into(),
+                },
+            }],
+            outputs: vec![],
+        });
+        let text = serde_json::to_string(&m).unwrap();
+        assert!(
+            text.contains("\"type\":\"run\"") && text.contains("\"from\":\"peer\""),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<ToWorker>(&text).unwrap(), m);
+        let h: ToDispatcher = serde_json::from_str(r#"{"type":"heartbeat"}"#).unwrap();
+        assert_eq!(h, ToDispatcher::Heartbeat);
+    }
+}

@@ -1,0 +1,291 @@
+//! `diffuse run`: the embedded default. Starts a dispatcher in this process and N local worker
+//! processes (each with its own cache directory, standing in for separate nodes), submits a
+//! task file, shows progress, waits, writes per-task results, and summarises.
+
+use crate::dispatcher::{self, DispatcherConfig, Handle, Tokens};
+use crate::journal::Journal;
+use crate::spec::{parse_tasks, SpecError};
+use diffuse_core::CoreConfig;
+use rand::RngCore;
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Settings of `diffuse run`.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The task file (JSON Lines or JSON array).
+    pub tasks: PathBuf,
+    /// Local worker processes.
+    pub workers: u32,
+    /// Slots per worker.
+    pub slots_per_worker: u32,
+    /// Cache quota per worker, bytes.
+    pub cache_size: u64,
+    /// Scheduling core settings (policy, window, threshold).
+    pub core: CoreConfig,
+    /// Eviction policy of the workers.
+    pub eviction: diffuse_core::EvictionPolicy,
+    /// Directory for the journal, caches, task directories, logs and results.
+    pub run_dir: PathBuf,
+    /// The `diffuse` executable to start workers with.
+    pub exe: PathBuf,
+    /// Workers run nothing (dispatcher throughput benchmark).
+    pub noop: bool,
+    /// Print a progress line to stderr.
+    pub progress: bool,
+}
+
+/// What `diffuse run --json` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSummary {
+    /// Tasks that exited 0.
+    pub tasks_ok: u64,
+    /// Tasks that failed (non-zero exit, missing input, exec error).
+    pub tasks_failed: u64,
+    /// From submission to the last outcome, seconds.
+    pub makespan_s: f64,
+    /// Tasks per second over the makespan.
+    pub tasks_per_s: f64,
+    /// Fraction of input accesses served by the worker's own cache.
+    pub hit_local: f64,
+    /// Fraction served by a peer's cache.
+    pub hit_peer: f64,
+    /// Fraction served by persistent storage.
+    pub miss: f64,
+    /// Bytes read from local caches.
+    pub bytes_local: u64,
+    /// Bytes read from peers.
+    pub bytes_peer: u64,
+    /// Bytes read from persistent storage.
+    pub bytes_storage: u64,
+    /// Per-task results, one JSON object per line.
+    pub results: PathBuf,
+    /// The run directory.
+    pub run_dir: PathBuf,
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The task file is malformed: nothing was submitted.
+    #[error("{file}: {error}")]
+    BadTaskFile {
+        /// The file.
+        file: String,
+        /// Line, field and problem.
+        error: SpecError,
+    },
+    /// Anything else.
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+fn token() -> String {
+    let mut b = [0u8; 24];
+    rand::rng().fill_bytes(&mut b);
+    hex::encode(b)
+}
+
+struct Workers(Vec<std::process::Child>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Run a task file to completion.
+pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
+    let text = std::fs::read_to_string(&cfg.tasks)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", cfg.tasks.display()))?;
+    let defs = parse_tasks(&text).map_err(|error| RunError::BadTaskFile {
+        file: cfg.tasks.display().to_string(),
+        error,
+    })?;
+    let total = defs.len() as u64;
+    std::fs::create_dir_all(&cfg.run_dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", cfg.run_dir.display()))?;
+    let journal = cfg.run_dir.join("journal.sqlite");
+    if journal.exists() {
+        return Err(anyhow::anyhow!(
+            "{} already holds a run (journal.sqlite); choose another --run-dir",
+            cfg.run_dir.display()
+        )
+        .into());
+    }
+    let tokens = Tokens {
+        client: token(),
+        worker: token(),
+    };
+    let (handle, scheduler) = dispatcher::start(DispatcherConfig {
+        journal: journal.clone(),
+        core: cfg.core.clone(),
+        tokens: tokens.clone(),
+        heartbeat: Duration::from_millis(500),
+        heartbeat_timeout: Duration::from_secs(10),
+    })?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(anyhow::Error::from)?;
+    let url = format!(
+        "http://{}",
+        listener.local_addr().map_err(anyhow::Error::from)?
+    );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(dispatcher::serve(listener, handle.clone(), async {
+        let _ = stop_rx.await;
+    }));
+
+    let mut workers = Workers(Vec::new());
+    for i in 0..cfg.workers {
+        let dir = cfg.run_dir.join(format!("worker-{i}"));
+        std::fs::create_dir_all(&dir).map_err(anyhow::Error::from)?;
+        let log = std::fs::File::create(dir.join("worker.log")).map_err(anyhow::Error::from)?;
+        let mut cmd = std::process::Command::new(&cfg.exe);
+        cmd.arg("worker")
+            .args(["--dispatcher", &url])
+            .args(["--cache-dir", &dir.join("cache").display().to_string()])
+            .args(["--cache-size", &cfg.cache_size.to_string()])
+            .args(["--slots", &cfg.slots_per_worker.to_string()])
+            .args(["--name", &format!("worker-{i}")])
+            .args(["--eviction", &cfg.eviction.to_string()])
+            .env("DIFFUSE_WORKER_TOKEN", &tokens.worker)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if cfg.noop {
+            cmd.arg("--noop");
+        }
+        workers.0.push(
+            cmd.spawn()
+                .map_err(|e| anyhow::anyhow!("cannot start worker {}: {e}", cfg.exe.display()))?,
+        );
+    }
+    wait_for_workers(&handle, cfg.workers, &mut workers).await?;
+
+    let start = Instant::now();
+    handle
+        .submit(defs)
+        .await
+        .map_err(|e| anyhow::anyhow!("submission refused: {e}"))?;
+    let mut last_print = Instant::now();
+    let status = loop {
+        let s = handle.status().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let done = s.succeeded + s.failed + s.cancelled;
+        if cfg.progress && (last_print.elapsed() > Duration::from_millis(500) || done == total) {
+            last_print = Instant::now();
+            let t = &s.traffic;
+            let acc = (t.local + t.peer + t.storage).max(1) as f64;
+            eprint!(
+                "\r  {done}/{total} done ({} failed), {:.0} tasks/s, hits {:.0}% local {:.0}% peer {:.0}% miss, {} running   ",
+                s.failed,
+                done as f64 / start.elapsed().as_secs_f64().max(1e-9),
+                t.local as f64 / acc * 100.0,
+                t.peer as f64 / acc * 100.0,
+                t.storage as f64 / acc * 100.0,
+                s.running
+            );
+            let _ = std::io::stderr().flush();
+        }
+        if done >= total {
+            break s;
+        }
+        for (i, c) in workers.0.iter_mut().enumerate() {
+            if let Ok(Some(code)) = c.try_wait() {
+                if s.workers == 0 {
+                    return Err(anyhow::anyhow!(
+                        "worker-{i} exited ({code}) and no worker is left; see {}",
+                        cfg.run_dir.join(format!("worker-{i}/worker.log")).display()
+                    )
+                    .into());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let makespan = start.elapsed().as_secs_f64();
+    if cfg.progress {
+        eprintln!();
+    }
+    handle.shutdown_workers();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for c in &mut workers.0 {
+        while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    drop(handle);
+    let _ = tokio::task::spawn_blocking(move || scheduler.join()).await;
+
+    let results = cfg.run_dir.join("results.jsonl");
+    write_results(&journal, &results)?;
+    let t = status.traffic;
+    let acc = (t.local + t.peer + t.storage).max(1) as f64;
+    Ok(RunSummary {
+        tasks_ok: status.succeeded,
+        tasks_failed: status.failed + status.cancelled,
+        makespan_s: makespan,
+        tasks_per_s: total as f64 / makespan.max(1e-9),
+        hit_local: t.local as f64 / acc,
+        hit_peer: t.peer as f64 / acc,
+        miss: t.storage as f64 / acc,
+        bytes_local: t.bytes_local,
+        bytes_peer: t.bytes_peer,
+        bytes_storage: t.bytes_storage,
+        results,
+        run_dir: cfg.run_dir.clone(),
+    })
+}
+
+async fn wait_for_workers(handle: &Handle, n: u32, workers: &mut Workers) -> Result<(), RunError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = handle.status().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        if s.workers >= n {
+            return Ok(());
+        }
+        for (i, c) in workers.0.iter_mut().enumerate() {
+            if let Ok(Some(code)) = c.try_wait() {
+                return Err(anyhow::anyhow!(
+                    "worker-{i} exited at start ({code}); see its worker.log"
+                )
+                .into());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(
+                anyhow::anyhow!("only {} of {n} workers connected within 30 s", s.workers).into(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One line per task: id, state, exit code, node, attempt, error, and the worker's report.
+fn write_results(journal: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
+    let j = Journal::open(journal)?;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(out)?);
+    for t in j.load()? {
+        let o = t.outcome;
+        let line = serde_json::json!({
+            "id": t.task.id,
+            "state": o.as_ref().map(|o| o.state),
+            "exit_code": o.as_ref().and_then(|o| o.exit_code),
+            "node": o.as_ref().and_then(|o| o.node.clone()),
+            "attempt": o.as_ref().map(|o| o.attempt),
+            "error": o.as_ref().and_then(|o| o.error.clone()),
+            "report": o.as_ref().and_then(|o| serde_json::from_str::<serde_json::Value>(&o.result_json).ok()),
+        });
+        writeln!(w, "{line}")?;
+    }
+    w.flush()?;
+    Ok(())
+}

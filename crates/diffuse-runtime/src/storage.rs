@@ -1,0 +1,248 @@
+//! Persistent storage through the `object_store` crate: `file://` (a shared POSIX path),
+//! `s3://bucket/key` (credentials, region and endpoint from the usual `AWS_*` variables:
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`, `AWS_ENDPOINT` or
+//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), and `http(s)://`.
+//!
+//! Every object has a *version*: its size plus its ETag or modification time. A cached copy
+//! whose version differs from the source's is stale and is never served.
+
+use futures_util::StreamExt;
+use object_store::{path::Path as StorePath, ObjectMeta, ObjectStore};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use thiserror::Error;
+use tokio::io::AsyncWriteExt;
+
+/// What went wrong reading persistent storage.
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// The object does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The URI cannot be served by any backend.
+    #[error("unsupported URI '{0}' (expected file://, s3://, http:// or https://)")]
+    Unsupported(String),
+    /// Anything else (network, permissions, credentials).
+    #[error("{uri}: {message}")]
+    Other {
+        /// Object URI.
+        uri: String,
+        /// What the backend said.
+        message: String,
+    },
+}
+
+/// Size and version of a source object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// Bytes.
+    pub size: u64,
+    /// `size:etag` or `size:mtime-in-ms`.
+    pub version: String,
+}
+
+fn version_of(meta: &ObjectMeta) -> String {
+    match &meta.e_tag {
+        Some(tag) => format!("{}:{}", meta.size, tag.trim_matches('"')),
+        None => format!("{}:{}", meta.size, meta.last_modified.timestamp_millis()),
+    }
+}
+
+/// Backends by store (scheme + bucket or host), created on first use.
+#[derive(Default)]
+pub struct Storage {
+    stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+}
+
+impl Storage {
+    /// A storage client with no backend created yet.
+    pub fn new() -> Storage {
+        Storage::default()
+    }
+
+    /// The backend and in-store path for a URI.
+    fn resolve(&self, uri: &str) -> Result<(Arc<dyn ObjectStore>, StorePath), StorageError> {
+        let unsupported = || StorageError::Unsupported(uri.to_string());
+        let other = |e: &dyn std::fmt::Display| StorageError::Other {
+            uri: uri.to_string(),
+            message: e.to_string(),
+        };
+        let (store_key, path): (String, StorePath) = if let Some(p) = uri.strip_prefix("file://") {
+            let path = StorePath::from_absolute_path(p).map_err(|e| other(&e))?;
+            ("file".into(), path)
+        } else if let Some(rest) = uri.strip_prefix("s3://") {
+            let (bucket, key) = rest.split_once('/').ok_or_else(unsupported)?;
+            (
+                format!("s3://{bucket}"),
+                StorePath::parse(key).map_err(|e| other(&e))?,
+            )
+        } else if uri.starts_with("http://") || uri.starts_with("https://") {
+            let url = url::Url::parse(uri).map_err(|e| other(&e))?;
+            let base = format!(
+                "{}://{}",
+                url.scheme(),
+                url.host_str().ok_or_else(unsupported)?
+            );
+            let base = match url.port() {
+                Some(p) => format!("{base}:{p}"),
+                None => base,
+            };
+            let path = url.path().trim_start_matches('/');
+            (base, StorePath::parse(path).map_err(|e| other(&e))?)
+        } else {
+            return Err(unsupported());
+        };
+        let mut stores = self.stores.lock().expect("storage lock");
+        if let Some(s) = stores.get(&store_key) {
+            return Ok((s.clone(), path));
+        }
+        let store: Arc<dyn ObjectStore> = if store_key == "file" {
+            Arc::new(object_store::local::LocalFileSystem::new())
+        } else if let Some(bucket) = store_key.strip_prefix("s3://") {
+            let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+            if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") {
+                b = b
+                    .with_allow_http(endpoint.starts_with("http://"))
+                    .with_endpoint(endpoint);
+            }
+            Arc::new(b.build().map_err(|e| other(&e))?)
+        } else {
+            let b = object_store::http::HttpBuilder::new()
+                .with_url(store_key.clone())
+                .with_client_options(object_store::ClientOptions::new().with_allow_http(true));
+            Arc::new(b.build().map_err(|e| other(&e))?)
+        };
+        stores.insert(store_key, store.clone());
+        Ok((store, path))
+    }
+
+    fn map_err(uri: &str, e: object_store::Error) -> StorageError {
+        match e {
+            object_store::Error::NotFound { .. } => StorageError::NotFound(uri.to_string()),
+            e => StorageError::Other {
+                uri: uri.to_string(),
+                message: e.to_string(),
+            },
+        }
+    }
+
+    /// Size and version of the object at `uri`.
+    pub async fn head(&self, uri: &str) -> Result<SourceInfo, StorageError> {
+        let (store, path) = self.resolve(uri)?;
+        let meta = store.head(&path).await.map_err(|e| Self::map_err(uri, e))?;
+        Ok(SourceInfo {
+            size: meta.size,
+            version: version_of(&meta),
+        })
+    }
+
+    /// Stream the object at `uri` into the file `dest` (created or truncated); returns the
+    /// version read and the bytes written.
+    pub async fn get_to_file(
+        &self,
+        uri: &str,
+        dest: &Path,
+    ) -> Result<(SourceInfo, u64), StorageError> {
+        let (store, path) = self.resolve(uri)?;
+        let result = store.get(&path).await.map_err(|e| Self::map_err(uri, e))?;
+        let info = SourceInfo {
+            size: result.meta.size,
+            version: version_of(&result.meta),
+        };
+        let io = |e: std::io::Error| StorageError::Other {
+            uri: uri.to_string(),
+            message: e.to_string(),
+        };
+        let mut file = tokio::fs::File::create(dest).await.map_err(io)?;
+        let mut stream = result.into_stream();
+        let mut written = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| Self::map_err(uri, e))?;
+            file.write_all(&chunk).await.map_err(io)?;
+            written += chunk.len() as u64;
+        }
+        file.flush().await.map_err(io)?;
+        Ok((info, written))
+    }
+
+    /// Upload the local file `src` to `uri` (task outputs).
+    pub async fn put_file(&self, uri: &str, src: &Path) -> Result<(), StorageError> {
+        if let Some(dest) = uri.strip_prefix("file://") {
+            // A shared POSIX path: copy through a temp name and rename, so readers never see a
+            // partial output.
+            let dest = Path::new(dest);
+            let io = |e: std::io::Error| StorageError::Other {
+                uri: uri.to_string(),
+                message: e.to_string(),
+            };
+            if let Some(dir) = dest.parent() {
+                tokio::fs::create_dir_all(dir).await.map_err(io)?;
+            }
+            let tmp = dest.with_extension(format!("diffuse-tmp-{}", std::process::id()));
+            tokio::fs::copy(src, &tmp).await.map_err(io)?;
+            tokio::fs::rename(&tmp, dest).await.map_err(io)?;
+            return Ok(());
+        }
+        let (store, path) = self.resolve(uri)?;
+        let data = tokio::fs::read(src)
+            .await
+            .map_err(|e| StorageError::Other {
+                uri: uri.to_string(),
+                message: e.to_string(),
+            })?;
+        store
+            .put(&path, data.into())
+            .await
+            .map_err(|e| Self::map_err(uri, e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn file_backend_head_get_and_version_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.dat");
+        std::fs::write(&f, b"hello").unwrap();
+        let uri = format!("file://{}", f.display());
+        let s = Storage::new();
+        let v1 = s.head(&uri).await.unwrap();
+        assert_eq!(v1.size, 5);
+        let out = dir.path().join("copy");
+        let (info, n) = s.get_to_file(&uri, &out).await.unwrap();
+        assert_eq!((n, info.clone()), (5, v1.clone()));
+        assert_eq!(std::fs::read(&out).unwrap(), b"hello");
+        std::fs::write(&f, b"hello, world").unwrap();
+        assert_ne!(
+            s.head(&uri).await.unwrap().version,
+            v1.version,
+            "a changed source has a new version"
+        );
+        let missing = format!("file://{}/nope", dir.path().display());
+        assert!(matches!(
+            s.head(&missing).await,
+            Err(StorageError::NotFound(_))
+        ));
+        assert!(matches!(
+            s.head("ftp://x/y").await,
+            Err(StorageError::Unsupported(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn put_file_writes_outputs_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::write(&src, b"out").unwrap();
+        let dest = dir.path().join("sub/dir/result.txt");
+        Storage::new()
+            .put_file(&format!("file://{}", dest.display()), &src)
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"out");
+    }
+}

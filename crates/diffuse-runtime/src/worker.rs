@@ -1,0 +1,615 @@
+//! `diffuse worker`: runs tasks as processes, keeps a cache directory, serves it to peers.
+//!
+//! One WebSocket to the dispatcher carries assignments in and reports out (see
+//! [`crate::proto`]). For each assignment the worker stages every input concurrently:
+//! - a local hit is hard-linked into the task's directory (no copy; eviction cannot pull it
+//!   from under the running process);
+//! - otherwise it is fetched once (single-flight: tasks needing an object already being fetched
+//!   wait for that fetch) from the peer the dispatcher named, or from persistent storage if the
+//!   peer fails or none was named, into a temp file, verified, and renamed into the cache;
+//! - an object larger than the whole cache is read without caching, and the result says so.
+//!
+//! Then it runs the command (`argv` directly, a string by `sh -c`) with `{inputs[i]}` and
+//! `{outputs[i]}` replaced by local paths and stdout/stderr captured to files, uploads outputs,
+//! and reports exit code, timings and traffic. Peers fetch cached objects from
+//! `GET /v1/cache/{key}` (worker token; key = hex SHA-256 of the URI; range requests honoured);
+//! the response carries the object's checksum, which the receiver verifies.
+
+use crate::cache_dir::{CacheDir, Lookup};
+use crate::proto::{
+    AssignedInput, Assignment, Held, InputSource, TaskReport, ToDispatcher, ToWorker, Traffic,
+};
+use crate::spec::Cmd;
+use crate::storage::{Storage, StorageError};
+use axum::extract::{Path as AxPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use diffuse_core::EvictionPolicy;
+use futures_util::{SinkExt, StreamExt};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tower::ServiceExt;
+
+/// Settings of a worker.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Dispatcher base URL, `http://host:port`.
+    pub dispatcher: String,
+    /// Worker token.
+    pub token: String,
+    /// Cache directory (created if missing). Task directories go under `<cache-dir>/work`.
+    pub cache_dir: PathBuf,
+    /// Cache quota, bytes.
+    pub cache_size: u64,
+    /// Task slots.
+    pub slots: u32,
+    /// Name shown in the dispatcher's API.
+    pub name: String,
+    /// Address of the peer data server.
+    pub listen: std::net::SocketAddr,
+    /// Eviction policy.
+    pub eviction: EvictionPolicy,
+    /// Run nothing: report each task done at once (for dispatcher throughput benchmarks).
+    pub noop: bool,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+type Flight = watch::Receiver<bool>;
+
+struct Ctx {
+    cache: Mutex<CacheDir>,
+    storage: Storage,
+    http: reqwest::Client,
+    token: String,
+    inflight: Mutex<HashMap<String, Flight>>,
+    out: mpsc::UnboundedSender<ToDispatcher>,
+    work: PathBuf,
+}
+
+impl Ctx {
+    fn report_evictions(&self) {
+        let evicted = self.cache.lock().expect("cache lock").take_evicted();
+        if !evicted.is_empty() {
+            let _ = self.out.send(ToDispatcher::Evicted { uris: evicted });
+        }
+    }
+}
+
+/// Which source an input was finally read from, and how many bytes.
+enum Staged {
+    Local(u64),
+    Peer(u64),
+    Storage(u64),
+}
+
+/// Run a worker until the dispatcher tells it to shut down or the connection is lost.
+pub async fn run(cfg: WorkerConfig) -> anyhow::Result<()> {
+    let cache_dir = cfg.cache_dir.clone();
+    let (quota, eviction) = (cfg.cache_size, cfg.eviction);
+    let cache =
+        tokio::task::spawn_blocking(move || CacheDir::open(&cache_dir, quota, eviction, false))
+            .await??;
+    let work = cfg.cache_dir.join("work");
+    std::fs::create_dir_all(&work)?;
+    let held: Vec<Held> = cache
+        .uris()
+        .into_iter()
+        .filter_map(|uri| {
+            cache.path_for_key(&CacheDir::key(&uri)).map(|(_, m)| Held {
+                uri,
+                version: m.version,
+            })
+        })
+        .collect();
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel();
+    let ctx = Arc::new(Ctx {
+        cache: Mutex::new(cache),
+        storage: Storage::new(),
+        http: reqwest::Client::new(),
+        token: cfg.token.clone(),
+        inflight: Mutex::new(HashMap::new()),
+        out: out_tx,
+        work,
+    });
+
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+    let peer_url = format!("http://{}", listener.local_addr()?);
+    let peer_router = axum::Router::new()
+        .route("/v1/cache/{key}", axum::routing::get(serve_object))
+        .with_state(ctx.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, peer_router).await;
+    });
+
+    let ws_url = format!(
+        "{}/v1/workers/connect",
+        cfg.dispatcher.replacen("http", "ws", 1)
+    );
+    let mut request = ws_url.as_str().into_client_request()?;
+    request.headers_mut().insert(
+        "authorization",
+        HeaderValue::from_str(&format!("Bearer {}", cfg.token))?,
+    );
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot connect to the dispatcher at {}: {e}",
+                cfg.dispatcher
+            )
+        })?;
+    let (mut sink, mut stream) = ws.split();
+    let hello = ToDispatcher::Hello {
+        name: cfg.name.clone(),
+        slots: cfg.slots,
+        cache_quota: cfg.cache_size,
+        peer_url,
+        held,
+    };
+    sink.send(Message::Text(serde_json::to_string(&hello)?.into()))
+        .await?;
+    let heartbeat = match stream.next().await {
+        Some(Ok(Message::Text(t))) => match serde_json::from_str::<ToWorker>(&t)? {
+            ToWorker::Welcome { heartbeat_ms, .. } => Duration::from_millis(heartbeat_ms.max(50)),
+            other => anyhow::bail!("expected welcome from the dispatcher, got {other:?}"),
+        },
+        other => anyhow::bail!("the dispatcher closed the connection: {other:?}"),
+    };
+    tracing::info!(worker = %cfg.name, "connected to {}", cfg.dispatcher);
+    let mut beat = tokio::time::interval(heartbeat);
+    let mut running = 0usize;
+    let mut draining = false;
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
+    loop {
+        if draining && running == 0 {
+            break;
+        }
+        tokio::select! {
+            msg = stream.next() => {
+                let Some(Ok(msg)) = msg else {
+                    anyhow::bail!("lost the connection to the dispatcher");
+                };
+                let Message::Text(t) = msg else { continue };
+                match serde_json::from_str::<ToWorker>(&t)? {
+                    ToWorker::Run(a) => {
+                        running += 1;
+                        let (ctx, done, noop) = (ctx.clone(), done_tx.clone(), cfg.noop);
+                        tokio::spawn(async move {
+                            let report = if noop { noop_report(&a) } else { run_task(&ctx, a).await };
+                            let _ = ctx.out.send(ToDispatcher::Finished(report));
+                            let _ = done.send(());
+                        });
+                    }
+                    ToWorker::Drop { uris } => {
+                        {
+                            let mut cache = ctx.cache.lock().expect("cache lock");
+                            for u in &uris {
+                                cache.remove(u);
+                            }
+                            cache.take_evicted();
+                        }
+                        let _ = ctx.out.send(ToDispatcher::Evicted { uris });
+                    }
+                    ToWorker::Shutdown => draining = true,
+                    ToWorker::Welcome { .. } => {}
+                }
+            }
+            Some(m) = out_rx.recv() => {
+                sink.send(Message::Text(serde_json::to_string(&m)?.into())).await?;
+            }
+            Some(()) = done_rx.recv() => running -= 1,
+            _ = beat.tick() => {
+                sink.send(Message::Text(serde_json::to_string(&ToDispatcher::Heartbeat)?.into())).await?;
+            }
+        }
+    }
+    // Flush the last reports before closing.
+    while let Ok(m) = out_rx.try_recv() {
+        sink.send(Message::Text(serde_json::to_string(&m)?.into()))
+            .await?;
+    }
+    let _ = sink.close().await;
+    Ok(())
+}
+
+fn noop_report(a: &Assignment) -> TaskReport {
+    let now = unix_now();
+    TaskReport {
+        task: a.task.clone(),
+        attempt: a.attempt,
+        exit_code: Some(0),
+        error: None,
+        started_at: now,
+        staged_at: now,
+        finished_at: now,
+        stdout: String::new(),
+        stderr: String::new(),
+        outputs: Vec::new(),
+        uncached: Vec::new(),
+        traffic: Traffic::default(),
+    }
+}
+
+/// A file name for a task directory: the id with anything but `[A-Za-z0-9._-]` replaced.
+fn dir_name(task: &str, attempt: u32) -> String {
+    let safe: String = task
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{safe}.{}.{attempt}", &CacheDir::key(task)[..8])
+}
+
+async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
+    let started_at = unix_now();
+    let dir = ctx.work.join(dir_name(&a.task, a.attempt));
+    let mut report = TaskReport {
+        task: a.task.clone(),
+        attempt: a.attempt,
+        exit_code: None,
+        error: None,
+        started_at,
+        staged_at: started_at,
+        finished_at: started_at,
+        stdout: dir.join("stdout").display().to_string(),
+        stderr: dir.join("stderr").display().to_string(),
+        outputs: Vec::new(),
+        uncached: Vec::new(),
+        traffic: Traffic::default(),
+    };
+    let fail = |mut r: TaskReport, e: String| {
+        r.error = Some(e);
+        r.finished_at = unix_now();
+        r
+    };
+    let inputs_dir = dir.join("inputs");
+    let outputs_dir = dir.join("outputs");
+    if let Err(e) =
+        std::fs::create_dir_all(&inputs_dir).and_then(|_| std::fs::create_dir_all(&outputs_dir))
+    {
+        return fail(report, format!("cannot create {}: {e}", dir.display()));
+    }
+    let paths: Vec<PathBuf> = (0..a.inputs.len())
+        .map(|i| inputs_dir.join(format!("{i}")))
+        .collect();
+    let staged = futures_util::future::join_all(
+        a.inputs
+            .iter()
+            .zip(&paths)
+            .map(|(input, dest)| stage(ctx.clone(), input.clone(), dest.clone())),
+    )
+    .await;
+    let mut uncached = Vec::new();
+    for (input, s) in a.inputs.iter().zip(staged) {
+        match s {
+            Ok((how, cached)) => {
+                let t = &mut report.traffic;
+                match how {
+                    Staged::Local(b) => (t.local, t.bytes_local) = (t.local + 1, t.bytes_local + b),
+                    Staged::Peer(b) => (t.peer, t.bytes_peer) = (t.peer + 1, t.bytes_peer + b),
+                    Staged::Storage(b) => {
+                        (t.storage, t.bytes_storage) = (t.storage + 1, t.bytes_storage + b)
+                    }
+                }
+                if !cached {
+                    uncached.push(input.uri.clone());
+                }
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&inputs_dir);
+                return fail(report, e);
+            }
+        }
+    }
+    report.uncached = uncached;
+    report.staged_at = unix_now();
+    let outputs: Vec<PathBuf> = (0..a.outputs.len())
+        .map(|i| outputs_dir.join(format!("{i}")))
+        .collect();
+    let result = execute(&a.cmd, &paths, &outputs, &dir).await;
+    let _ = std::fs::remove_dir_all(&inputs_dir);
+    match result {
+        Ok(code) => report.exit_code = code,
+        Err(e) => return fail(report, e),
+    }
+    if report.exit_code == Some(0) {
+        for (uri, path) in a.outputs.iter().zip(&outputs) {
+            if let Err(e) = ctx.storage.put_file(uri, path).await {
+                return fail(report, format!("output {uri}: {e}"));
+            }
+            report.outputs.push(uri.clone());
+        }
+    }
+    report.finished_at = unix_now();
+    report
+}
+
+fn expand(text: &str, inputs: &[PathBuf], outputs: &[PathBuf]) -> String {
+    let mut s = text.to_string();
+    for (i, p) in inputs.iter().enumerate() {
+        s = s.replace(&format!("{{inputs[{i}]}}"), &p.display().to_string());
+    }
+    for (i, p) in outputs.iter().enumerate() {
+        s = s.replace(&format!("{{outputs[{i}]}}"), &p.display().to_string());
+    }
+    s
+}
+
+/// Run the command; Ok(exit code, None if killed by a signal), Err(exec error).
+async fn execute(
+    cmd: &Cmd,
+    inputs: &[PathBuf],
+    outputs: &[PathBuf],
+    dir: &Path,
+) -> Result<Option<i32>, String> {
+    let mut command = match cmd {
+        Cmd::Argv(argv) => {
+            let mut c = tokio::process::Command::new(expand(&argv[0], inputs, outputs));
+            c.args(argv[1..].iter().map(|a| expand(a, inputs, outputs)));
+            c
+        }
+        Cmd::Shell(s) => {
+            let mut c = tokio::process::Command::new("sh");
+            c.arg("-c").arg(expand(s, inputs, outputs));
+            c
+        }
+    };
+    let stdout = std::fs::File::create(dir.join("stdout")).map_err(|e| format!("stdout: {e}"))?;
+    let stderr = std::fs::File::create(dir.join("stderr")).map_err(|e| format!("stderr: {e}"))?;
+    command
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .kill_on_drop(true);
+    let mut child = command.spawn().map_err(|e| {
+        let program = match cmd {
+            Cmd::Argv(a) => a[0].clone(),
+            Cmd::Shell(_) => "sh".into(),
+        };
+        format!("exec {program}: {e}")
+    })?;
+    let status = child.wait().await.map_err(|e| format!("wait: {e}"))?;
+    Ok(status.code())
+}
+
+/// Put one input at `dest`; returns where it came from and whether it is cached.
+async fn stage(
+    ctx: Arc<Ctx>,
+    input: AssignedInput,
+    dest: PathBuf,
+) -> Result<(Staged, bool), String> {
+    let mut joined = false;
+    loop {
+        // 1. A local hit (or the result of a fetch we waited for).
+        let hit = {
+            let mut cache = ctx.cache.lock().expect("cache lock");
+            match cache.lookup(&input.uri, Some(&input.version)) {
+                Lookup::Hit(_) => Some(
+                    cache
+                        .link_into(&input.uri, &dest)
+                        .map_err(|e| format!("{}: {e}", input.uri)),
+                ),
+                Lookup::Stale | Lookup::Miss => None,
+            }
+        };
+        ctx.report_evictions();
+        if let Some(r) = hit {
+            r?;
+            return Ok((Staged::Local(input.size), true));
+        }
+        // 2. Single-flight: wait for a fetch already under way, then look again; or lead one.
+        let role = {
+            let mut inflight = ctx.inflight.lock().expect("inflight lock");
+            match inflight.get(&input.uri) {
+                Some(rx) if !joined => Err(rx.clone()),
+                _ => {
+                    let (tx, rx) = watch::channel(false);
+                    inflight.insert(input.uri.clone(), rx);
+                    Ok(tx)
+                }
+            }
+        };
+        match role {
+            Err(mut rx) => {
+                let _ = rx.wait_for(|done| *done).await;
+                joined = true;
+            }
+            Ok(tx) => {
+                let r = fetch(&ctx, &input, &dest).await;
+                ctx.inflight
+                    .lock()
+                    .expect("inflight lock")
+                    .remove(&input.uri);
+                let _ = tx.send(true);
+                return r;
+            }
+        }
+    }
+}
+
+/// Fetch an input from the named peer (falling back to storage) or from storage, and cache it.
+async fn fetch(
+    ctx: &Arc<Ctx>,
+    input: &AssignedInput,
+    dest: &Path,
+) -> Result<(Staged, bool), String> {
+    let temp = ctx.cache.lock().expect("cache lock").temp_path();
+    if let InputSource::Peer { url } = &input.source {
+        match fetch_peer(ctx, url, input, &temp).await {
+            Ok(stored) => {
+                return Ok((Staged::Peer(input.size), stored))
+                    .and_then(|r| place(ctx, input, dest, r))
+            }
+            Err(e) => {
+                tracing::warn!(uri = %input.uri, "peer fetch from {url} failed ({e}); reading from storage")
+            }
+        }
+    }
+    let (info, _) = ctx
+        .storage
+        .get_to_file(&input.uri, &temp)
+        .await
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&temp);
+            match e {
+                StorageError::NotFound(u) => format!("not found: {u}"),
+                e => e.to_string(),
+            }
+        })?;
+    let stored = commit(ctx, &temp, &input.uri, &info.version, None)?;
+    place(ctx, input, dest, (Staged::Storage(info.size), stored))
+}
+
+/// Commit a downloaded temp file; returns the path and whether it was cached.
+fn commit(
+    ctx: &Ctx,
+    temp: &Path,
+    uri: &str,
+    version: &str,
+    sha: Option<&str>,
+) -> Result<(PathBuf, bool), String> {
+    let stored = ctx
+        .cache
+        .lock()
+        .expect("cache lock")
+        .commit(temp, uri, version, sha);
+    let stored = stored.map_err(|e| {
+        let _ = std::fs::remove_file(temp);
+        format!("{uri}: {e}")
+    })?;
+    ctx.report_evictions();
+    if stored.cached {
+        let _ = ctx.out.send(ToDispatcher::Cached {
+            objects: vec![Held {
+                uri: uri.into(),
+                version: version.into(),
+            }],
+        });
+    }
+    Ok((stored.path, stored.cached))
+}
+
+/// Link a just-committed object into the task directory (or move an uncached one there).
+fn place(
+    ctx: &Ctx,
+    input: &AssignedInput,
+    dest: &Path,
+    r: (Staged, (PathBuf, bool)),
+) -> Result<(Staged, bool), String> {
+    let (how, (path, cached)) = r;
+    if cached {
+        ctx.cache
+            .lock()
+            .expect("cache lock")
+            .link_into(&input.uri, dest)
+            .map_err(|e| format!("{}: {e}", input.uri))?;
+    } else {
+        std::fs::rename(&path, dest).map_err(|e| format!("{}: {e}", input.uri))?;
+    }
+    Ok((how, cached))
+}
+
+async fn fetch_peer(
+    ctx: &Ctx,
+    url: &str,
+    input: &AssignedInput,
+    temp: &Path,
+) -> Result<(PathBuf, bool), String> {
+    let resp = ctx
+        .http
+        .get(format!("{url}/v1/cache/{}", CacheDir::key(&input.uri)))
+        .bearer_auth(&ctx.token)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("status {}", resp.status()));
+    }
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    let (sha, version) = (header("x-diffuse-sha256"), header("x-diffuse-version"));
+    if version.as_deref() != Some(input.version.as_str()) {
+        return Err(format!(
+            "peer holds version {version:?}, wanted {}",
+            input.version
+        ));
+    }
+    let mut file = tokio::fs::File::create(temp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| {
+            let _ = std::fs::remove_file(temp);
+            e.to_string()
+        })?;
+        file.write_all(&chunk).await.map_err(|e| e.to_string())?;
+    }
+    file.flush().await.map_err(|e| e.to_string())?;
+    drop(file);
+    // The checksum the peer recorded is verified on our side before the object becomes visible.
+    commit(ctx, temp, &input.uri, &input.version, sha.as_deref())
+}
+
+/// `GET /v1/cache/{key}`: a cached object, to holders of the worker token only.
+async fn serve_object(
+    State(ctx): State<Arc<Ctx>>,
+    AxPath(key): AxPath<String>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    let authorized = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| {
+            t.len() == ctx.token.len() && t.bytes().zip(ctx.token.bytes()).all(|(a, b)| a == b)
+        });
+    if !authorized {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let Some((path, meta)) = ctx.cache.lock().expect("cache lock").path_for_key(&key) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    match tower_http::services::ServeFile::new(path)
+        .oneshot(req)
+        .await
+    {
+        Ok(resp) => {
+            let mut resp = resp.into_response();
+            if resp.status().is_success() {
+                let h = resp.headers_mut();
+                if let (Ok(sha), Ok(version)) = (
+                    HeaderValue::from_str(&meta.sha256),
+                    HeaderValue::from_str(&meta.version),
+                ) {
+                    h.insert("x-diffuse-sha256", sha);
+                    h.insert("x-diffuse-version", version);
+                }
+            }
+            resp
+        }
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
