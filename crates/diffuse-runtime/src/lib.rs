@@ -12,7 +12,9 @@
 //! | [`cache_dir`] | a worker's on-disk cache: quota, eviction, verification |
 
 pub mod cache_dir;
+pub mod demo;
 pub mod dispatcher;
+pub mod gateway;
 pub mod journal;
 pub mod proto;
 pub mod run;

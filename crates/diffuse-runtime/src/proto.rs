@@ -94,6 +94,14 @@ pub struct Assignment {
     pub inputs: Vec<AssignedInput>,
     /// Output URIs.
     pub outputs: Vec<String>,
+    /// Whether inputs go through the worker's cache. False under FA, whose tasks read every
+    /// input from persistent storage and leave nothing behind (no data diffusion).
+    #[serde(default = "yes")]
+    pub caching: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Dispatcher to worker.
@@ -190,6 +198,7 @@ mod tests {
                 },
             }],
             outputs: vec![],
+            caching: true,
         });
         let text = serde_json::to_string(&m).unwrap();
         assert!(

@@ -36,6 +36,9 @@ pub struct RunConfig {
     pub noop: bool,
     /// Print a progress line to stderr.
     pub progress: bool,
+    /// Shared-storage emulation: serve `file://` inputs under this root at this many bytes/s in
+    /// total (see `crate::gateway`).
+    pub storage_bandwidth: Option<(PathBuf, f64)>,
 }
 
 /// What `diffuse run --json` prints.
@@ -129,6 +132,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         tokens: tokens.clone(),
         heartbeat: Duration::from_millis(500),
         heartbeat_timeout: Duration::from_secs(10),
+        storage_gateway: cfg.storage_bandwidth.clone(),
     })?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -162,6 +166,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         if cfg.noop {
             cmd.arg("--noop");
         }
+        if cfg.storage_bandwidth.is_some() {
+            cmd.args(["--storage-gateway", &url]);
+        }
         workers.0.push(
             cmd.spawn()
                 .map_err(|e| anyhow::anyhow!("cannot start worker {}: {e}", cfg.exe.display()))?,
@@ -178,12 +185,18 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let status = loop {
         let s = handle.status().await.map_err(|e| anyhow::anyhow!("{e}"))?;
         let done = s.succeeded + s.failed + s.cancelled;
-        if cfg.progress && (last_print.elapsed() > Duration::from_millis(500) || done == total) {
+        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let every = if tty {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_secs(5)
+        };
+        if cfg.progress && (last_print.elapsed() > every || done == total) {
             last_print = Instant::now();
             let t = &s.traffic;
             let acc = (t.local + t.peer + t.storage).max(1) as f64;
-            eprint!(
-                "\r  {done}/{total} done ({} failed), {:.0} tasks/s, hits {:.0}% local {:.0}% peer {:.0}% miss, {} running   ",
+            let line = format!(
+                "  {done}/{total} done ({} failed), {:.0} tasks/s, hits {:.0}% local {:.0}% peer {:.0}% miss, {} running",
                 s.failed,
                 done as f64 / start.elapsed().as_secs_f64().max(1e-9),
                 t.local as f64 / acc * 100.0,
@@ -191,6 +204,11 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 t.storage as f64 / acc * 100.0,
                 s.running
             );
+            if tty {
+                eprint!("\r{line}   ");
+            } else {
+                eprintln!("{line}");
+            }
             let _ = std::io::stderr().flush();
         }
         if done >= total {
@@ -210,7 +228,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let makespan = start.elapsed().as_secs_f64();
-    if cfg.progress {
+    if cfg.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!();
     }
     handle.shutdown_workers();

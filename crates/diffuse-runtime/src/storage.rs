@@ -53,12 +53,73 @@ fn version_of(meta: &ObjectMeta) -> String {
 #[derive(Default)]
 pub struct Storage {
     stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+    /// Shared-storage emulation (`crate::gateway`): read `file://` objects through this
+    /// dispatcher URL with this token.
+    gateway: Option<(String, String)>,
 }
 
 impl Storage {
     /// A storage client with no backend created yet.
     pub fn new() -> Storage {
         Storage::default()
+    }
+
+    /// A storage client that reads `file://` objects through a bandwidth-limited gateway
+    /// (`crate::gateway`) at `url`, with the worker `token`.
+    pub fn with_gateway(url: String, token: String) -> Storage {
+        Storage {
+            gateway: Some((url, token)),
+            ..Storage::default()
+        }
+    }
+
+    async fn get_via_gateway(
+        &self,
+        url: &str,
+        token: &str,
+        uri: &str,
+        dest: &Path,
+    ) -> Result<(SourceInfo, u64), StorageError> {
+        let path = uri.strip_prefix("file://").unwrap_or(uri);
+        let other = |m: String| StorageError::Other {
+            uri: uri.to_string(),
+            message: m,
+        };
+        let resp = reqwest::Client::new()
+            .get(format!("{url}/v1/storage{path}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| other(e.to_string()))?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Err(StorageError::NotFound(uri.to_string()));
+        }
+        if !resp.status().is_success() {
+            return Err(other(format!("storage gateway: status {}", resp.status())));
+        }
+        let version = resp
+            .headers()
+            .get("x-diffuse-version")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let io = |e: std::io::Error| other(e.to_string());
+        let mut file = tokio::fs::File::create(dest).await.map_err(io)?;
+        let mut stream = resp.bytes_stream();
+        let mut written = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| other(e.to_string()))?;
+            file.write_all(&chunk).await.map_err(io)?;
+            written += chunk.len() as u64;
+        }
+        file.flush().await.map_err(io)?;
+        Ok((
+            SourceInfo {
+                size: written,
+                version,
+            },
+            written,
+        ))
     }
 
     /// The backend and in-store path for a URI.
@@ -144,6 +205,9 @@ impl Storage {
         uri: &str,
         dest: &Path,
     ) -> Result<(SourceInfo, u64), StorageError> {
+        if let (Some((url, token)), true) = (&self.gateway, uri.starts_with("file://")) {
+            return self.get_via_gateway(url, token, uri, dest).await;
+        }
         let (store, path) = self.resolve(uri)?;
         let result = store.get(&path).await.map_err(|e| Self::map_err(uri, e))?;
         let info = SourceInfo {

@@ -57,6 +57,9 @@ pub struct WorkerConfig {
     pub eviction: EvictionPolicy,
     /// Run nothing: report each task done at once (for dispatcher throughput benchmarks).
     pub noop: bool,
+    /// Shared-storage emulation: read `file://` inputs through this dispatcher URL
+    /// (`crate::gateway`).
+    pub storage_gateway: Option<String>,
 }
 
 fn unix_now() -> f64 {
@@ -115,7 +118,10 @@ pub async fn run(cfg: WorkerConfig) -> anyhow::Result<()> {
     let (out_tx, mut out_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx {
         cache: Mutex::new(cache),
-        storage: Storage::new(),
+        storage: match &cfg.storage_gateway {
+            Some(url) => Storage::with_gateway(url.clone(), cfg.token.clone()),
+            None => Storage::new(),
+        },
         http: reqwest::Client::new(),
         token: cfg.token.clone(),
         inflight: Mutex::new(HashMap::new()),
@@ -288,13 +294,19 @@ async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
     let paths: Vec<PathBuf> = (0..a.inputs.len())
         .map(|i| inputs_dir.join(format!("{i}")))
         .collect();
-    let staged = futures_util::future::join_all(
-        a.inputs
-            .iter()
-            .zip(&paths)
-            .map(|(input, dest)| stage(ctx.clone(), input.clone(), dest.clone())),
-    )
-    .await;
+    let caching = a.caching;
+    let staged =
+        futures_util::future::join_all(a.inputs.iter().zip(&paths).map(|(input, dest)| {
+            let (ctx, input, dest) = (ctx.clone(), input.clone(), dest.clone());
+            async move {
+                if caching {
+                    stage(ctx, input, dest).await
+                } else {
+                    read_uncached(&ctx, &input, &dest).await
+                }
+            }
+        }))
+        .await;
     let mut uncached = Vec::new();
     for (input, s) in a.inputs.iter().zip(staged) {
         match s {
@@ -442,6 +454,23 @@ async fn stage(
             }
         }
     }
+}
+
+/// Read an input straight from persistent storage to `dest`, bypassing the cache (FA).
+async fn read_uncached(
+    ctx: &Ctx,
+    input: &AssignedInput,
+    dest: &Path,
+) -> Result<(Staged, bool), String> {
+    let (info, _) = ctx
+        .storage
+        .get_to_file(&input.uri, dest)
+        .await
+        .map_err(|e| match e {
+            StorageError::NotFound(u) => format!("not found: {u}"),
+            e => e.to_string(),
+        })?;
+    Ok((Staged::Storage(info.size), true))
 }
 
 /// Fetch an input from the named peer (falling back to storage) or from storage, and cache it.

@@ -90,6 +90,10 @@ pub struct WorkerArgs {
     /// Run no process: report every task done at once (dispatcher benchmarks).
     #[arg(long)]
     noop: bool,
+    /// EMULATION: read file:// inputs through this dispatcher's bandwidth-limited storage
+    /// gateway (set up by `diffuse run --storage-bandwidth`).
+    #[arg(long)]
+    storage_gateway: Option<String>,
 }
 
 /// Arguments of `diffuse run`.
@@ -118,8 +122,20 @@ pub struct RunArgs {
     /// Workers run no process (dispatcher throughput benchmark).
     #[arg(long)]
     noop: bool,
+    /// EMULATION of slow shared storage: serve file:// inputs under --storage-root through one
+    /// link of this total bandwidth, shared by all workers (e.g. 200MB/s).
+    #[arg(long, value_parser = parse_rate, allow_hyphen_values = true, requires = "storage_root")]
+    storage_bandwidth: Option<f64>,
+    /// The directory whose files the emulated shared storage serves (with --storage-bandwidth).
+    #[arg(long, requires = "storage_bandwidth")]
+    storage_root: Option<PathBuf>,
     #[command(flatten)]
     sched: SchedArgs,
+}
+
+/// A rate such as `200MB/s` (the `/s` is optional), in bytes per second.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    parse_size(s.strip_suffix("/s").unwrap_or(s)).map(|b| b as f64)
 }
 
 /// Arguments of the client commands.
@@ -203,6 +219,7 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         tokens,
         heartbeat: Duration::from_millis(500),
         heartbeat_timeout: Duration::from_secs(a.heartbeat_timeout),
+        storage_gateway: None,
     })
     .with_context(|| format!("cannot start with journal {}", a.journal.display()))?;
     runtime()?.block_on(async move {
@@ -236,6 +253,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         listen: a.listen,
         eviction: a.eviction,
         noop: a.noop,
+        storage_gateway: a.storage_gateway,
     }))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -259,6 +277,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         exe: std::env::current_exe()?,
         noop: a.noop,
         progress: !a.json,
+        storage_bandwidth: a.storage_root.clone().zip(a.storage_bandwidth),
     };
     let summary = match runtime()?.block_on(diffuse_runtime::run::run(cfg)) {
         Ok(s) => s,
@@ -396,4 +415,148 @@ pub fn wait(a: StatusArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Arguments of `diffuse demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Files in the generated dataset.
+    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    files: u32,
+    /// Size of each file.
+    #[arg(long, default_value = "8MB", value_parser = parse_size, allow_hyphen_values = true)]
+    file_size: u64,
+    /// Tasks; each checksums one file chosen at random.
+    #[arg(long, default_value_t = 480, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    tasks: u32,
+    /// Local worker processes.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    workers: u32,
+    /// Slots per worker.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    slots_per_worker: u32,
+    /// Cache quota per worker.
+    #[arg(long, default_value = "200MB", value_parser = parse_size, allow_hyphen_values = true)]
+    cache_size: u64,
+    /// EMULATED shared-storage bandwidth, shared by all workers (the point of the demo: shared
+    /// storage is slow under load).
+    #[arg(long, default_value = "100MB/s", value_parser = parse_rate, allow_hyphen_values = true)]
+    storage_bandwidth: f64,
+    /// Keep everything in this directory [default: a temporary directory, removed at the end].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Print both summaries as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `diffuse demo`.
+pub fn demo(a: DemoArgs) -> Result<ExitCode> {
+    use diffuse_runtime::demo::{generate, run_policy, DemoConfig};
+    let temp;
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => {
+            temp = tempfile::tempdir()?;
+            temp.path().to_path_buf()
+        }
+    };
+    let cfg = DemoConfig {
+        dir,
+        files: a.files,
+        file_size: a.file_size,
+        tasks: a.tasks,
+        workers: a.workers,
+        slots_per_worker: a.slots_per_worker,
+        cache_size: a.cache_size,
+        storage_bandwidth: a.storage_bandwidth,
+        exe: std::env::current_exe()?,
+        seed: 7,
+        progress: !a.json,
+    };
+    let rate = format_size(a.storage_bandwidth as u64);
+    if !a.json {
+        println!(
+            "diffuse demo: {} files of {}, {} tasks (md5sum of a random file), {} workers x {} slots, {} cache each",
+            a.files,
+            format_size(a.file_size),
+            a.tasks,
+            a.workers,
+            a.slots_per_worker,
+            format_size(a.cache_size)
+        );
+        println!(
+            "shared storage EMULATED at {rate}/s in total (--storage-bandwidth), in {}",
+            cfg.dir.display()
+        );
+    }
+    let tasks = generate(&cfg)?;
+    let rt = runtime()?;
+    let mut results = Vec::new();
+    for policy in [PolicyKind::Fa, PolicyKind::Gcc] {
+        if !a.json {
+            println!("\n== {} ==", policy.to_string().to_uppercase());
+        }
+        results.push((policy, rt.block_on(run_policy(&cfg, &tasks, policy))?));
+    }
+    let (fa, gcc) = (&results[0].1, &results[1].1);
+    if a.json {
+        println!("{}", serde_json::json!({ "fa": fa, "gcc": gcc }));
+    } else {
+        println!("\n{:<28} {:>14} {:>14}", "", "FA", "GCC");
+        let row = |name: &str, f: String, g: String| println!("{name:<28} {f:>14} {g:>14}");
+        row(
+            "makespan",
+            format!("{:.1} s", fa.makespan_s),
+            format!("{:.1} s", gcc.makespan_s),
+        );
+        row(
+            "tasks/s",
+            format!("{:.1}", fa.tasks_per_s),
+            format!("{:.1}", gcc.tasks_per_s),
+        );
+        row(
+            "read from shared storage",
+            format_size(fa.bytes_storage),
+            format_size(gcc.bytes_storage),
+        );
+        row(
+            "read from peer caches",
+            format_size(fa.bytes_peer),
+            format_size(gcc.bytes_peer),
+        );
+        row(
+            "read from local cache",
+            format_size(fa.bytes_local),
+            format_size(gcc.bytes_local),
+        );
+        row("local / peer / miss", pct(fa), pct(gcc));
+        row(
+            "tasks ok / failed",
+            format!("{} / {}", fa.tasks_ok, fa.tasks_failed),
+            format!("{} / {}", gcc.tasks_ok, gcc.tasks_failed),
+        );
+        println!(
+            "\nWith FA every task reads its file from shared storage, so the run moves at the storage's {rate}/s. \
+             With GCC each file crosses shared storage about once; later reads hit a worker's local cache or a \
+             peer's, and the dispatcher sends each task to the worker that holds its file: {:.1}x faster, with \
+             {:.0}x less traffic on shared storage.",
+            fa.makespan_s / gcc.makespan_s.max(1e-9),
+            fa.bytes_storage as f64 / (gcc.bytes_storage.max(1)) as f64
+        );
+    }
+    Ok(if fa.tasks_failed + gcc.tasks_failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn pct(s: &diffuse_runtime::run::RunSummary) -> String {
+    format!(
+        "{:.0}/{:.0}/{:.0}%",
+        s.hit_local * 100.0,
+        s.hit_peer * 100.0,
+        s.miss * 100.0
+    )
 }

@@ -24,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Demonstrate data diffusion: the same workload with FA and GCC against slow shared storage.
+    Demo(live::DemoArgs),
     /// Run a task file on local workers: the embedded default (dispatcher, journal, workers).
     Run(live::RunArgs),
     /// Serve the dispatcher: HTTP API, worker sessions, journal.
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim::run(args),
         Command::Run(args) => live::run(args),
+        Command::Demo(args) => live::demo(args),
         Command::Dispatcher(args) => live::dispatcher(args),
         Command::Worker(args) => live::worker(args),
         Command::Submit(args) => live::submit(args),

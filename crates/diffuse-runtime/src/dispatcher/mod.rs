@@ -56,6 +56,9 @@ pub struct DispatcherConfig {
     pub heartbeat: Duration,
     /// A worker silent this long is given up and its tasks run elsewhere.
     pub heartbeat_timeout: Duration,
+    /// Shared-storage emulation: serve `file://` objects under this root at this many bytes/s
+    /// (see [`crate::gateway`]).
+    pub storage_gateway: Option<(PathBuf, f64)>,
 }
 
 /// A cheap, cloneable handle to a running dispatcher.
@@ -65,6 +68,7 @@ pub struct Handle {
     storage: Arc<Storage>,
     tokens: Arc<Tokens>,
     conns: Arc<AtomicU64>,
+    gateway: Option<Arc<crate::gateway::Gateway>>,
 }
 
 /// An API error, with its HTTP status.
@@ -124,11 +128,19 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
     let thread = std::thread::Builder::new()
         .name("scheduler".into())
         .spawn(move || scheduler.run(rx))?;
+    let gateway = match &cfg.storage_gateway {
+        Some((root, rate)) => Some(Arc::new(
+            crate::gateway::Gateway::new(root.clone(), *rate, cfg.tokens.worker.clone())
+                .map_err(|e| anyhow::anyhow!("storage root {}: {e}", root.display()))?,
+        )),
+        None => None,
+    };
     let handle = Handle {
         tx,
         storage: Arc::new(Storage::new()),
         tokens: Arc::new(cfg.tokens),
         conns: Arc::new(AtomicU64::new(1)),
+        gateway,
     };
     Ok((handle, thread))
 }
@@ -234,6 +246,12 @@ impl Handle {
 
 /// The dispatcher's routes.
 pub fn router(handle: Handle) -> Router {
+    let gateway = match handle.gateway.clone() {
+        Some(g) => Router::new()
+            .route("/v1/storage/{*path}", get(crate::gateway::serve))
+            .with_state(g),
+        None => Router::new(),
+    };
     Router::new()
         .route("/v1/tasks", post(submit).get(list))
         .route("/v1/tasks/{id}", get(task))
@@ -243,6 +261,7 @@ pub fn router(handle: Handle) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/workers/connect", get(connect))
         .with_state(handle)
+        .merge(gateway)
 }
 
 /// Serve the API on `listener` until `shutdown` resolves.

@@ -726,6 +726,7 @@ impl Scheduler {
             cmd: task.def.cmd.clone(),
             inputs: assigned,
             outputs: task.def.outputs.clone(),
+            caching: self.core.caching_enabled(),
         };
         let Some(s) = self.sessions.get(&node) else {
             return;
