@@ -3,8 +3,15 @@
 #   - formatting (cargo fmt --check) and lints (cargo clippy --all-targets -D warnings)
 #   - all unit, integration and property tests (cargo test --workspace)
 #   - the paper-reproduction acceptance checks (diffuse sim paper exits 1 if any check fails)
+# The live-runtime tests need a real S3-compatible server: moto's server mode, from PyPI, which
+# the S3 test starts and stops itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if ! python3 -c "import moto.server" >/dev/null 2>&1; then
+    echo "== installing moto[server] (S3-compatible test server) =="
+    python3 -m pip install --quiet --disable-pip-version-check 'moto[server]'
+fi
 
 # Toolchain components: present on the project's machines; added if a fresh rustup lacks them.
 if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 2>&1; then

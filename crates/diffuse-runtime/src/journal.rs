@@ -579,6 +579,15 @@ impl Journal {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Commit this connection's transactions without waiting for fsync (`synchronous=NORMAL`
+    /// under WAL): a commit survives a crash of the process (kill -9) but not of the machine.
+    /// The dispatcher uses it for outcomes, whose loss only makes a task run again; the next
+    /// fully synchronous commit (a submission) makes everything before it durable too.
+    pub fn relax_durability(&self) -> Result<(), JournalError> {
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        Ok(())
+    }
+
     /// (submitted, with outcome) counts.
     pub fn counts(&self) -> Result<(u64, u64), JournalError> {
         let mut stmt = self.conn.prepare_cached(

@@ -363,6 +363,32 @@ fn expand(text: &str, inputs: &[PathBuf], outputs: &[PathBuf]) -> String {
     s
 }
 
+/// The program's path: names without a `/` are looked up in `PATH` once and remembered, so a
+/// spawn does not try every `PATH` directory in turn.
+fn resolve(program: &str) -> PathBuf {
+    static FOUND: std::sync::OnceLock<Mutex<HashMap<String, PathBuf>>> = std::sync::OnceLock::new();
+    if program.contains('/') {
+        return PathBuf::from(program);
+    }
+    let found = FOUND.get_or_init(Default::default);
+    if let Some(p) = found.lock().expect("path cache").get(program) {
+        return p.clone();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let hit = std::env::split_paths(&path).map(|d| d.join(program)).find(|p| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    });
+    match hit {
+        Some(p) => {
+            found.lock().expect("path cache").insert(program.to_string(), p.clone());
+            p
+        }
+        // Not found: let the spawn fail with the OS's own error for the bare name.
+        None => PathBuf::from(program),
+    }
+}
+
 /// Run the command; Ok(exit code, None if killed by a signal), Err(exec error).
 async fn execute(
     cmd: &Cmd,
@@ -372,7 +398,7 @@ async fn execute(
 ) -> Result<Option<i32>, String> {
     let mut command = match cmd {
         Cmd::Argv(argv) => {
-            let mut c = tokio::process::Command::new(expand(&argv[0], inputs, outputs));
+            let mut c = tokio::process::Command::new(resolve(&expand(&argv[0], inputs, outputs)));
             c.args(argv[1..].iter().map(|a| expand(a, inputs, outputs)));
             c
         }

@@ -243,7 +243,10 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "worker".into());
         format!("{}-{}", host.trim(), std::process::id())
     });
-    runtime()?.block_on(diffuse_runtime::worker::run(WorkerConfig {
+    // One thread: a worker mostly waits on processes and sockets, and cross-thread wake-ups cost
+    // more than they save on a busy node.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(diffuse_runtime::worker::run(WorkerConfig {
         dispatcher: a.dispatcher.trim_end_matches('/').to_string(),
         token,
         cache_dir: a.cache_dir,

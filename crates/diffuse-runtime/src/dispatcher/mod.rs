@@ -122,6 +122,7 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
         SchedulerConfig {
             heartbeat: cfg.heartbeat,
             heartbeat_timeout: cfg.heartbeat_timeout,
+            journal: cfg.journal.clone(),
         },
     )?;
     let (tx, rx) = mpsc::channel();

@@ -1,10 +1,15 @@
-//! The scheduler thread: the one owner of the scheduling core and the journal.
+//! The scheduler thread: the one owner of the scheduling core.
 //!
 //! Everything that changes state arrives as a [`Cmd`] on one channel. Each round the thread
-//! drains every pending command, commits all of the round's submissions, dispatched attempts and
-//! outcomes to the journal in one transaction each (group commit), and only then answers the
-//! submitters and sends work to the workers. A submission is therefore acknowledged only once it
-//! is on disk, and journaling costs one fsync per round, not per task.
+//! drains every pending command, commits all of the round's submissions to the journal in one
+//! transaction (group commit), and only then answers the submitters and dispatches their tasks:
+//! a submission is acknowledged only once it is on disk, and never runs before that.
+//!
+//! Dispatched attempts and outcomes go to a journal writer thread that group-commits them in the
+//! background, so no fsync sits between a task finishing and its slot getting the next task.
+//! Until the writer confirms an outcome, the scheduler keeps it in memory for queries. If the
+//! dispatcher dies before the confirmation, the task has no outcome on disk and runs again
+//! after restart (at-least-once execution, one recorded outcome).
 
 use crate::journal::{Journal, OutcomeState, StoredTask, SubmittedTask, TaskOutcome};
 use crate::proto::{
@@ -138,12 +143,61 @@ struct Session {
     last_seen: Instant,
 }
 
+/// What the journal writer thread commits.
+enum Write {
+    Attempts(Vec<(String, u32, String)>),
+    Outcomes(Vec<TaskOutcome>),
+}
+
+/// The journal writer thread and the channel of its commit confirmations.
+struct Writer {
+    tx: std::sync::mpsc::Sender<Write>,
+    committed: Receiver<Vec<String>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start(path: &std::path::Path) -> Result<Writer, crate::journal::JournalError> {
+        let mut journal = Journal::open(path)?;
+        journal.relax_durability()?;
+        let (tx, rx) = std::sync::mpsc::channel::<Write>();
+        let (done_tx, committed) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("journal-writer".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    // Group commit: let a short window of writes accumulate.
+                    std::thread::sleep(Duration::from_millis(20));
+                    let mut attempts = Vec::new();
+                    let mut outcomes = Vec::new();
+                    for w in std::iter::once(first).chain(rx.try_iter()) {
+                        match w {
+                            Write::Attempts(a) => attempts.extend(a),
+                            Write::Outcomes(o) => outcomes.extend(o),
+                        }
+                    }
+                    if let Err(e) = journal.record_attempts(&attempts) {
+                        tracing::error!("journal: {e}");
+                    }
+                    if let Err(e) = journal.record_outcomes(&outcomes) {
+                        tracing::error!("journal: {e}");
+                    }
+                    let _ = done_tx.send(outcomes.into_iter().map(|o| o.id).collect());
+                }
+            })
+            .expect("spawn journal writer");
+        Ok(Writer { tx, committed, thread })
+    }
+}
+
 /// Settings of the scheduler thread.
 pub struct SchedulerConfig {
     /// Heartbeat interval told to workers.
     pub heartbeat: Duration,
     /// A worker silent this long is given up.
     pub heartbeat_timeout: Duration,
+    /// The journal file (the writer thread opens its own connection to it).
+    pub journal: std::path::PathBuf,
 }
 
 /// The scheduler's state.
@@ -158,6 +212,9 @@ pub struct Scheduler {
     uris: Vec<String>,
     versions: Vec<String>,
     sessions: FxHashMap<NodeId, Session>,
+    /// Outcomes sent to the writer and not yet confirmed committed.
+    unconfirmed: FxHashMap<String, TaskOutcome>,
+    writer: Option<Writer>,
     conns: FxHashMap<u64, NodeId>,
     next_node: u32,
     status: Status,
@@ -182,6 +239,7 @@ impl Scheduler {
         cfg: SchedulerConfig,
     ) -> Result<Scheduler, crate::journal::JournalError> {
         let stored = journal.load()?;
+        let writer = Some(Writer::start(&cfg.journal)?);
         let mut s = Scheduler {
             core,
             journal,
@@ -193,6 +251,8 @@ impl Scheduler {
             uris: Vec::new(),
             versions: Vec::new(),
             sessions: FxHashMap::default(),
+            unconfirmed: FxHashMap::default(),
+            writer,
             conns: FxHashMap::default(),
             next_node: 0,
             status: Status::default(),
@@ -294,7 +354,10 @@ impl Scheduler {
             let first = match rx.recv_timeout(wait) {
                 Ok(c) => Some(c),
                 Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.close_writer();
+                    break;
+                }
             };
             if let Some(c) = first {
                 self.handle(c);
@@ -402,7 +465,10 @@ impl Scheduler {
             _ => ("queued".into(), None, 0),
         };
         let outcome = match task.phase {
-            Phase::Done(_) => self.journal.outcome(&task.id).ok().flatten(),
+            Phase::Done(_) => match self.unconfirmed.get(&task.id) {
+                Some(o) => Some(o.clone()),
+                None => self.journal.outcome(&task.id).ok().flatten(),
+            },
             Phase::Live => None,
         };
         let node = node.or_else(|| outcome.as_ref().and_then(|o| o.node.clone()));
@@ -756,19 +822,31 @@ impl Scheduler {
         }
     }
 
-    /// Commit this round's dispatched attempts and outcomes.
+    /// Hand this round's dispatched attempts and outcomes to the journal writer.
     fn flush_progress(&mut self) {
-        if !self.new_attempts.is_empty() {
-            let attempts = std::mem::take(&mut self.new_attempts);
-            if let Err(e) = self.journal.record_attempts(&attempts) {
-                tracing::error!("journal: {e}");
+        let Some(w) = &self.writer else { return };
+        if let Ok(ids) = w.committed.try_recv() {
+            for id in ids.into_iter().chain(w.committed.try_iter().flatten()) {
+                self.unconfirmed.remove(&id);
             }
+        }
+        if !self.new_attempts.is_empty() {
+            let _ = w.tx.send(Write::Attempts(std::mem::take(&mut self.new_attempts)));
         }
         if !self.new_outcomes.is_empty() {
             let outcomes = std::mem::take(&mut self.new_outcomes);
-            if let Err(e) = self.journal.record_outcomes(&outcomes) {
-                tracing::error!("journal: {e}");
+            for o in &outcomes {
+                self.unconfirmed.insert(o.id.clone(), o.clone());
             }
+            let _ = w.tx.send(Write::Outcomes(outcomes));
+        }
+    }
+
+    /// Wait for the journal writer to commit everything it was given.
+    fn close_writer(&mut self) {
+        if let Some(w) = self.writer.take() {
+            drop(w.tx);
+            let _ = w.thread.join();
         }
     }
 }

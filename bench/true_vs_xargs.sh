@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# 20,000 tasks of `true` through `diffuse run` against `xargs -P <same slots>` running the same
+# commands, in one run. Usage: bench/true_vs_xargs.sh [tasks=20000] [workers=2] [slots=2]
+source "$(dirname "$0")/common.sh"
+N=${1:-20000}; W=${2:-2}; S=${3:-2}; P=$((W * S))
+python3 -c "
+import json
+with open('$WORK/tasks.jsonl','w') as f:
+    for i in range($N): f.write(json.dumps({'id':'t%d'%i,'cmd':['true']})+'\n')"
+"$DIFFUSE" run "$WORK/tasks.jsonl" --workers "$W" --slots-per-worker "$S" --run-dir "$WORK/run" --json >"$WORK/out.json"
+d=$(json "['tasks_per_s']" <"$WORK/out.json")
+start=$(date +%s.%N)
+seq "$N" | xargs -P "$P" -n 1 sh -c 'true' _ 
+end=$(date +%s.%N)
+python3 -c "
+n=$N; d=$d; x=n/($end-$start)
+print(f'{n} x true, {$P} slots: diffuse run {d:.0f} tasks/s, xargs -P $P {x:.0f} tasks/s, ratio {d/x:.2f}')"
