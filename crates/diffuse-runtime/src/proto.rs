@@ -98,6 +98,10 @@ pub struct Assignment {
     /// input from persistent storage and leave nothing behind (no data diffusion).
     #[serde(default = "yes")]
     pub caching: bool,
+    /// For each input as written in the task (repeats included), its index in `inputs`;
+    /// empty when the task lists no input twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub positions: Vec<u32>,
 }
 
 fn yes() -> bool {
@@ -199,6 +203,7 @@ mod tests {
             }],
             outputs: vec![],
             caching: true,
+            positions: vec![],
         });
         let text = serde_json::to_string(&m).unwrap();
         assert!(

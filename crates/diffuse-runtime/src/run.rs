@@ -114,6 +114,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let total = defs.len() as u64;
     std::fs::create_dir_all(&cfg.run_dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", cfg.run_dir.display()))?;
+    let mut cfg = cfg;
+    cfg.run_dir = std::path::absolute(&cfg.run_dir).map_err(anyhow::Error::from)?;
     let journal = cfg.run_dir.join("journal.sqlite");
     if journal.exists() {
         return Err(anyhow::anyhow!(

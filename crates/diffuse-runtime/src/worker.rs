@@ -97,7 +97,9 @@ enum Staged {
 }
 
 /// Run a worker until the dispatcher tells it to shut down or the connection is lost.
-pub async fn run(cfg: WorkerConfig) -> anyhow::Result<()> {
+pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
+    // Tasks run in their own directories: every path handed to them must be absolute.
+    cfg.cache_dir = std::path::absolute(&cfg.cache_dir)?;
     let cache_dir = cfg.cache_dir.clone();
     let (quota, eviction) = (cfg.cache_size, cfg.eviction);
     let cache =
@@ -334,7 +336,16 @@ async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
     let outputs: Vec<PathBuf> = (0..a.outputs.len())
         .map(|i| outputs_dir.join(format!("{i}")))
         .collect();
-    let result = execute(&a.cmd, &paths, &outputs, &dir).await;
+    // `{inputs[i]}` counts the task's inputs as written, repeats included.
+    let by_position: Vec<PathBuf> = if a.positions.is_empty() {
+        paths.clone()
+    } else {
+        a.positions
+            .iter()
+            .map(|&p| paths[p as usize].clone())
+            .collect()
+    };
+    let result = execute(&a.cmd, &by_position, &outputs, &dir).await;
     let _ = std::fs::remove_dir_all(&inputs_dir);
     match result {
         Ok(code) => report.exit_code = code,
@@ -375,13 +386,19 @@ fn resolve(program: &str) -> PathBuf {
         return p.clone();
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let hit = std::env::split_paths(&path).map(|d| d.join(program)).find(|p| {
-        use std::os::unix::fs::PermissionsExt;
-        p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    });
+    let hit = std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        });
     match hit {
         Some(p) => {
-            found.lock().expect("path cache").insert(program.to_string(), p.clone());
+            found
+                .lock()
+                .expect("path cache")
+                .insert(program.to_string(), p.clone());
             p
         }
         // Not found: let the spawn fail with the OS's own error for the bare name.

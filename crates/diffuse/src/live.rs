@@ -245,7 +245,9 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
     });
     // One thread: a worker mostly waits on processes and sockets, and cross-thread wake-ups cost
     // more than they save on a busy node.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(diffuse_runtime::worker::run(WorkerConfig {
         dispatcher: a.dispatcher.trim_end_matches('/').to_string(),
         token,

@@ -186,7 +186,11 @@ impl Writer {
                 }
             })
             .expect("spawn journal writer");
-        Ok(Writer { tx, committed, thread })
+        Ok(Writer {
+            tx,
+            committed,
+            thread,
+        })
     }
 }
 
@@ -223,6 +227,26 @@ pub struct Scheduler {
     new_attempts: Vec<(String, u32, String)>,
     new_outcomes: Vec<TaskOutcome>,
     replies: Vec<(oneshot::Sender<Result<usize, SubmitError>>, usize)>,
+}
+
+/// For each input as written, its index among the distinct inputs (empty if none repeats).
+fn positions(inputs: &[String]) -> Vec<u32> {
+    let mut distinct: Vec<&String> = Vec::new();
+    let mut pos = Vec::with_capacity(inputs.len());
+    for uri in inputs {
+        match distinct.iter().position(|d| *d == uri) {
+            Some(i) => pos.push(i as u32),
+            None => {
+                distinct.push(uri);
+                pos.push(distinct.len() as u32 - 1);
+            }
+        }
+    }
+    if distinct.len() == inputs.len() {
+        Vec::new()
+    } else {
+        pos
+    }
 }
 
 fn unix_now() -> f64 {
@@ -544,8 +568,9 @@ impl Scheduler {
     fn finish_without_running(&mut self, id: TaskId, state: OutcomeState, error: Option<String>) {
         let task = &mut self.tasks[id.0 as usize];
         task.phase = Phase::Done(state);
-        self.new_outcomes.push(TaskOutcome {
-            id: task.id.clone(),
+        let task_id = task.id.clone();
+        self.record_outcome(TaskOutcome {
+            id: task_id,
             state,
             attempt: 0,
             node: None,
@@ -688,7 +713,7 @@ impl Scheduler {
                 self.count_outcome(st);
                 let task = &mut self.tasks[t.0 as usize];
                 task.phase = Phase::Done(st);
-                self.new_outcomes.push(TaskOutcome {
+                self.record_outcome(TaskOutcome {
                     id: report.task.clone(),
                     state: st,
                     attempt: report.attempt,
@@ -793,6 +818,7 @@ impl Scheduler {
             inputs: assigned,
             outputs: task.def.outputs.clone(),
             caching: self.core.caching_enabled(),
+            positions: positions(&task.def.inputs),
         };
         let Some(s) = self.sessions.get(&node) else {
             return;
@@ -822,6 +848,12 @@ impl Scheduler {
         }
     }
 
+    /// Record an outcome: visible to queries at once, journaled by the writer this round.
+    fn record_outcome(&mut self, o: TaskOutcome) {
+        self.unconfirmed.insert(o.id.clone(), o.clone());
+        self.new_outcomes.push(o);
+    }
+
     /// Hand this round's dispatched attempts and outcomes to the journal writer.
     fn flush_progress(&mut self) {
         let Some(w) = &self.writer else { return };
@@ -831,14 +863,12 @@ impl Scheduler {
             }
         }
         if !self.new_attempts.is_empty() {
-            let _ = w.tx.send(Write::Attempts(std::mem::take(&mut self.new_attempts)));
+            let _ =
+                w.tx.send(Write::Attempts(std::mem::take(&mut self.new_attempts)));
         }
         if !self.new_outcomes.is_empty() {
-            let outcomes = std::mem::take(&mut self.new_outcomes);
-            for o in &outcomes {
-                self.unconfirmed.insert(o.id.clone(), o.clone());
-            }
-            let _ = w.tx.send(Write::Outcomes(outcomes));
+            let _ =
+                w.tx.send(Write::Outcomes(std::mem::take(&mut self.new_outcomes)));
         }
     }
 
