@@ -26,7 +26,7 @@ for _ in $(seq 600); do
   echo "$r" | grep -q '"state":"succeeded"' && break; sleep 0.1
 done
 cat >"$WORK/nginx.conf" <<NGX
-daemon on; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
+user root; daemon on; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
 events {}
 http { access_log off; sendfile on; server { listen 127.0.0.1:$nport; root $WORK; } }
 NGX
@@ -35,7 +35,8 @@ sleep 0.3
 cat "$WORK/big.dat" >/dev/null
 best=999
 for _ in 1 2 3; do
-  t=$(curl -s -o "$WORK/curl.out" -w '%{time_total}' http://127.0.0.1:$nport/big.dat); rm -f "$WORK/curl.out"
+  t=$(curl -sf -o "$WORK/curl.out" -w '%{time_total}' http://127.0.0.1:$nport/big.dat) || { echo "curl from nginx failed"; cat "$WORK/nginx.err"; exit 1; }
+  rm -f "$WORK/curl.out"
   best=$(python3 -c "print(min($best, $t))")
 done
 echo "$r" | python3 -c "

@@ -359,6 +359,60 @@ impl CacheDir {
             f.sync_all()?;
             (size, sha256)
         };
+        self.place(temp, uri, version, size, sha256)
+    }
+
+    /// Like [`CacheDir::commit`], for a download whose size and SHA-256 the caller computed
+    /// from the bytes as it wrote them and which it has already fsynced (the worker does both
+    /// while streaming, so a large object is not read a second time). The size is checked
+    /// against the file; `expected_sha256` (the sender's checksum) against `sha256`.
+    pub fn commit_hashed(
+        &mut self,
+        temp: &Path,
+        uri: &str,
+        version: &str,
+        size: u64,
+        sha256: &str,
+        expected_sha256: Option<&str>,
+    ) -> io::Result<Stored> {
+        if temp.parent() != Some(self.tmp.as_path()) || temp.file_name().is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "commit: {} is not a temp file of this cache",
+                    temp.display()
+                ),
+            ));
+        }
+        let on_disk = fs::symlink_metadata(temp)?;
+        if !on_disk.is_file() || on_disk.len() != size {
+            let _ = fs::remove_file(temp);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{uri}: {} bytes written, {} on disk", size, on_disk.len()),
+            ));
+        }
+        if let Some(want) = expected_sha256 {
+            if !want.eq_ignore_ascii_case(sha256) {
+                let _ = fs::remove_file(temp);
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("checksum mismatch for {uri}: expected {want}, got {sha256}"),
+                ));
+            }
+        }
+        self.place(temp, uri, version, size, sha256.to_ascii_lowercase())
+    }
+
+    /// Admit a verified, synced temp file as `uri` (see `commit`).
+    fn place(
+        &mut self,
+        temp: &Path,
+        uri: &str,
+        version: &str,
+        size: u64,
+        sha256: String,
+    ) -> io::Result<Stored> {
         let key = Self::key(uri);
         let replaced = self.drop_silently(uri);
 

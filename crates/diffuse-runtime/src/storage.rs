@@ -49,6 +49,47 @@ fn version_of(meta: &ObjectMeta) -> String {
     }
 }
 
+/// A finished download: the source's size and version, bytes written, and their SHA-256.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Download {
+    /// The source object as read.
+    pub info: SourceInfo,
+    /// Bytes written to the file.
+    pub written: u64,
+    /// Lowercase hex SHA-256 of the bytes written, computed as they were written.
+    pub sha256: String,
+}
+
+/// Write a stream of chunks to `dest`, hashing as it goes.
+async fn write_hashed<E: std::fmt::Display>(
+    uri: &str,
+    dest: &Path,
+    mut stream: impl futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+) -> Result<(u64, String), StorageError> {
+    use sha2::Digest;
+    let other = |m: String| StorageError::Other {
+        uri: uri.to_string(),
+        message: m,
+    };
+    // A large buffer: tokio's file writes each hop to a blocking thread.
+    let file = tokio::fs::File::create(dest)
+        .await
+        .map_err(|e| other(e.to_string()))?;
+    let mut file = tokio::io::BufWriter::with_capacity(4 << 20, file);
+    let mut hasher = sha2::Sha256::new();
+    let mut written = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| other(e.to_string()))?;
+        hasher.update(&chunk);
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| other(e.to_string()))?;
+        written += chunk.len() as u64;
+    }
+    file.flush().await.map_err(|e| other(e.to_string()))?;
+    Ok((written, hex::encode(hasher.finalize())))
+}
+
 /// Backends by store (scheme + bucket or host), created on first use.
 #[derive(Default)]
 pub struct Storage {
@@ -79,7 +120,7 @@ impl Storage {
         token: &str,
         uri: &str,
         dest: &Path,
-    ) -> Result<(SourceInfo, u64), StorageError> {
+    ) -> Result<Download, StorageError> {
         let path = uri.strip_prefix("file://").unwrap_or(uri);
         let other = |m: String| StorageError::Other {
             uri: uri.to_string(),
@@ -103,23 +144,15 @@ impl Storage {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
-        let io = |e: std::io::Error| other(e.to_string());
-        let mut file = tokio::fs::File::create(dest).await.map_err(io)?;
-        let mut stream = resp.bytes_stream();
-        let mut written = 0u64;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| other(e.to_string()))?;
-            file.write_all(&chunk).await.map_err(io)?;
-            written += chunk.len() as u64;
-        }
-        file.flush().await.map_err(io)?;
-        Ok((
-            SourceInfo {
+        let (written, sha256) = write_hashed(uri, dest, resp.bytes_stream()).await?;
+        Ok(Download {
+            info: SourceInfo {
                 size: written,
                 version,
             },
             written,
-        ))
+            sha256,
+        })
     }
 
     /// The backend and in-store path for a URI.
@@ -198,13 +231,9 @@ impl Storage {
         })
     }
 
-    /// Stream the object at `uri` into the file `dest` (created or truncated); returns the
-    /// version read and the bytes written.
-    pub async fn get_to_file(
-        &self,
-        uri: &str,
-        dest: &Path,
-    ) -> Result<(SourceInfo, u64), StorageError> {
+    /// Stream the object at `uri` into the file `dest` (created or truncated), hashing it on
+    /// the way.
+    pub async fn get_to_file(&self, uri: &str, dest: &Path) -> Result<Download, StorageError> {
         if let (Some((url, token)), true) = (&self.gateway, uri.starts_with("file://")) {
             return self.get_via_gateway(url, token, uri, dest).await;
         }
@@ -214,20 +243,12 @@ impl Storage {
             size: result.meta.size,
             version: version_of(&result.meta),
         };
-        let io = |e: std::io::Error| StorageError::Other {
-            uri: uri.to_string(),
-            message: e.to_string(),
-        };
-        let mut file = tokio::fs::File::create(dest).await.map_err(io)?;
-        let mut stream = result.into_stream();
-        let mut written = 0u64;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| Self::map_err(uri, e))?;
-            file.write_all(&chunk).await.map_err(io)?;
-            written += chunk.len() as u64;
-        }
-        file.flush().await.map_err(io)?;
-        Ok((info, written))
+        let (written, sha256) = write_hashed(uri, dest, result.into_stream()).await?;
+        Ok(Download {
+            info,
+            written,
+            sha256,
+        })
     }
 
     /// Upload the local file `src` to `uri` (task outputs).
@@ -277,8 +298,13 @@ mod tests {
         let v1 = s.head(&uri).await.unwrap();
         assert_eq!(v1.size, 5);
         let out = dir.path().join("copy");
-        let (info, n) = s.get_to_file(&uri, &out).await.unwrap();
-        assert_eq!((n, info.clone()), (5, v1.clone()));
+        let d = s.get_to_file(&uri, &out).await.unwrap();
+        assert_eq!((d.written, d.info.clone()), (5, v1.clone()));
+        // sha256("hello")
+        assert_eq!(
+            d.sha256,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
         assert_eq!(std::fs::read(&out).unwrap(), b"hello");
         std::fs::write(&f, b"hello, world").unwrap();
         assert_ne!(

@@ -102,8 +102,19 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     cfg.cache_dir = std::path::absolute(&cfg.cache_dir)?;
     let cache_dir = cfg.cache_dir.clone();
     let (quota, eviction) = (cfg.cache_size, cfg.eviction);
+    // A cache left without the clean-shutdown marker may hold objects whose data never reached
+    // the disk before a crash: verify every checksum before using any of them.
+    let marker = cfg.cache_dir.join(CLEAN_MARKER);
+    let clean = marker.exists();
+    let _ = std::fs::remove_file(&marker);
+    if !clean {
+        tracing::info!(
+            "no clean-shutdown marker in {}: verifying every cached object",
+            cfg.cache_dir.display()
+        );
+    }
     let cache =
-        tokio::task::spawn_blocking(move || CacheDir::open(&cache_dir, quota, eviction, false))
+        tokio::task::spawn_blocking(move || CacheDir::open(&cache_dir, quota, eviction, !clean))
             .await??;
     let work = cfg.cache_dir.join("work");
     std::fs::create_dir_all(&work)?;
@@ -228,8 +239,25 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
             .await?;
     }
     let _ = sink.close().await;
+    // Everything cached so far reaches the disk before the cache is marked clean.
+    let dir = cfg.cache_dir.clone();
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let status = std::process::Command::new("sync")
+            .arg("-f")
+            .arg(&dir)
+            .status()?;
+        if status.success() {
+            std::fs::write(dir.join(CLEAN_MARKER), b"clean shutdown\n")?;
+        }
+        Ok(())
+    })
+    .await??;
     Ok(())
 }
+
+/// Written at a graceful shutdown, removed at start: its absence means the last run ended
+/// uncleanly, and every cached object is verified before use.
+pub const CLEAN_MARKER: &str = "CLEAN";
 
 fn noop_report(a: &Assignment) -> TaskReport {
     let now = unix_now();
@@ -288,9 +316,23 @@ async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
     };
     let inputs_dir = dir.join("inputs");
     let outputs_dir = dir.join("outputs");
-    if let Err(e) =
-        std::fs::create_dir_all(&inputs_dir).and_then(|_| std::fs::create_dir_all(&outputs_dir))
-    {
+    // Only the directories the task needs: a short task's cost is mostly file-system calls.
+    let made = std::fs::create_dir_all(&dir)
+        .and_then(|_| {
+            if a.inputs.is_empty() {
+                Ok(())
+            } else {
+                std::fs::create_dir(&inputs_dir)
+            }
+        })
+        .and_then(|_| {
+            if a.outputs.is_empty() {
+                Ok(())
+            } else {
+                std::fs::create_dir(&outputs_dir)
+            }
+        });
+    if let Err(e) = made {
         return fail(report, format!("cannot create {}: {e}", dir.display()));
     }
     let paths: Vec<PathBuf> = (0..a.inputs.len())
@@ -346,7 +388,9 @@ async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
             .collect()
     };
     let result = execute(&a.cmd, &by_position, &outputs, &dir).await;
-    let _ = std::fs::remove_dir_all(&inputs_dir);
+    if !a.inputs.is_empty() {
+        let _ = std::fs::remove_dir_all(&inputs_dir);
+    }
     match result {
         Ok(code) => report.exit_code = code,
         Err(e) => return fail(report, e),
@@ -505,7 +549,7 @@ async fn read_uncached(
     input: &AssignedInput,
     dest: &Path,
 ) -> Result<(Staged, bool), String> {
-    let (info, _) = ctx
+    let d = ctx
         .storage
         .get_to_file(&input.uri, dest)
         .await
@@ -513,7 +557,7 @@ async fn read_uncached(
             StorageError::NotFound(u) => format!("not found: {u}"),
             e => e.to_string(),
         })?;
-    Ok((Staged::Storage(info.size), true))
+    Ok((Staged::Storage(d.info.size), true))
 }
 
 /// Fetch an input from the named peer (falling back to storage) or from storage, and cache it.
@@ -525,16 +569,13 @@ async fn fetch(
     let temp = ctx.cache.lock().expect("cache lock").temp_path();
     if let InputSource::Peer { url } = &input.source {
         match fetch_peer(ctx, url, input, &temp).await {
-            Ok(stored) => {
-                return Ok((Staged::Peer(input.size), stored))
-                    .and_then(|r| place(ctx, input, dest, r))
-            }
+            Ok(stored) => return place(ctx, input, dest, (Staged::Peer(input.size), stored)),
             Err(e) => {
                 tracing::warn!(uri = %input.uri, "peer fetch from {url} failed ({e}); reading from storage")
             }
         }
     }
-    let (info, _) = ctx
+    let d = ctx
         .storage
         .get_to_file(&input.uri, &temp)
         .await
@@ -545,23 +586,37 @@ async fn fetch(
                 e => e.to_string(),
             }
         })?;
-    let stored = commit(ctx, &temp, &input.uri, &info.version, None)?;
-    place(ctx, input, dest, (Staged::Storage(info.size), stored))
+    let stored = commit(
+        ctx,
+        &temp,
+        &input.uri,
+        &d.info.version,
+        d.written,
+        &d.sha256,
+        None,
+    )
+    .await?;
+    place(ctx, input, dest, (Staged::Storage(d.info.size), stored))
 }
 
-/// Commit a downloaded temp file; returns the path and whether it was cached.
-fn commit(
+/// Commit a downloaded temp file with the digest computed while it was written; returns the
+/// path and whether it was cached.
+async fn commit(
     ctx: &Ctx,
     temp: &Path,
     uri: &str,
     version: &str,
-    sha: Option<&str>,
+    size: u64,
+    sha256: &str,
+    expected: Option<&str>,
 ) -> Result<(PathBuf, bool), String> {
+    // No fsync per object: after an unclean shutdown the whole cache is verified at start-up
+    // (see `CLEAN_MARKER`), so a torn object is never used.
     let stored = ctx
         .cache
         .lock()
         .expect("cache lock")
-        .commit(temp, uri, version, sha);
+        .commit_hashed(temp, uri, version, size, sha256, expected);
     let stored = stored.map_err(|e| {
         let _ = std::fs::remove_file(temp);
         format!("{uri}: {e}")
@@ -604,6 +659,7 @@ async fn fetch_peer(
     input: &AssignedInput,
     temp: &Path,
 ) -> Result<(PathBuf, bool), String> {
+    use sha2::Digest;
     let resp = ctx
         .http
         .get(format!("{url}/v1/cache/{}", CacheDir::key(&input.uri)))
@@ -627,21 +683,38 @@ async fn fetch_peer(
             input.version
         ));
     }
-    let mut file = tokio::fs::File::create(temp)
+    // A large buffer: tokio's file writes each hop to a blocking thread.
+    let file = tokio::fs::File::create(temp)
         .await
         .map_err(|e| e.to_string())?;
+    let mut file = tokio::io::BufWriter::with_capacity(4 << 20, file);
+    let mut hasher = sha2::Sha256::new();
+    let mut written = 0u64;
     let mut body = resp.bytes_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| {
             let _ = std::fs::remove_file(temp);
             e.to_string()
         })?;
+        hasher.update(&chunk);
         file.write_all(&chunk).await.map_err(|e| e.to_string())?;
+        written += chunk.len() as u64;
     }
     file.flush().await.map_err(|e| e.to_string())?;
     drop(file);
-    // The checksum the peer recorded is verified on our side before the object becomes visible.
-    commit(ctx, temp, &input.uri, &input.version, sha.as_deref())
+    // The checksum the peer recorded is checked against the bytes received before the object
+    // becomes visible: a corrupt or partial transfer is dropped, and the caller reads storage.
+    let got = hex::encode(hasher.finalize());
+    commit(
+        ctx,
+        temp,
+        &input.uri,
+        &input.version,
+        written,
+        &got,
+        sha.as_deref(),
+    )
+    .await
 }
 
 /// `GET /v1/cache/{key}`: a cached object, to holders of the worker token only.
@@ -665,6 +738,7 @@ async fn serve_object(
         return StatusCode::NOT_FOUND.into_response();
     };
     match tower_http::services::ServeFile::new(path)
+        .with_buf_chunk_size(1 << 20)
         .oneshot(req)
         .await
     {
