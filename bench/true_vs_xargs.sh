@@ -10,7 +10,7 @@ with open('$WORK/tasks.jsonl','w') as f:
 "$DIFFUSE" run "$WORK/tasks.jsonl" --workers "$W" --slots-per-worker "$S" --run-dir "$WORK/run" --json >"$WORK/out.json"
 d=$(json "['tasks_per_s']" <"$WORK/out.json")
 start=$(date +%s.%N)
-seq "$N" | xargs -P "$P" -n 1 sh -c 'true' _ 
+seq "$N" | xargs -P "$P" -n 1 true
 end=$(date +%s.%N)
 python3 -c "
 n=$N; d=$d; x=n/($end-$start)

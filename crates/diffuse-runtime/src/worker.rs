@@ -316,22 +316,29 @@ async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
     };
     let inputs_dir = dir.join("inputs");
     let outputs_dir = dir.join("outputs");
-    // Only the directories the task needs: a short task's cost is mostly file-system calls.
-    let made = std::fs::create_dir_all(&dir)
-        .and_then(|_| {
-            if a.inputs.is_empty() {
-                Ok(())
-            } else {
-                std::fs::create_dir(&inputs_dir)
-            }
-        })
-        .and_then(|_| {
-            if a.outputs.is_empty() {
-                Ok(())
-            } else {
-                std::fs::create_dir(&outputs_dir)
-            }
-        });
+    // Only the directories the task needs: a short task's cost is mostly file-system calls (a
+    // directory and two files cost more than spawning the process on a busy disk). A task with
+    // neither inputs nor outputs gets no directory of its own unless it writes output.
+    let needs_dir = !a.inputs.is_empty() || !a.outputs.is_empty();
+    let made = (if needs_dir {
+        std::fs::create_dir_all(&dir)
+    } else {
+        Ok(())
+    })
+    .and_then(|_| {
+        if a.inputs.is_empty() {
+            Ok(())
+        } else {
+            std::fs::create_dir(&inputs_dir)
+        }
+    })
+    .and_then(|_| {
+        if a.outputs.is_empty() {
+            Ok(())
+        } else {
+            std::fs::create_dir(&outputs_dir)
+        }
+    });
     if let Err(e) = made {
         return fail(report, format!("cannot create {}: {e}", dir.display()));
     }
@@ -450,7 +457,10 @@ fn resolve(program: &str) -> PathBuf {
     }
 }
 
-/// Run the command; Ok(exit code, None if killed by a signal), Err(exec error).
+/// Run the command; Ok(exit code, None if killed by a signal), Err(exec error). Its stdout and
+/// stderr are written to `dir/stdout` and `dir/stderr`, each created at its first byte (a task
+/// that prints nothing leaves no file). The process runs in `dir` if it exists, else in the
+/// worker's work directory.
 async fn execute(
     cmd: &Cmd,
     inputs: &[PathBuf],
@@ -469,13 +479,16 @@ async fn execute(
             c
         }
     };
-    let stdout = std::fs::File::create(dir.join("stdout")).map_err(|e| format!("stdout: {e}"))?;
-    let stderr = std::fs::File::create(dir.join("stderr")).map_err(|e| format!("stderr: {e}"))?;
+    let cwd = if dir.is_dir() {
+        dir
+    } else {
+        dir.parent().unwrap_or(dir)
+    };
     command
-        .current_dir(dir)
+        .current_dir(cwd)
         .stdin(std::process::Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     let mut child = command.spawn().map_err(|e| {
         let program = match cmd {
@@ -484,8 +497,49 @@ async fn execute(
         };
         format!("exec {program}: {e}")
     })?;
+    let out = tokio::spawn(capture(child.stdout.take(), dir.join("stdout")));
+    let err = tokio::spawn(capture(child.stderr.take(), dir.join("stderr")));
     let status = child.wait().await.map_err(|e| format!("wait: {e}"))?;
+    // A background process started by the task may hold the pipes open: give the copies a
+    // moment to drain, then let the task end without it.
+    for copy in [out, err] {
+        match tokio::time::timeout(Duration::from_secs(1), copy).await {
+            Ok(Ok(Err(e))) => return Err(format!("capturing output: {e}")),
+            Ok(_) => {}
+            Err(_) => {
+                tracing::warn!("output still open 1 s after the task exited; not waiting for it")
+            }
+        }
+    }
     Ok(status.code())
+}
+
+/// Copy a pipe to `path`, creating the file (and its directory) at the first byte.
+async fn capture(
+    pipe: Option<impl tokio::io::AsyncRead + Unpin>,
+    path: PathBuf,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncReadExt;
+    let Some(mut pipe) = pipe else { return Ok(()) };
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut file: Option<tokio::fs::File> = None;
+    loop {
+        let n = pipe.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        if file.is_none() {
+            if let Some(parent) = path.parent() {
+                tokio::fs::create_dir_all(parent).await?;
+            }
+            file = Some(tokio::fs::File::create(&path).await?);
+        }
+        file.as_mut().expect("created").write_all(&buf[..n]).await?;
+    }
+    if let Some(mut f) = file {
+        f.flush().await?;
+    }
+    Ok(())
 }
 
 /// Put one input at `dest`; returns where it came from and whether it is cached.
