@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
-use tokio::io::AsyncWriteExt;
 
 /// What went wrong reading persistent storage.
 #[derive(Debug, Error)]
@@ -60,34 +59,58 @@ pub struct Download {
     pub sha256: String,
 }
 
-/// Write a stream of chunks to `dest`, hashing as it goes.
-async fn write_hashed<E: std::fmt::Display>(
+/// Write a stream of chunks to `dest`, hashing as it goes. Receiving runs on the async task;
+/// hashing and writing run on a blocking thread fed through a bounded channel, so the two
+/// overlap on separate cores.
+pub async fn write_hashed<E: std::fmt::Display>(
     uri: &str,
     dest: &Path,
     mut stream: impl futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
 ) -> Result<(u64, String), StorageError> {
     use sha2::Digest;
+    use std::io::Write;
     let other = |m: String| StorageError::Other {
         uri: uri.to_string(),
         message: m,
     };
-    // A large buffer: tokio's file writes each hop to a blocking thread.
-    let file = tokio::fs::File::create(dest)
-        .await
-        .map_err(|e| other(e.to_string()))?;
-    let mut file = tokio::io::BufWriter::with_capacity(4 << 20, file);
-    let mut hasher = sha2::Sha256::new();
-    let mut written = 0u64;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(32);
+    let path = dest.to_path_buf();
+    let writer = tokio::task::spawn_blocking(move || -> std::io::Result<(u64, String)> {
+        let mut file = std::io::BufWriter::with_capacity(4 << 20, std::fs::File::create(&path)?);
+        let mut hasher = sha2::Sha256::new();
+        let mut written = 0u64;
+        while let Some(chunk) = rx.blocking_recv() {
+            hasher.update(&chunk);
+            file.write_all(&chunk)?;
+            written += chunk.len() as u64;
+        }
+        file.flush()?;
+        Ok((written, hex::encode(hasher.finalize())))
+    });
+    let mut failed = None;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| other(e.to_string()))?;
-        hasher.update(&chunk);
-        file.write_all(&chunk)
-            .await
-            .map_err(|e| other(e.to_string()))?;
-        written += chunk.len() as u64;
+        match chunk {
+            Ok(c) => {
+                if tx.send(c).await.is_err() {
+                    break; // the writer failed; its error is reported below
+                }
+            }
+            Err(e) => {
+                failed = Some(e.to_string());
+                break;
+            }
+        }
     }
-    file.flush().await.map_err(|e| other(e.to_string()))?;
-    Ok((written, hex::encode(hasher.finalize())))
+    drop(tx);
+    let result = writer
+        .await
+        .map_err(|e| other(e.to_string()))?
+        .map_err(|e| other(e.to_string()));
+    if let Some(e) = failed {
+        let _ = std::fs::remove_file(dest);
+        return Err(other(e));
+    }
+    result
 }
 
 /// Backends by store (scheme + bucket or host), created on first use.

@@ -713,7 +713,6 @@ async fn fetch_peer(
     input: &AssignedInput,
     temp: &Path,
 ) -> Result<(PathBuf, bool), String> {
-    use sha2::Digest;
     let resp = ctx
         .http
         .get(format!("{url}/v1/cache/{}", CacheDir::key(&input.uri)))
@@ -737,28 +736,11 @@ async fn fetch_peer(
             input.version
         ));
     }
-    // A large buffer: tokio's file writes each hop to a blocking thread.
-    let file = tokio::fs::File::create(temp)
+    let (written, got) = crate::storage::write_hashed(&input.uri, temp, resp.bytes_stream())
         .await
         .map_err(|e| e.to_string())?;
-    let mut file = tokio::io::BufWriter::with_capacity(4 << 20, file);
-    let mut hasher = sha2::Sha256::new();
-    let mut written = 0u64;
-    let mut body = resp.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| {
-            let _ = std::fs::remove_file(temp);
-            e.to_string()
-        })?;
-        hasher.update(&chunk);
-        file.write_all(&chunk).await.map_err(|e| e.to_string())?;
-        written += chunk.len() as u64;
-    }
-    file.flush().await.map_err(|e| e.to_string())?;
-    drop(file);
     // The checksum the peer recorded is checked against the bytes received before the object
     // becomes visible: a corrupt or partial transfer is dropped, and the caller reads storage.
-    let got = hex::encode(hasher.finalize());
     commit(
         ctx,
         temp,
