@@ -347,6 +347,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn http_backend_reads_from_a_real_server() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("obj.bin"), b"served over http").unwrap();
+        let app =
+            axum::Router::new().fallback_service(tower_http::services::ServeDir::new(dir.path()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let s = Storage::new();
+        let uri = format!("http://{addr}/obj.bin");
+        let head = s.head(&uri).await.unwrap();
+        assert_eq!(head.size, 16);
+        let out = dir.path().join("copy");
+        let d = s.get_to_file(&uri, &out).await.unwrap();
+        assert_eq!((d.written, d.info.version.clone()), (16, head.version));
+        assert_eq!(std::fs::read(&out).unwrap(), b"served over http");
+        let missing = format!("http://{addr}/nope.bin");
+        assert!(
+            matches!(s.head(&missing).await, Err(StorageError::NotFound(_))),
+            "404 is not found"
+        );
+    }
+
+    #[tokio::test]
     async fn put_file_writes_outputs_atomically() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("src");

@@ -13,6 +13,28 @@ use std::time::Duration;
 
 const DEFAULT_DISPATCHER: &str = "http://127.0.0.1:8700";
 
+/// Storage settings shared by `dispatcher`, `worker` and `run`.
+#[derive(Args, Debug, Clone)]
+pub struct StorageArgs {
+    /// S3 endpoint for s3:// URIs (an S3-compatible server); the same as setting
+    /// AWS_ENDPOINT_URL. Credentials and region come from AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY and AWS_DEFAULT_REGION.
+    #[arg(long)]
+    s3_endpoint: Option<String>,
+}
+
+impl StorageArgs {
+    /// Apply to this process (and the workers it starts, which inherit the environment).
+    fn apply(&self) {
+        if let Some(e) = &self.s3_endpoint {
+            std::env::set_var("AWS_ENDPOINT_URL", e);
+            if e.starts_with("http://") {
+                std::env::set_var("AWS_ALLOW_HTTP", "true");
+            }
+        }
+    }
+}
+
 /// Scheduling settings shared by `dispatcher` and `run`.
 #[derive(Args, Debug, Clone)]
 pub struct SchedArgs {
@@ -58,6 +80,8 @@ pub struct DispatcherArgs {
     heartbeat_timeout: u64,
     #[command(flatten)]
     sched: SchedArgs,
+    #[command(flatten)]
+    storage: StorageArgs,
 }
 
 /// Arguments of `diffuse worker`.
@@ -94,6 +118,8 @@ pub struct WorkerArgs {
     /// gateway (set up by `diffuse run --storage-bandwidth`).
     #[arg(long)]
     storage_gateway: Option<String>,
+    #[command(flatten)]
+    storage: StorageArgs,
 }
 
 /// Arguments of `diffuse run`.
@@ -131,6 +157,8 @@ pub struct RunArgs {
     storage_root: Option<PathBuf>,
     #[command(flatten)]
     sched: SchedArgs,
+    #[command(flatten)]
+    storage: StorageArgs,
 }
 
 /// A rate such as `200MB/s` (the `/s` is optional), in bytes per second.
@@ -201,6 +229,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// `diffuse dispatcher`.
 pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
     logging();
+    a.storage.apply();
     let tokens = Tokens {
         client: read_token(
             &a.client_token_file,
@@ -238,6 +267,7 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
 /// `diffuse worker`.
 pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
     logging();
+    a.storage.apply();
     let token = read_token(&a.token_file, "DIFFUSE_WORKER_TOKEN", "--token-file")?;
     let name = a.name.unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "worker".into());
@@ -265,6 +295,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
 
 /// `diffuse run`.
 pub fn run(a: RunArgs) -> Result<ExitCode> {
+    a.storage.apply();
     let run_dir = a.run_dir.clone().unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
