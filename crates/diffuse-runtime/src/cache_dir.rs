@@ -328,15 +328,7 @@ impl CacheDir {
         version: &str,
         expected_sha256: Option<&str>,
     ) -> io::Result<Stored> {
-        if temp.parent() != Some(self.tmp.as_path()) || temp.file_name().is_none() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "commit: {} is not a temp file of this cache",
-                    temp.display()
-                ),
-            ));
-        }
+        self.check_temp(temp)?;
         let (size, sha256) = {
             let mut f = open_regular(temp, true).map_err(|e| {
                 if e.kind() == io::ErrorKind::InvalidData {
@@ -375,15 +367,7 @@ impl CacheDir {
         sha256: &str,
         expected_sha256: Option<&str>,
     ) -> io::Result<Stored> {
-        if temp.parent() != Some(self.tmp.as_path()) || temp.file_name().is_none() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "commit: {} is not a temp file of this cache",
-                    temp.display()
-                ),
-            ));
-        }
+        self.check_temp(temp)?;
         let on_disk = fs::symlink_metadata(temp)?;
         if !on_disk.is_file() || on_disk.len() != size {
             let _ = fs::remove_file(temp);
@@ -402,6 +386,20 @@ impl CacheDir {
             }
         }
         self.place(temp, uri, version, size, sha256.to_ascii_lowercase())
+    }
+
+    /// Refuse anything but a file directly under `root/tmp`.
+    fn check_temp(&self, temp: &Path) -> io::Result<()> {
+        if temp.parent() != Some(self.tmp.as_path()) || temp.file_name().is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "commit: {} is not a temp file of this cache",
+                    temp.display()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Admit a verified, synced temp file as `uri` (see `commit`).

@@ -80,11 +80,7 @@ pub async fn serve(
     AxPath(path): AxPath<String>,
     headers: HeaderMap,
 ) -> Response {
-    let ok = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t == g.token);
+    let ok = crate::auth::authorized(&headers, &g.token);
     if !ok {
         return StatusCode::UNAUTHORIZED.into_response();
     }

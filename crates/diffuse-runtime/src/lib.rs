@@ -11,6 +11,7 @@
 //! | [`journal`] | the dispatcher's durable journal (embedded SQLite) |
 //! | [`cache_dir`] | a worker's on-disk cache: quota, eviction, verification |
 
+pub mod auth;
 pub mod cache_dir;
 pub mod demo;
 pub mod dispatcher;

@@ -760,13 +760,7 @@ async fn serve_object(
     headers: HeaderMap,
     req: Request,
 ) -> Response {
-    let authorized = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| {
-            t.len() == ctx.token.len() && t.bytes().zip(ctx.token.bytes()).all(|(a, b)| a == b)
-        });
+    let authorized = crate::auth::authorized(&headers, &ctx.token);
     if !authorized {
         return StatusCode::UNAUTHORIZED.into_response();
     }

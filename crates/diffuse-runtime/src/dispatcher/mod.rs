@@ -146,23 +146,6 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
     Ok((handle, thread))
 }
 
-/// Constant-time comparison, so a token cannot be guessed byte by byte from response times.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get("authorization")?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-}
-
 impl Handle {
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Cmd) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel();
@@ -174,16 +157,18 @@ impl Handle {
     }
 
     fn client(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        match bearer(headers) {
-            Some(t) if same(t, &self.tokens.client) => Ok(()),
-            _ => Err(ApiError::Unauthorized),
+        if crate::auth::authorized(headers, &self.tokens.client) {
+            Ok(())
+        } else {
+            Err(ApiError::Unauthorized)
         }
     }
 
     fn worker(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        match bearer(headers) {
-            Some(t) if same(t, &self.tokens.worker) => Ok(()),
-            _ => Err(ApiError::Unauthorized),
+        if crate::auth::authorized(headers, &self.tokens.worker) {
+            Ok(())
+        } else {
+            Err(ApiError::Unauthorized)
         }
     }
 
