@@ -600,6 +600,51 @@ fn second_access_is_a_local_hit() {
     );
 }
 
+/// A worker killed with SIGKILL leaves no clean-shutdown marker: at restart it verifies every
+/// cached object, so a byte flipped in its cache meanwhile is caught, the object dropped, and the
+/// next task reads the right bytes from storage.
+#[test]
+fn after_an_unclean_stop_a_corrupted_cached_object_is_dropped_and_fetched_again() {
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 1, "100MB");
+    c.wait_workers(1);
+    let x = c.data("x.bin", &random_bytes(1 << 20));
+    let uri = file_uri(&x);
+    c.submit(&[wc_task("t1", &uri)]);
+    c.wait_succeeded("t1");
+
+    let mut a = c.workers.pop().expect("worker A");
+    a.child.kill().expect("kill -9 worker A");
+    a.child.wait().expect("reap worker A");
+    c.wait_workers(0);
+    let objects = c.path("wA").join("objects");
+    let object = std::fs::read_dir(&objects)
+        .expect("objects dir")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_none())
+        .expect("the cached object");
+    let mut perms = std::fs::metadata(&object).expect("meta").permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&object, perms).expect("make writable");
+    let mut bytes = std::fs::read(&object).expect("read object");
+    bytes[12345] ^= 0xff;
+    std::fs::write(&object, &bytes).expect("flip a byte, same size");
+
+    c.worker("A", 1, "100MB");
+    c.wait_workers(1);
+    let cmp = json!({"id": "t2", "cmd": ["cmp", "{inputs[0]}", x.display().to_string()], "inputs": [uri]});
+    c.submit(&[cmp]);
+    let (_, r2) = c.wait_succeeded("t2");
+    assert_eq!(
+        traffic(&r2["traffic"])[2],
+        1,
+        "t2 read X from storage again: {r2}"
+    );
+    let log = c.workers.last().expect("worker A again").log_text();
+    assert!(log.contains("verifying every cached object"), "{log}");
+}
+
 // ----- 2. peer fetch -----
 
 #[test]
