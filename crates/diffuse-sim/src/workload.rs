@@ -91,26 +91,8 @@ impl Workload {
     /// Facts about the workload (computed without generating it, except `Custom`).
     pub fn info(&self) -> WorkloadInfo {
         match self {
-            Workload::Mi => WorkloadInfo {
-                name: "mi".into(),
-                tasks: MI_TASKS,
-                objects: MI_FILES,
-                dataset_bytes: MI_FILES * 10 * MB,
-                bytes_per_task: (10 * MB) as f64,
-                inputs_per_task: 1.0,
-                compute_s: 0.01,
-                last_arrival_s: self.last_arrival(),
-            },
-            Workload::Sw => WorkloadInfo {
-                name: "sw".into(),
-                tasks: SW_TASKS,
-                objects: SW_FILES,
-                dataset_bytes: SW_FILES * 10 * MB,
-                bytes_per_task: (10 * MB) as f64,
-                inputs_per_task: 1.0,
-                compute_s: 0.01,
-                last_arrival_s: self.last_arrival(),
-            },
+            Workload::Mi => self.one_file_per_task("mi", MI_TASKS, MI_FILES),
+            Workload::Sw => self.one_file_per_task("sw", SW_TASKS, SW_FILES),
             Workload::Ap { compute_s } => WorkloadInfo {
                 name: "ap".into(),
                 tasks: AP_SIDE * AP_SIDE,
@@ -143,6 +125,20 @@ impl Workload {
                     last_arrival_s: list.last().map_or(0.0, |a| a.time),
                 }
             }
+        }
+    }
+
+    /// MI and SW: each task reads one of `files` 10 MB files and computes 10 ms.
+    fn one_file_per_task(&self, name: &str, tasks: u64, files: u64) -> WorkloadInfo {
+        WorkloadInfo {
+            name: name.into(),
+            tasks,
+            objects: files,
+            dataset_bytes: files * 10 * MB,
+            bytes_per_task: (10 * MB) as f64,
+            inputs_per_task: 1.0,
+            compute_s: 0.01,
+            last_arrival_s: self.last_arrival(),
         }
     }
 

@@ -5,63 +5,19 @@
 //! bad value ever be accepted, the full-size run it would start is killed after a deadline and
 //! the test fails instead of hanging.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use common::{run_diffuse, Output};
+use std::time::Duration;
 
 /// How long a command that should fail at once may take (a debug build parses arguments in
 /// milliseconds; an accepted MI run would take minutes).
 const DEADLINE: Duration = Duration::from_secs(20);
 
-struct Output {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Run `diffuse args…`, killing it if it outlives `DEADLINE`.
+/// Run `diffuse args…`; a bad value that was accepted starts a full-size simulation, which is
+/// killed at `DEADLINE` and fails the test instead of hanging.
 fn diffuse(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_diffuse"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start diffuse");
-    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).ok();
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        err.read_to_string(&mut s).ok();
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for diffuse") {
-            break status;
-        }
-        if start.elapsed() > DEADLINE {
-            child.kill().ok();
-            child.wait().ok();
-            panic!(
-                "`diffuse {}` still running after {DEADLINE:?}: the input was accepted and a \
-                 simulation started",
-                args.join(" ")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        code: status.code(),
-        stdout: out_reader.join().expect("stdout reader"),
-        stderr: err_reader.join().expect("stderr reader"),
-    }
+    run_diffuse(args, None, &[], DEADLINE)
 }
 
 /// `args` must be refused with exit code 2 and a stderr message containing every one of `names`.

@@ -9,13 +9,13 @@
 //! The S3 test needs `moto[server]` (`python3 -m pip install 'moto[server]'`); without it the test
 //! fails with that hint rather than skipping.
 
+mod common;
+
+use common::{run_diffuse, Output, BIN};
 use serde_json::{json, Value};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_diffuse");
 
 /// How long anything may take before the test fails (generous: a 2-core machine running the
 /// tests of this file in parallel, debug builds).
@@ -149,13 +149,6 @@ impl Drop for Proc {
     }
 }
 
-/// What a finished `diffuse …` command printed.
-struct Output {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
 /// Run `diffuse args…` to completion, killing it (and failing) if it outlives `deadline`.
 fn diffuse(args: &[&str], deadline: Duration) -> Output {
     diffuse_with(args, None, &[], deadline)
@@ -168,51 +161,7 @@ fn diffuse_with(
     env: &[(&str, &str)],
     deadline: Duration,
 ) -> Output {
-    let mut cmd = Command::new(BIN);
-    if let Some(d) = cwd {
-        cmd.current_dir(d);
-    }
-    let mut child = cmd
-        .args(args)
-        .env("DIFFUSE_LOG", "info")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start diffuse");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).ok();
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        err.read_to_string(&mut s).ok();
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for diffuse") {
-            break status;
-        }
-        if start.elapsed() > deadline {
-            child.kill().ok();
-            child.wait().ok();
-            panic!(
-                "`diffuse {}` still running after {deadline:?}",
-                args.join(" ")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        code: status.code(),
-        stdout: out_reader.join().expect("stdout reader"),
-        stderr: err_reader.join().expect("stderr reader"),
-    }
+    run_diffuse(args, cwd, env, deadline)
 }
 
 /// The lines of a run directory's `results.jsonl`, parsed.

@@ -1,0 +1,72 @@
+//! What the `diffuse` binary's integration tests share: running the binary to completion.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_diffuse");
+
+/// What a finished `diffuse …` command printed.
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `diffuse args…` in `cwd` (default: the test's) with extra environment `env`, to
+/// completion; kill it and fail the test if it outlives `deadline`.
+pub fn run_diffuse(
+    args: &[&str],
+    cwd: Option<&Path>,
+    env: &[(&str, &str)],
+    deadline: Duration,
+) -> Output {
+    let mut cmd = Command::new(BIN);
+    if let Some(d) = cwd {
+        cmd.current_dir(d);
+    }
+    let mut child = cmd
+        .args(args)
+        .env("DIFFUSE_LOG", "info")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start diffuse");
+    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        out.read_to_string(&mut s).ok();
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        err.read_to_string(&mut s).ok();
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for diffuse") {
+            break status;
+        }
+        if start.elapsed() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!(
+                "`diffuse {}` still running after {deadline:?}",
+                args.join(" ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        code: status.code(),
+        stdout: out_reader.join().expect("stdout reader"),
+        stderr: err_reader.join().expect("stderr reader"),
+    }
+}
