@@ -60,8 +60,10 @@ pub struct Download {
 }
 
 /// Write a stream of chunks to `dest`, hashing as it goes. Receiving runs on the async task;
-/// hashing and writing run on a blocking thread fed through a bounded channel, so the two
-/// overlap on separate cores.
+/// writing and hashing each run on their own blocking thread, fed the same reference-counted
+/// chunks through bounded channels, so the three overlap on separate cores (hashing a large
+/// object costs about as much CPU as writing it; done in series they halved the throughput of
+/// a peer fetch, see docs/performance.md).
 pub async fn write_hashed<E: std::fmt::Display>(
     uri: &str,
     dest: &Path,
@@ -73,25 +75,34 @@ pub async fn write_hashed<E: std::fmt::Display>(
         uri: uri.to_string(),
         message: m,
     };
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(32);
+    let (write_tx, mut write_rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(32);
+    let (hash_tx, mut hash_rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(32);
     let path = dest.to_path_buf();
-    let writer = tokio::task::spawn_blocking(move || -> std::io::Result<(u64, String)> {
-        let mut file = std::io::BufWriter::with_capacity(4 << 20, std::fs::File::create(&path)?);
-        let mut hasher = sha2::Sha256::new();
+    // Chunks of at least the buffer's size are written straight through; small ones (the
+    // file backend streams 8 KiB chunks) are coalesced.
+    let writer = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
+        let mut file = std::io::BufWriter::with_capacity(256 << 10, std::fs::File::create(&path)?);
         let mut written = 0u64;
-        while let Some(chunk) = rx.blocking_recv() {
-            hasher.update(&chunk);
+        while let Some(chunk) = write_rx.blocking_recv() {
             file.write_all(&chunk)?;
             written += chunk.len() as u64;
         }
         file.flush()?;
-        Ok((written, hex::encode(hasher.finalize())))
+        Ok(written)
+    });
+    let hasher = tokio::task::spawn_blocking(move || {
+        let mut hasher = sha2::Sha256::new();
+        while let Some(chunk) = hash_rx.blocking_recv() {
+            hasher.update(&chunk);
+        }
+        hex::encode(hasher.finalize())
     });
     let mut failed = None;
     while let Some(chunk) = stream.next().await {
         match chunk {
             Ok(c) => {
-                if tx.send(c).await.is_err() {
+                let hashed = hash_tx.send(c.clone()).await;
+                if write_tx.send(c).await.is_err() || hashed.is_err() {
                     break; // the writer failed; its error is reported below
                 }
             }
@@ -101,16 +112,18 @@ pub async fn write_hashed<E: std::fmt::Display>(
             }
         }
     }
-    drop(tx);
-    let result = writer
-        .await
-        .map_err(|e| other(e.to_string()))?
-        .map_err(|e| other(e.to_string()));
+    drop((write_tx, hash_tx));
+    let written = writer.await.map_err(|e| other(e.to_string()))?;
+    let sha256 = hasher.await.map_err(|e| other(e.to_string()))?;
     if let Some(e) = failed {
         let _ = std::fs::remove_file(dest);
         return Err(other(e));
     }
-    result
+    let written = written.map_err(|e| {
+        let _ = std::fs::remove_file(dest);
+        other(e.to_string())
+    })?;
+    Ok((written, sha256))
 }
 
 /// Backends by store (scheme + bucket or host), created on first use.
