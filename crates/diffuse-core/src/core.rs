@@ -127,6 +127,15 @@ struct NodeEntry {
     idle_since: Option<Time>,
 }
 
+/// The tasks that ended because their node was lost ([`Core::handle_node_lost`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LostTasks {
+    /// Failed: they have now lost `crash_limit` nodes.
+    pub failed: Vec<TaskId>,
+    /// Cancelled: their cancel was asked for while they ran.
+    pub cancelled: Vec<TaskId>,
+}
+
 /// Counters for reports and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
@@ -364,12 +373,14 @@ impl Core {
     }
 
     /// A node is gone (crashed, cut off, or left by itself): its cache is forgotten and its running
-    /// tasks are queued again, or failed once they have lost `crash_limit` nodes. Returns the tasks
-    /// that failed for that reason.
-    pub fn handle_node_lost(&mut self, node: NodeId, _now: Time) -> Result<Vec<TaskId>, CoreError> {
+    /// tasks are queued again, or failed once they have lost `crash_limit` nodes, or, if their
+    /// cancel was asked for while they ran, ended as cancelled. Returns the tasks that ended
+    /// (each leaves the core; the driver records its outcome).
+    pub fn handle_node_lost(&mut self, node: NodeId, _now: Time) -> Result<LostTasks, CoreError> {
         let entry = self.nodes.get(&node).ok_or(CoreError::UnknownNode(node))?;
         let running = entry.running.clone();
         let mut failed = Vec::new();
+        let mut cancelled = Vec::new();
         for task in running {
             self.release_slot(task, node);
             let t = self.tasks.get_mut(&task).expect("running task exists");
@@ -385,6 +396,7 @@ impl Core {
             if was_cancelled {
                 self.tasks.remove(&task);
                 self.counts.cancelled += 1;
+                cancelled.push(task);
             } else if t.crashes >= self.cfg.crash_limit {
                 self.tasks.remove(&task);
                 self.counts.failed += 1;
@@ -394,7 +406,7 @@ impl Core {
             }
         }
         self.forget_node(node);
-        Ok(failed)
+        Ok(LostTasks { failed, cancelled })
     }
 
     fn forget_node(&mut self, node: NodeId) {

@@ -33,7 +33,7 @@ pub mod time;
 
 pub use crate::action::{Action, Dispatch, Source};
 pub use crate::cache::{Admission, EvictionPolicy, NodeCache};
-pub use crate::core::{Core, CoreConfig, CoreError, Counts};
+pub use crate::core::{Core, CoreConfig, CoreError, Counts, LostTasks};
 pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
 pub use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 pub use crate::provision::{DynamicConfig, Provisioning, StepPolicy};

@@ -402,14 +402,14 @@ impl Model {
                     return;
                 };
                 let mut expect_failed = Vec::new();
+                let mut expect_cancelled = Vec::new();
                 let running = self.nodes[&node].running.clone();
                 let mut ends = Vec::new();
                 for task in &running {
                     let t = self.tasks.get_mut(task).unwrap();
                     t.crashes += 1;
                     if t.cancel_requested {
-                        // Not in the returned list: the driver asked for the cancel, and the
-                        // task is gone from the core.
+                        expect_cancelled.push(*task);
                         ends.push((*task, End::Cancelled));
                     } else if t.crashes >= self.knobs.crash_limit {
                         expect_failed.push(*task);
@@ -418,9 +418,16 @@ impl Model {
                         t.phase = Phase::Queued;
                     }
                 }
-                let mut failed = self.core.handle_node_lost(node, now).unwrap();
-                failed.sort();
-                assert_eq!(failed, expect_failed, "tasks failed by losing {node}");
+                let mut lost = self.core.handle_node_lost(node, now).unwrap();
+                lost.failed.sort();
+                lost.cancelled.sort();
+                expect_cancelled.sort();
+                expect_failed.sort();
+                assert_eq!(lost.failed, expect_failed, "tasks failed by losing {node}");
+                assert_eq!(
+                    lost.cancelled, expect_cancelled,
+                    "tasks cancelled by losing {node}"
+                );
                 for (task, end) in ends {
                     self.end(task, end);
                 }

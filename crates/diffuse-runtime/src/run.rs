@@ -150,34 +150,11 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
 
     let mut workers = Workers(Vec::new());
     for i in 0..cfg.workers {
-        let dir = cfg.run_dir.join(format!("worker-{i}"));
-        std::fs::create_dir_all(&dir).map_err(anyhow::Error::from)?;
-        let log = std::fs::File::create(dir.join("worker.log")).map_err(anyhow::Error::from)?;
-        let mut cmd = std::process::Command::new(&cfg.exe);
-        cmd.arg("worker")
-            .args(["--dispatcher", &url])
-            .args(["--cache-dir", &dir.join("cache").display().to_string()])
-            .args(["--cache-size", &cfg.cache_size.to_string()])
-            .args(["--slots", &cfg.slots_per_worker.to_string()])
-            .args(["--name", &format!("worker-{i}")])
-            .args(["--eviction", &cfg.eviction.to_string()])
-            .env("DIFFUSE_WORKER_TOKEN", &tokens.worker)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        if cfg.noop {
-            cmd.arg("--noop");
-        }
-        if cfg.storage_bandwidth.is_some() {
-            cmd.args(["--storage-gateway", &url]);
-        }
-        workers.0.push(
-            cmd.spawn()
-                .map_err(|e| anyhow::anyhow!("cannot start worker {}: {e}", cfg.exe.display()))?,
-        );
+        workers.0.push(start_worker(&cfg, i, &url, &tokens.worker)?);
     }
     wait_for_workers(&handle, cfg.workers, &mut workers).await?;
 
+    let mut restarts = vec![0u32; workers.0.len()];
     let start = Instant::now();
     handle
         .submit(defs)
@@ -216,15 +193,23 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         if done >= total {
             break s;
         }
+        // A local worker that died (a task killed it, or it crashed) is started again on its
+        // cache directory, which it verifies; the dispatcher runs its tasks again elsewhere.
         for (i, c) in workers.0.iter_mut().enumerate() {
             if let Ok(Some(code)) = c.try_wait() {
-                if s.workers == 0 {
-                    return Err(anyhow::anyhow!(
-                        "worker-{i} exited ({code}) and no worker is left; see {}",
-                        cfg.run_dir.join(format!("worker-{i}/worker.log")).display()
-                    )
-                    .into());
+                restarts[i] += 1;
+                if restarts[i] > MAX_RESTARTS {
+                    if s.workers == 0 {
+                        return Err(anyhow::anyhow!(
+                            "worker-{i} exited ({code}) {MAX_RESTARTS} times and no worker is left; see {}",
+                            cfg.run_dir.join(format!("worker-{i}/worker.log")).display()
+                        )
+                        .into());
+                    }
+                    continue;
                 }
+                tracing::warn!("worker-{i} exited ({code}); starting it again");
+                *c = start_worker(&cfg, i as u32, &url, &tokens.worker)?;
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -263,6 +248,47 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         results,
         run_dir: cfg.run_dir.clone(),
     })
+}
+
+/// How many times `diffuse run` starts one local worker again after it died.
+const MAX_RESTARTS: u32 = 10;
+
+/// Start local worker `i`: its directory is `<run-dir>/worker-<i>` (cache, task directories,
+/// `worker.log`, appended to across restarts).
+fn start_worker(
+    cfg: &RunConfig,
+    i: u32,
+    url: &str,
+    token: &str,
+) -> Result<std::process::Child, RunError> {
+    let dir = cfg.run_dir.join(format!("worker-{i}"));
+    std::fs::create_dir_all(&dir).map_err(anyhow::Error::from)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("worker.log"))
+        .map_err(anyhow::Error::from)?;
+    let mut cmd = std::process::Command::new(&cfg.exe);
+    cmd.arg("worker")
+        .args(["--dispatcher", url])
+        .args(["--cache-dir", &dir.join("cache").display().to_string()])
+        .args(["--cache-size", &cfg.cache_size.to_string()])
+        .args(["--slots", &cfg.slots_per_worker.to_string()])
+        .args(["--name", &format!("worker-{i}")])
+        .args(["--eviction", &cfg.eviction.to_string()])
+        .env("DIFFUSE_WORKER_TOKEN", token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    if cfg.noop {
+        cmd.arg("--noop");
+    }
+    if cfg.storage_bandwidth.is_some() {
+        cmd.args(["--storage-gateway", url]);
+    }
+    Ok(cmd
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start worker {}: {e}", cfg.exe.display()))?)
 }
 
 async fn wait_for_workers(handle: &Handle, n: u32, workers: &mut Workers) -> Result<(), RunError> {

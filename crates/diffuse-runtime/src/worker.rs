@@ -60,6 +60,9 @@ pub struct WorkerConfig {
     /// Shared-storage emulation: read `file://` inputs through this dispatcher URL
     /// (`crate::gateway`).
     pub storage_gateway: Option<String>,
+    /// How long to keep trying to reach the dispatcher (at start, or after losing it) before
+    /// giving up.
+    pub reconnect_timeout: Duration,
 }
 
 fn unix_now() -> f64 {
@@ -96,7 +99,8 @@ enum Staged {
     Storage(u64),
 }
 
-/// Run a worker until the dispatcher tells it to shut down or the connection is lost.
+/// Run a worker until the dispatcher tells it to shut down, or cannot be reached for
+/// `reconnect_timeout`, or refuses it.
 pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     // Tasks run in their own directories: every path handed to them must be absolute.
     cfg.cache_dir = std::path::absolute(&cfg.cache_dir)?;
@@ -118,17 +122,7 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
             .await??;
     let work = cfg.cache_dir.join("work");
     std::fs::create_dir_all(&work)?;
-    let held: Vec<Held> = cache
-        .uris()
-        .into_iter()
-        .filter_map(|uri| {
-            cache.path_for_key(&CacheDir::key(&uri)).map(|(_, m)| Held {
-                uri,
-                version: m.version,
-            })
-        })
-        .collect();
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel();
+    let (out_tx, out_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx {
         cache: Mutex::new(cache),
         storage: match &cfg.storage_gateway {
@@ -151,47 +145,178 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         let _ = axum::serve(listener, peer_router).await;
     });
 
+    // One session per connection. When a connection is lost the running tasks are stopped (the
+    // dispatcher has given their attempts up and runs them again, so their results would be
+    // refused), and the worker connects again, keeping its cache.
+    let mut out_rx = out_rx;
+    let mut unreachable_since: Option<std::time::Instant> = None;
+    let mut delay = RECONNECT_FIRST;
+    loop {
+        match connect(&cfg, &ctx, &peer_url).await {
+            Ok(ws) => {
+                unreachable_since = None;
+                delay = RECONNECT_FIRST;
+                let mut tasks = tokio::task::JoinSet::new();
+                match session(&cfg, &ctx, ws, &mut out_rx, &mut tasks).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::warn!(
+                            worker = %cfg.name,
+                            "{e}; stopping {} running task(s) and connecting again",
+                            tasks.len()
+                        );
+                        tasks.shutdown().await;
+                    }
+                }
+            }
+            Err(Connect::Refused(e)) => return Err(e),
+            Err(Connect::Unreachable(e)) => {
+                let since = *unreachable_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= cfg.reconnect_timeout {
+                    anyhow::bail!(
+                        "cannot connect to the dispatcher at {} (tried for {:.0?}): {e}",
+                        cfg.dispatcher,
+                        cfg.reconnect_timeout
+                    );
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(RECONNECT_MAX);
+            }
+        }
+    }
+    // Everything cached so far reaches the disk before the cache is marked clean.
+    let dir = cfg.cache_dir.clone();
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let status = std::process::Command::new("sync")
+            .arg("-f")
+            .arg(&dir)
+            .status()?;
+        if status.success() {
+            std::fs::write(dir.join(CLEAN_MARKER), b"clean shutdown\n")?;
+        }
+        Ok(())
+    })
+    .await??;
+    Ok(())
+}
+
+/// First wait before connecting again; it doubles up to [`RECONNECT_MAX`].
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+/// Longest wait between two connection attempts.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Why a connection could not be made.
+enum Connect {
+    /// The dispatcher answered and refused (bad token, not a dispatcher): do not retry.
+    Refused(anyhow::Error),
+    /// It could not be reached, or went away during the handshake: retry.
+    Unreachable(anyhow::Error),
+}
+
+/// Connect, say hello with everything the cache holds now, and wait for the welcome.
+async fn connect(cfg: &WorkerConfig, ctx: &Ctx, peer_url: &str) -> Result<(Ws, Duration), Connect> {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let refused = |e: anyhow::Error| Connect::Refused(e);
     let ws_url = format!(
         "{}/v1/workers/connect",
         cfg.dispatcher.replacen("http", "ws", 1)
     );
-    let mut request = ws_url.as_str().into_client_request()?;
-    request.headers_mut().insert(
-        "authorization",
-        HeaderValue::from_str(&format!("Bearer {}", cfg.token))?,
-    );
-    let (ws, _) = tokio_tungstenite::connect_async(request)
+    let mut request = ws_url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| refused(e.into()))?;
+    let auth =
+        HeaderValue::from_str(&format!("Bearer {}", cfg.token)).map_err(|e| refused(e.into()))?;
+    request.headers_mut().insert("authorization", auth);
+    let (mut ws, _) = tokio_tungstenite::connect_async(request)
         .await
         .map_err(|e| {
-            anyhow::anyhow!(
+            let text = anyhow::anyhow!(
                 "cannot connect to the dispatcher at {}: {e}",
                 cfg.dispatcher
-            )
+            );
+            match e {
+                WsError::Http(_) | WsError::Url(_) | WsError::HttpFormat(_) => refused(text),
+                _ => Connect::Unreachable(text),
+            }
         })?;
-    let (mut sink, mut stream) = ws.split();
+    let held = {
+        let cache = ctx.cache.lock().expect("cache lock");
+        cache
+            .uris()
+            .into_iter()
+            .filter_map(|uri| {
+                cache.path_for_key(&CacheDir::key(&uri)).map(|(_, m)| Held {
+                    uri,
+                    version: m.version,
+                })
+            })
+            .collect()
+    };
     let hello = ToDispatcher::Hello {
         name: cfg.name.clone(),
         slots: cfg.slots,
         cache_quota: cfg.cache_size,
-        peer_url,
+        peer_url: peer_url.to_string(),
         held,
     };
-    sink.send(Message::Text(serde_json::to_string(&hello)?.into()))
-        .await?;
-    let heartbeat = match stream.next().await {
-        Some(Ok(Message::Text(t))) => match serde_json::from_str::<ToWorker>(&t)? {
-            ToWorker::Welcome { heartbeat_ms, .. } => Duration::from_millis(heartbeat_ms.max(50)),
-            other => anyhow::bail!("expected welcome from the dispatcher, got {other:?}"),
+    let lost = |e: anyhow::Error| Connect::Unreachable(e);
+    let text = serde_json::to_string(&hello).expect("hello serializes");
+    ws.send(Message::Text(text.into()))
+        .await
+        .map_err(|e| lost(e.into()))?;
+    let heartbeat = match ws.next().await {
+        Some(Ok(Message::Text(t))) => match serde_json::from_str::<ToWorker>(&t) {
+            Ok(ToWorker::Welcome { heartbeat_ms, .. }) => {
+                Duration::from_millis(heartbeat_ms.max(50))
+            }
+            other => {
+                return Err(refused(anyhow::anyhow!(
+                    "expected welcome from the dispatcher, got {other:?}"
+                )))
+            }
         },
-        other => anyhow::bail!("the dispatcher closed the connection: {other:?}"),
+        other => {
+            return Err(lost(anyhow::anyhow!(
+                "the dispatcher closed the connection: {other:?}"
+            )))
+        }
     };
     tracing::info!(worker = %cfg.name, "connected to {}", cfg.dispatcher);
+    Ok((ws, heartbeat))
+}
+
+/// Serve one connection: run what the dispatcher assigns, report what happens. Ok when told to
+/// shut down (after the running tasks ended and their reports went out); Err when the
+/// connection is lost.
+async fn session(
+    cfg: &WorkerConfig,
+    ctx: &Arc<Ctx>,
+    (ws, heartbeat): (Ws, Duration),
+    out_rx: &mut mpsc::UnboundedReceiver<ToDispatcher>,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> anyhow::Result<()> {
+    let (mut sink, mut stream) = ws.split();
+    // Cache changes queued while disconnected are in the hello's snapshot; reports of tasks
+    // that finished meanwhile still go out (the dispatcher refuses them by attempt number if
+    // it has given those attempts up).
+    let mut pending = Vec::new();
+    while let Ok(m) = out_rx.try_recv() {
+        if matches!(m, ToDispatcher::Finished(_)) {
+            pending.push(m);
+        }
+    }
+    for m in pending {
+        sink.send(Message::Text(serde_json::to_string(&m)?.into()))
+            .await?;
+    }
     let mut beat = tokio::time::interval(heartbeat);
-    let mut running = 0usize;
     let mut draining = false;
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
     loop {
-        if draining && running == 0 {
+        if draining && tasks.is_empty() {
             break;
         }
         tokio::select! {
@@ -202,12 +327,10 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
                 let Message::Text(t) = msg else { continue };
                 match serde_json::from_str::<ToWorker>(&t)? {
                     ToWorker::Run(a) => {
-                        running += 1;
-                        let (ctx, done, noop) = (ctx.clone(), done_tx.clone(), cfg.noop);
-                        tokio::spawn(async move {
+                        let (ctx, noop) = (ctx.clone(), cfg.noop);
+                        tasks.spawn(async move {
                             let report = if noop { noop_report(&a) } else { run_task(&ctx, a).await };
                             let _ = ctx.out.send(ToDispatcher::Finished(report));
-                            let _ = done.send(());
                         });
                     }
                     ToWorker::Drop { uris } => {
@@ -227,7 +350,7 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
             Some(m) = out_rx.recv() => {
                 sink.send(Message::Text(serde_json::to_string(&m)?.into())).await?;
             }
-            Some(()) = done_rx.recv() => running -= 1,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             _ = beat.tick() => {
                 sink.send(Message::Text(serde_json::to_string(&ToDispatcher::Heartbeat)?.into())).await?;
             }
@@ -239,19 +362,6 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
             .await?;
     }
     let _ = sink.close().await;
-    // Everything cached so far reaches the disk before the cache is marked clean.
-    let dir = cfg.cache_dir.clone();
-    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-        let status = std::process::Command::new("sync")
-            .arg("-f")
-            .arg(&dir)
-            .status()?;
-        if status.success() {
-            std::fs::write(dir.join(CLEAN_MARKER), b"clean shutdown\n")?;
-        }
-        Ok(())
-    })
-    .await??;
     Ok(())
 }
 
@@ -342,6 +452,9 @@ async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
     if let Err(e) = made {
         return fail(report, format!("cannot create {}: {e}", dir.display()));
     }
+    // The inputs' links go when the task ends, however it ends: a link keeps an evicted
+    // object's bytes on disk, outside the quota's count.
+    let links = (!a.inputs.is_empty()).then(|| RemoveOnDrop(inputs_dir.clone()));
     let paths: Vec<PathBuf> = (0..a.inputs.len())
         .map(|i| inputs_dir.join(format!("{i}")))
         .collect();
@@ -374,10 +487,7 @@ async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
                     uncached.push(input.uri.clone());
                 }
             }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&inputs_dir);
-                return fail(report, e);
-            }
+            Err(e) => return fail(report, e),
         }
     }
     report.uncached = uncached;
@@ -395,9 +505,7 @@ async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
             .collect()
     };
     let result = execute(&a.cmd, &by_position, &outputs, &dir).await;
-    if !a.inputs.is_empty() {
-        let _ = std::fs::remove_dir_all(&inputs_dir);
-    }
+    drop(links);
     match result {
         Ok(code) => report.exit_code = code,
         Err(e) => return fail(report, e),
@@ -412,6 +520,23 @@ async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
     }
     report.finished_at = unix_now();
     report
+}
+
+/// Removes a file or directory tree when dropped (if it still exists).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        match std::fs::symlink_metadata(&self.0) {
+            Ok(m) if m.is_dir() => {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+            Ok(_) => {
+                let _ = std::fs::remove_file(&self.0);
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 fn expand(text: &str, inputs: &[PathBuf], outputs: &[PathBuf]) -> String {
@@ -621,6 +746,9 @@ async fn fetch(
     dest: &Path,
 ) -> Result<(Staged, bool), String> {
     let temp = ctx.cache.lock().expect("cache lock").temp_path();
+    // A fetch stopped half way (its task aborted when the dispatcher was lost) leaves no
+    // partial file behind; after a commit the temp name no longer exists.
+    let _partial = RemoveOnDrop(temp.clone());
     if let InputSource::Peer { url } = &input.source {
         match fetch_peer(ctx, url, input, &temp).await {
             Ok(stored) => return place(ctx, input, dest, (Staged::Peer(input.size), stored)),

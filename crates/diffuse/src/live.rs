@@ -47,6 +47,10 @@ pub struct SchedArgs {
     /// GCC's utilisation threshold, in (0, 1].
     #[arg(long, default_value_t = 0.9, value_parser = crate::sim::threshold, allow_hyphen_values = true)]
     threshold: f64,
+    /// A task whose worker is lost (crashed, killed, cut off) while running it this many times
+    /// fails with that reason instead of running again.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    crash_limit: u32,
 }
 
 impl SchedArgs {
@@ -55,6 +59,7 @@ impl SchedArgs {
             policy: self.policy,
             window: self.window as usize,
             threshold: self.threshold,
+            crash_limit: self.crash_limit,
             ..CoreConfig::default()
         }
     }
@@ -118,6 +123,11 @@ pub struct WorkerArgs {
     /// gateway (set up by `diffuse run --storage-bandwidth`).
     #[arg(long)]
     storage_gateway: Option<String>,
+    /// Seconds to keep trying to reach the dispatcher, at start or after losing it, before
+    /// exiting. A lost connection stops the running tasks (the dispatcher runs them again);
+    /// the cache is kept.
+    #[arg(long, default_value_t = 60)]
+    reconnect_timeout: u64,
     #[command(flatten)]
     storage: StorageArgs,
 }
@@ -289,6 +299,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         eviction: a.eviction,
         noop: a.noop,
         storage_gateway: a.storage_gateway,
+        reconnect_timeout: Duration::from_secs(a.reconnect_timeout),
     }))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -228,7 +228,11 @@ impl TestEnv {
 
     /// `node` is lost; returns the tasks that failed because of it.
     pub fn lose(&mut self, node: u32) -> Vec<TaskId> {
-        let r = self.core.handle_node_lost(NodeId(node), self.now).unwrap();
+        let r = self
+            .core
+            .handle_node_lost(NodeId(node), self.now)
+            .unwrap()
+            .failed;
         self.check();
         r
     }

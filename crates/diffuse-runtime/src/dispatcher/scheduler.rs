@@ -374,7 +374,11 @@ impl Scheduler {
         let tick = Duration::from_millis(100);
         let mut next_check = Instant::now() + tick;
         loop {
-            let wait = next_check.saturating_duration_since(Instant::now());
+            let mut wait = next_check.saturating_duration_since(Instant::now());
+            if !self.unconfirmed.is_empty() {
+                // Outcomes are waiting for the writer's confirmation (it commits every 20 ms).
+                wait = wait.min(Duration::from_millis(5));
+            }
             let first = match rx.recv_timeout(wait) {
                 Ok(c) => Some(c),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -461,10 +465,11 @@ impl Scheduler {
         let c = self.core.counts();
         Status {
             queued: c.queued,
-            running: c.running,
             workers: c.nodes,
             slots: c.slots,
             busy_slots: c.busy_slots,
+            // Ended in the core, outcome not yet journaled: still running to the client.
+            running: c.running + self.unconfirmed.len() as u64,
             uptime_s: self.start.elapsed().as_secs_f64(),
             ..self.status.clone()
         }
@@ -472,7 +477,14 @@ impl Scheduler {
 
     fn view(&self, t: TaskId) -> TaskView {
         let task = &self.tasks[t.0 as usize];
+        let pending = self.unconfirmed.get(&task.id);
         let (state, node, attempt) = match (&task.phase, self.core.task_state(t)) {
+            // Ended, outcome not yet journaled (see `record_outcome`).
+            (Phase::Done(_), _) if pending.is_some() => (
+                "running".into(),
+                pending.and_then(|o| o.node.clone()),
+                pending.map_or(0, |o| o.attempt),
+            ),
             (Phase::Done(s), _) => (
                 serde_json::to_value(s)
                     .ok()
@@ -489,11 +501,8 @@ impl Scheduler {
             _ => ("queued".into(), None, 0),
         };
         let outcome = match task.phase {
-            Phase::Done(_) => match self.unconfirmed.get(&task.id) {
-                Some(o) => Some(o.clone()),
-                None => self.journal.outcome(&task.id).ok().flatten(),
-            },
-            Phase::Live => None,
+            Phase::Done(_) if pending.is_none() => self.journal.outcome(&task.id).ok().flatten(),
+            _ => None,
         };
         let node = node.or_else(|| outcome.as_ref().and_then(|o| o.node.clone()));
         let attempt = outcome.as_ref().map_or(attempt, |o| o.attempt);
@@ -579,7 +588,6 @@ impl Scheduler {
             result_json: "{}".into(),
             finished_at: unix_now(),
         });
-        self.count_outcome(state);
     }
 
     fn cancel(&mut self, id: &str) -> Result<String, String> {
@@ -710,7 +718,6 @@ impl Scheduler {
                 s.bytes_local += tr.bytes_local;
                 s.bytes_peer += tr.bytes_peer;
                 s.bytes_storage += tr.bytes_storage;
-                self.count_outcome(st);
                 let task = &mut self.tasks[t.0 as usize];
                 task.phase = Phase::Done(st);
                 self.record_outcome(TaskOutcome {
@@ -740,13 +747,20 @@ impl Scheduler {
         self.conns.remove(&session.conn);
         tracing::warn!(worker = %session.name, "worker lost ({why}); its tasks run again elsewhere");
         let now = self.now();
-        if let Ok(failed) = self.core.handle_node_lost(node, now) {
-            for t in failed {
-                let limit = self.core.config().crash_limit;
+        if let Ok(lost) = self.core.handle_node_lost(node, now) {
+            let limit = self.core.config().crash_limit;
+            for t in lost.failed {
                 self.finish_without_running(
                     t,
                     OutcomeState::Failed,
                     Some(format!("its worker was lost {limit} times")),
+                );
+            }
+            for t in lost.cancelled {
+                self.finish_without_running(
+                    t,
+                    OutcomeState::Cancelled,
+                    Some("cancelled; its worker was lost while it ran".into()),
                 );
             }
         }
@@ -848,20 +862,28 @@ impl Scheduler {
         }
     }
 
-    /// Record an outcome: visible to queries at once, journaled by the writer this round.
+    /// Record an outcome. The writer journals it this round; until it confirms the commit the
+    /// task still shows as running and is not counted as ended, so nothing a client has seen
+    /// ended can run again after a crash of the dispatcher.
     fn record_outcome(&mut self, o: TaskOutcome) {
-        self.unconfirmed.insert(o.id.clone(), o.clone());
+        if self.writer.is_none() {
+            self.count_outcome(o.state);
+        } else {
+            self.unconfirmed.insert(o.id.clone(), o.clone());
+        }
         self.new_outcomes.push(o);
     }
 
     /// Hand this round's dispatched attempts and outcomes to the journal writer.
     fn flush_progress(&mut self) {
         let Some(w) = &self.writer else { return };
-        if let Ok(ids) = w.committed.try_recv() {
-            for id in ids.into_iter().chain(w.committed.try_iter().flatten()) {
-                self.unconfirmed.remove(&id);
+        let committed: Vec<String> = w.committed.try_iter().flatten().collect();
+        for id in committed {
+            if let Some(o) = self.unconfirmed.remove(&id) {
+                self.count_outcome(o.state);
             }
         }
+        let Some(w) = &self.writer else { return };
         if !self.new_attempts.is_empty() {
             let _ =
                 w.tx.send(Write::Attempts(std::mem::take(&mut self.new_attempts)));

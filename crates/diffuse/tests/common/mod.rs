@@ -1,5 +1,7 @@
 //! What the `diffuse` binary's integration tests share: running the binary to completion.
 
+pub mod cluster;
+
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
