@@ -148,7 +148,10 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     // One session per connection. When a connection is lost the running tasks are stopped (the
     // dispatcher has given their attempts up and runs them again, so their results would be
     // refused), and the worker connects again, keeping its cache.
-    let mut out_rx = out_rx;
+    let mut outbox = Outbox {
+        rx: out_rx,
+        unsent: Vec::new(),
+    };
     let mut unreachable_since: Option<std::time::Instant> = None;
     let mut delay = RECONNECT_FIRST;
     loop {
@@ -157,9 +160,16 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
                 unreachable_since = None;
                 delay = RECONNECT_FIRST;
                 let mut tasks = tokio::task::JoinSet::new();
-                match session(&cfg, &ctx, ws, &mut out_rx, &mut tasks).await {
+                match session(&cfg, &ctx, ws, &mut outbox, &mut tasks).await {
                     Ok(()) => break,
                     Err(e) => {
+                        // A task whose process already ended keeps its report (sent after
+                        // reconnecting; the dispatcher refuses it by attempt number if it gave
+                        // that attempt up). The others are stopped.
+                        let _ = tokio::time::timeout(REPORT_GRACE, async {
+                            while tasks.join_next().await.is_some() {}
+                        })
+                        .await;
                         tracing::warn!(
                             worker = %cfg.name,
                             "{e}; stopping {} running task(s) and connecting again",
@@ -200,6 +210,8 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long a lost connection waits for tasks that are just ending before stopping the rest.
+const REPORT_GRACE: Duration = Duration::from_millis(250);
 /// First wait before connecting again; it doubles up to [`RECONNECT_MAX`].
 const RECONNECT_FIRST: Duration = Duration::from_millis(100);
 /// Longest wait between two connection attempts.
@@ -296,22 +308,25 @@ async fn session(
     cfg: &WorkerConfig,
     ctx: &Arc<Ctx>,
     (ws, heartbeat): (Ws, Duration),
-    out_rx: &mut mpsc::UnboundedReceiver<ToDispatcher>,
+    outbox: &mut Outbox,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> anyhow::Result<()> {
     let (mut sink, mut stream) = ws.split();
     // Cache changes queued while disconnected are in the hello's snapshot; reports of tasks
     // that finished meanwhile still go out (the dispatcher refuses them by attempt number if
     // it has given those attempts up).
-    let mut pending = Vec::new();
-    while let Ok(m) = out_rx.try_recv() {
+    let mut backlog = std::mem::take(&mut outbox.unsent);
+    while let Ok(m) = outbox.rx.try_recv() {
         if matches!(m, ToDispatcher::Finished(_)) {
-            pending.push(m);
+            backlog.push(m);
         }
     }
-    for m in pending {
-        sink.send(Message::Text(serde_json::to_string(&m)?.into()))
-            .await?;
+    let mut backlog = backlog.into_iter();
+    while let Some(m) = backlog.next() {
+        if let Err(e) = deliver(&mut sink, m, &mut outbox.unsent).await {
+            outbox.unsent.extend(backlog);
+            return Err(e);
+        }
     }
     let mut beat = tokio::time::interval(heartbeat);
     let mut draining = false;
@@ -347,9 +362,7 @@ async fn session(
                     ToWorker::Welcome { .. } => {}
                 }
             }
-            Some(m) = out_rx.recv() => {
-                sink.send(Message::Text(serde_json::to_string(&m)?.into())).await?;
-            }
+            Some(m) = outbox.rx.recv() => deliver(&mut sink, m, &mut outbox.unsent).await?,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             _ = beat.tick() => {
                 sink.send(Message::Text(serde_json::to_string(&ToDispatcher::Heartbeat)?.into())).await?;
@@ -357,11 +370,33 @@ async fn session(
         }
     }
     // Flush the last reports before closing.
-    while let Ok(m) = out_rx.try_recv() {
-        sink.send(Message::Text(serde_json::to_string(&m)?.into()))
-            .await?;
+    while let Ok(m) = outbox.rx.try_recv() {
+        deliver(&mut sink, m, &mut outbox.unsent).await?;
     }
     let _ = sink.close().await;
+    Ok(())
+}
+
+/// Messages for the dispatcher: those the worker's tasks queue, and task reports whose send
+/// failed when a connection was lost (they go out first on the next one).
+struct Outbox {
+    rx: mpsc::UnboundedReceiver<ToDispatcher>,
+    unsent: Vec<ToDispatcher>,
+}
+
+/// Send one message; a task report that could not be sent is kept in `unsent`.
+async fn deliver(
+    sink: &mut futures_util::stream::SplitSink<Ws, Message>,
+    m: ToDispatcher,
+    unsent: &mut Vec<ToDispatcher>,
+) -> anyhow::Result<()> {
+    let text = serde_json::to_string(&m)?;
+    if let Err(e) = sink.send(Message::Text(text.into())).await {
+        if matches!(m, ToDispatcher::Finished(_)) {
+            unsent.push(m);
+        }
+        return Err(e.into());
+    }
     Ok(())
 }
 

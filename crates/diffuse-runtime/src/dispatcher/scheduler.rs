@@ -665,6 +665,10 @@ impl Scheduler {
 
     fn on_worker_message(&mut self, conn: u64, msg: ToDispatcher) {
         let Some(node) = self.conns.get(&conn).copied() else {
+            // A connection already given up: its results belong to attempts run again elsewhere.
+            if let ToDispatcher::Finished(r) = msg {
+                tracing::warn!(task = %r.task, attempt = r.attempt, "stale result refused (its worker was given up)");
+            }
             return;
         };
         if let Some(s) = self.sessions.get_mut(&node) {

@@ -186,6 +186,8 @@ pub struct Cluster {
     pub dispatcher: Option<Proc>,
     pub workers: Vec<Proc>,
     pub extra: Vec<Proc>,
+    /// Extra arguments of every `diffuse dispatcher` this cluster starts.
+    pub dispatcher_args: Vec<String>,
     pub dir: tempfile::TempDir,
 }
 
@@ -207,6 +209,7 @@ impl Cluster {
             dispatcher: None,
             workers: Vec::new(),
             extra: Vec::new(),
+            dispatcher_args: Vec::new(),
             dir,
         };
         c.spawn_dispatcher();
@@ -215,15 +218,21 @@ impl Cluster {
 
     /// Start the dispatcher on a free port over `<tmp>/journal.sqlite`; wait until it answers.
     pub fn spawn_dispatcher(&mut self) {
+        self.spawn_dispatcher_on(None);
+    }
+
+    /// Start the dispatcher on `port` (None: a free one); wait until it answers.
+    pub fn spawn_dispatcher_on(&mut self, port: Option<u16>) {
         let journal = self.path("journal.sqlite");
         // The port may be taken between picking and binding: try a few.
         for attempt in 0..5 {
-            let port = free_port();
+            let port = port.unwrap_or_else(free_port);
             let mut cmd = Command::new(BIN);
             cmd.arg("dispatcher")
                 .args(["--listen", &format!("127.0.0.1:{port}")])
                 .arg("--journal")
-                .arg(&journal);
+                .arg(&journal)
+                .args(&self.dispatcher_args);
             self.envs(&mut cmd);
             let n = self.extra.len();
             let mut p = Proc::spawn(
@@ -276,6 +285,42 @@ impl Cluster {
             self.extra.push(w);
         }
         self.spawn_dispatcher();
+    }
+
+    /// Kill the dispatcher (SIGKILL) and start a new one on the same journal and the same
+    /// port, leaving the workers running: they connect again by themselves.
+    pub fn crash_dispatcher_keep_workers(&mut self) {
+        let port: u16 = self
+            .url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port in the dispatcher URL");
+        if let Some(mut d) = self.dispatcher.take() {
+            let _ = d.child.kill();
+            let _ = d.child.wait();
+            self.extra.push(d);
+        }
+        self.spawn_dispatcher_on(Some(port));
+    }
+
+    /// Kill live worker number `i` (in start order) with SIGKILL. Its cache directory stays,
+    /// for a restart.
+    pub fn kill_worker(&mut self, i: usize) {
+        let mut w = self.workers.remove(i);
+        let _ = w.child.kill();
+        let _ = w.child.wait();
+        self.extra.push(w);
+    }
+
+    /// Send `signal` (e.g. "STOP", "CONT") to live worker number `i`.
+    pub fn signal_worker(&self, i: usize, signal: &str) {
+        let pid = self.workers[i].child.id().to_string();
+        let st = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("run kill");
+        assert!(st.success(), "kill -{signal} {pid}");
     }
 
     pub fn envs(&self, cmd: &mut Command) {

