@@ -71,6 +71,11 @@ pub struct Meta {
     pub sha256: String,
     /// Opaque version of the source (size, mtime or ETag) when it was fetched.
     pub version: String,
+    /// Modification time of the data file once committed, in nanoseconds since the epoch (0:
+    /// unknown). A data file whose modification time differs has been written to since: it is
+    /// fully verified before it is used again, and not served to peers until then.
+    #[serde(default)]
+    pub modified_ns: u64,
 }
 
 /// The result of [`CacheDir::lookup`].
@@ -272,13 +277,33 @@ impl CacheDir {
             return Lookup::Stale;
         }
         let path = self.objects.join(&e.key);
-        if !regular_of_size(&path, e.meta.size) {
-            self.drop_reported(uri);
-            return Lookup::Miss;
+        if !unchanged(&path, &e.meta) {
+            // Written to since it was committed (or replaced, or truncated): use it only if its
+            // content still has the recorded checksum; otherwise it is dropped.
+            if !self.verify(uri).unwrap_or(false) {
+                self.drop_reported(uri);
+                return Lookup::Miss;
+            }
+            self.refresh_fingerprint(uri);
         }
+        let Some(e) = self.entries.get(uri) else {
+            return Lookup::Miss;
+        };
         let id = e.id;
         self.cache.touch(id);
         Lookup::Hit(path)
+    }
+
+    /// Record the data file's current modification time for a verified object.
+    fn refresh_fingerprint(&mut self, uri: &str) {
+        let Some(e) = self.entries.get_mut(uri) else {
+            return;
+        };
+        if let Ok(md) = fs::symlink_metadata(self.objects.join(&e.key)) {
+            e.meta.modified_ns = modified_ns(&md);
+            let (key, meta) = (e.key.clone(), e.meta.clone());
+            let _ = self.write_meta(&key, &meta, false);
+        }
     }
 
     /// Path and meta of a held object by key (for the peer server, which receives keys, not
@@ -292,7 +317,7 @@ impl CacheDir {
         let uri = self.by_key.get(key)?;
         let e = self.entries.get(uri)?;
         let path = self.objects.join(&e.key);
-        regular_of_size(&path, e.meta.size).then(|| (path, e.meta.clone()))
+        unchanged(&path, &e.meta).then(|| (path, e.meta.clone()))
     }
 
     /// A fresh, unused temp file path under `root/tmp/` for a download. The file is not
@@ -442,6 +467,7 @@ impl CacheDir {
             size,
             sha256,
             version: version.to_string(),
+            modified_ns: 0, // set once the data file is in place
         };
         let mark = self.evicted.len();
         let id = self
@@ -454,8 +480,11 @@ impl CacheDir {
             perms.set_readonly(true);
             fs::set_permissions(temp, perms)?;
             fs::rename(temp, &data)?;
-            let meta = &self.entries[uri].meta;
-            self.write_meta(&key, meta, durable)?;
+            let md = fs::symlink_metadata(&data)?;
+            let entry = self.entries.get_mut(uri).expect("admitted above");
+            entry.meta.modified_ns = modified_ns(&md);
+            let meta = entry.meta.clone();
+            self.write_meta(&key, &meta, durable)?;
             if durable {
                 sync_dir(&self.objects);
             }
@@ -797,7 +826,7 @@ fn load_object(
     if CacheDir::key(&meta.uri) != key || !valid_key(&meta.sha256) || md.len() != meta.size {
         return Err(uri);
     }
-    if verify {
+    if verify || modified_ns(&md) != meta.modified_ns {
         let (size, sha) = open_regular(&data, false)
             .and_then(|mut f| hash_reader(&mut f))
             .map_err(|_| uri.clone())?;
@@ -805,13 +834,44 @@ fn load_object(
             return Err(uri);
         }
     }
+    let meta = Meta {
+        modified_ns: modified_ns(&md),
+        ..meta
+    };
     Ok((md.modified().unwrap_or(UNIX_EPOCH), meta))
+}
+
+/// A file's modification time in nanoseconds since the epoch (0 if unavailable).
+fn modified_ns(md: &fs::Metadata) -> u64 {
+    md.modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Whether the data file at `path` is still the regular file of `meta`'s size and modification
+/// time (the cheap check made on every use; a full check hashes the content).
+fn unchanged(path: &Path, meta: &Meta) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|md| {
+        md.file_type().is_file() && md.len() == meta.size && modified_ns(&md) == meta.modified_ns
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use tempfile::TempDir;
+
+    /// Flip the byte at `offset` and put the modification time back: corruption the file
+    /// system did not see (bit rot), which only a checksum finds.
+    fn flip_silently(path: &Path, offset: usize) {
+        let mtime = fs::metadata(path).unwrap().modified().unwrap();
+        let mut b = fs::read(path).unwrap();
+        b[offset] ^= 0xff;
+        fs::write(path, &b).unwrap();
+        let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.set_modified(mtime).unwrap();
+    }
 
     fn open(dir: &Path, quota: u64, policy: EvictionPolicy) -> CacheDir {
         CacheDir::open(dir, quota, policy, false).unwrap()
@@ -879,7 +939,8 @@ mod tests {
                 uri: "s3://b/a".into(),
                 size,
                 sha256: sha,
-                version: "v1".into()
+                version: "v1".into(),
+                modified_ns: modified_ns(&fs::metadata(&p).unwrap()),
             }
         );
         // The cached object is read-only (a task writing through a hard link cannot corrupt it).
@@ -1103,10 +1164,8 @@ mod tests {
         assert!(c.verify("u").unwrap());
         assert!(c.take_evicted().is_empty());
         make_writable(&s.path);
-        let mut bytes = fs::read(&s.path).unwrap();
-        bytes[4] ^= 0x01;
-        fs::write(&s.path, &bytes).unwrap();
-        // Same size, so only the checksum can tell.
+        flip_silently(&s.path, 4);
+        // Same size and modification time (bit rot), so only the checksum can tell.
         assert!(matches!(c.lookup("u", None), Lookup::Hit(_)));
         assert!(!c.verify("u").unwrap());
         assert!(!c.contains("u"));
@@ -1147,9 +1206,7 @@ mod tests {
             .set_len(5)
             .unwrap();
         make_writable(&p("flip"));
-        let mut b = fs::read(p("flip")).unwrap();
-        b[0] ^= 0xff;
-        fs::write(p("flip"), &b).unwrap();
+        flip_silently(&p("flip"), 0);
         fs::remove_file(m("nometa")).unwrap();
         fs::write(m("badmeta"), b"{not json").unwrap();
         // An orphan meta and a junk file.
@@ -1158,7 +1215,7 @@ mod tests {
 
         let mut c = open(d.path(), 1000, EvictionPolicy::Lru);
         assert!(dir_names(&d.path().join("tmp")).is_empty());
-        // Without verify_on_open the flipped (same-size) object survives the size check.
+        // Without verify_on_open the silently flipped object survives the size and time check.
         assert_eq!(c.uris(), vec!["flip".to_string(), "good".to_string()]);
         assert_eq!(
             c.used(),
@@ -1290,6 +1347,7 @@ mod tests {
             size: 10,
             sha256: sha256_file(&secret).unwrap().1,
             version: "v".into(),
+            modified_ns: 0,
         };
         drop(c);
         symlink(&secret, root.join("objects").join(&pkey)).unwrap();
@@ -1334,5 +1392,38 @@ mod tests {
             b"task input",
             "failed link leaves dest"
         );
+    }
+
+    #[test]
+    fn an_object_written_to_after_commit_is_verified_before_use_and_dropped_if_changed() {
+        let d = TempDir::new().unwrap();
+        let mut c = open(d.path(), 1 << 20, EvictionPolicy::Lru);
+        let t = c.temp_path();
+        fs::write(&t, b"hello world").unwrap();
+        c.commit(&t, "s3://b/a", "v1", None).unwrap();
+        let path = hit(c.lookup("s3://b/a", None));
+        let key = CacheDir::key("s3://b/a");
+        let later = |p: &Path| {
+            let f = fs::OpenOptions::new().write(true).open(p).unwrap();
+            f.set_modified(SystemTime::now() + std::time::Duration::from_secs(5))
+                .unwrap();
+        };
+        // Touched, same content: verified, still a hit, and served again.
+        later(&path);
+        assert!(c.path_for_key(&key).is_none(), "not served until verified");
+        assert_eq!(hit(c.lookup("s3://b/a", None)), path);
+        assert!(c.path_for_key(&key).is_some());
+        // One byte flipped: dropped at the next use and reported.
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[0] ^= 1;
+        let mut perms = fs::metadata(&path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        fs::set_permissions(&path, perms).unwrap();
+        fs::write(&path, &bytes).unwrap();
+        later(&path);
+        assert_eq!(c.lookup("s3://b/a", None), Lookup::Miss);
+        assert_eq!(c.take_evicted(), vec!["s3://b/a".to_string()]);
+        assert!(!path.exists());
     }
 }

@@ -305,3 +305,150 @@ fn a_worker_frozen_past_its_heartbeat_timeout_loses_its_task_and_its_late_result
     );
     assert_eq!(s["busy_slots"], 0, "{s}");
 }
+
+// ----- check 5: corrupted cached bytes, a serving peer killed mid-transfer -----
+
+/// The path of `uri`'s data file in worker `name`'s cache (the harness's `<tmp>/w<name>`).
+fn cached_file(c: &Cluster, name: &str, uri: &str) -> std::path::PathBuf {
+    use sha2::Digest;
+    let key = hex::encode(sha2::Sha256::digest(uri.as_bytes()));
+    c.path(&format!("w{name}/objects/{key}"))
+}
+
+/// Flip the byte at `offset` of a (read-only) cached file. With `silently`, the modification
+/// time is put back, as with corruption the file system did not see.
+fn flip(path: &std::path::Path, offset: usize, silently: bool) {
+    use std::os::unix::fs::PermissionsExt;
+    let md = std::fs::metadata(path).expect("cached file");
+    let mtime = md.modified().expect("mtime");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mut b = std::fs::read(path).expect("read");
+    b[offset] ^= 0x5a;
+    std::fs::write(path, &b).expect("write");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open");
+    let when = if silently {
+        mtime
+    } else {
+        // A real write: a new modification time (set explicitly, the clock's tick is coarse).
+        mtime + Duration::from_secs(1)
+    };
+    f.set_modified(when).expect("set mtime");
+}
+
+fn md5_task(id: &str, uri: &str) -> Value {
+    json!({"id": id, "cmd": ["md5sum", "{inputs[0]}"], "inputs": [uri]})
+}
+
+/// The md5 digest at the start of a task's stdout.
+#[track_caller]
+fn md5_of(report: &Value) -> String {
+    stdout_of(report)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn md5_file(path: &std::path::Path) -> String {
+    let out = std::process::Command::new("md5sum")
+        .arg(path)
+        .output()
+        .expect("md5sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_corrupted_cached_object_is_caught_at_local_use_and_at_a_peer_fetch() {
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 1, "100MB");
+    c.wait_workers(1);
+    let size = 1 << 20;
+    let x = c.data("x.bin", &random_bytes(size));
+    let (uri, reference) = (file_uri(&x), md5_file(&x));
+    let size = size as u64;
+    c.submit(&[md5_task("t1", &uri)]);
+    c.wait_succeeded("t1");
+
+    // Local use: A's copy was written to. A checks it against its checksum, drops it, and
+    // reads storage again.
+    flip(&cached_file(&c, "A", &uri), 1000, false);
+    c.submit(&[md5_task("t2", &uri)]);
+    let (_, r2) = c.wait_succeeded("t2");
+    assert_eq!(md5_of(&r2), reference, "{r2}");
+    assert_eq!(traffic(&r2["traffic"]), [0, 0, 1, 0, 0, size], "{r2}");
+
+    // A peer fetch: A's copy rots silently (same size and time; A cannot tell without reading
+    // it all). A is kept busy; B fetches from A, finds the checksum wrong, and reads storage.
+    flip(&cached_file(&c, "A", &uri), 2000, true);
+    let gate = c.path("gate");
+    c.submit(&[gated_task("busy", &gate)]);
+    c.wait_state("busy", "running");
+    c.worker("B", 1, "100MB");
+    c.wait_workers(2);
+    c.submit(&[md5_task("t3", &uri)]);
+    let (t3, r3) = c.wait_succeeded("t3");
+    assert_eq!(t3["node"], "B", "{t3}");
+    assert_eq!(md5_of(&r3), reference, "{r3}");
+    assert_eq!(
+        traffic(&r3["traffic"]),
+        [0, 0, 1, 0, 0, size],
+        "the corrupt peer copy was refused: {r3}"
+    );
+    assert_eq!(md5_file(&cached_file(&c, "B", &uri)), reference);
+    std::fs::write(&gate, b"").expect("open the gate");
+    c.wait_succeeded("busy");
+}
+
+#[test]
+fn a_serving_peer_killed_mid_transfer_leaves_no_partial_object() {
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 1, "1GB");
+    c.wait_workers(1);
+    let size = 200 << 20;
+    let x = c.data("x.bin", &random_bytes(size));
+    let (uri, reference) = (file_uri(&x), md5_file(&x));
+    c.submit(&[md5_task("t1", &uri)]);
+    c.wait_succeeded("t1");
+    let gate = c.path("gate");
+    c.submit(&[gated_task("busy", &gate)]);
+    c.wait_state("busy", "running");
+    c.worker("B", 1, "1GB");
+    c.wait_workers(2);
+    c.submit(&[md5_task("t2", &uri)]);
+
+    // Kill A as soon as B's download from it has begun.
+    let tmp = c.path("wB/tmp");
+    poll("B's download from A to start", || {
+        std::fs::read_dir(&tmp)
+            .ok()?
+            .filter_map(Result::ok)
+            .any(|e| e.metadata().is_ok_and(|m| m.len() > 0))
+            .then_some(())
+    });
+    c.kill_worker(0);
+    let (t2, r2) = c.wait_succeeded("t2");
+    assert_eq!(t2["node"], "B", "{t2}");
+    assert_eq!(md5_of(&r2), reference, "{r2}");
+    let tr = traffic(&r2["traffic"]);
+    assert_eq!(
+        (tr[1], tr[2]),
+        (0, 1),
+        "the broken peer transfer fell back to storage: {r2}"
+    );
+    // Only whole, verified objects are in B's cache; nothing partial is left in its tmp.
+    assert_eq!(md5_file(&cached_file(&c, "B", &uri)), reference);
+    let objects: Vec<String> = std::fs::read_dir(c.path("wB/objects"))
+        .expect("objects")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    assert_eq!(objects.len(), 2, "one object and its meta: {objects:?}");
+    let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").collect();
+    assert!(left.is_empty(), "partial files left: {left:?}");
+}
