@@ -452,3 +452,65 @@ fn a_serving_peer_killed_mid_transfer_leaves_no_partial_object() {
     let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").collect();
     assert!(left.is_empty(), "partial files left: {left:?}");
 }
+
+// ----- check 9: hostile paths -----
+
+#[test]
+fn hostile_paths_are_refused_and_nothing_outside_the_cache_is_served() {
+    let mut c = Cluster::start(&[]);
+    let peer = c.worker("A", 1, "10MB");
+    c.wait_workers(1);
+    let x = c.data("x.bin", b"cached bytes");
+    c.submit(&[md5_task("t1", &file_uri(&x))]);
+    c.wait_succeeded("t1");
+    // A secret outside the cache, and a symlink to it planted in A's objects under a valid key.
+    let secret = c.data("secret.txt", b"do not serve me");
+    let planted = "b".repeat(64);
+    std::os::unix::fs::symlink(&secret, c.path(&format!("wA/objects/{planted}")))
+        .expect("plant symlink");
+    let hostile = [
+        "..%2f..%2f..%2fetc%2fpasswd",
+        "%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+        "%252e%252e%252fetc%252fpasswd",
+        "%2fetc%2fpasswd",
+        "..%5c..%5cetc%5cpasswd",
+        "abc%00def",
+        &format!("{}%00", "a".repeat(64)),
+        &planted,
+        "..",
+        ".",
+    ];
+    for key in hostile {
+        let r = c
+            .http
+            .get(format!("{peer}/v1/cache/{key}"))
+            .bearer_auth(&c.worker_token)
+            .send()
+            .expect("GET");
+        let code = r.status().as_u16();
+        let body = r.text().unwrap_or_default();
+        assert!((400..500).contains(&code), "{key}: {code} {body}");
+        assert!(!body.contains("do not serve") && !body.contains("root:"), "{key}: {body}");
+    }
+    for id in ["..%2f..%2fetc%2fpasswd", "%2e%2e", "a%00b"] {
+        let r = c
+            .http
+            .get(format!("{}/v1/tasks/{id}", c.url))
+            .bearer_auth(&c.client_token)
+            .send()
+            .expect("GET");
+        assert_eq!(r.status().as_u16(), 404, "task {id}");
+    }
+    // A task id made of path syntax names a directory under the worker's work directory only.
+    let id = "../../../escape/..";
+    c.submit(&[json!({"id": id, "cmd": "echo hi", "inputs": [file_uri(&x)]})]);
+    let t = poll("the task with a path for an id to succeed", || {
+        tasks_in(&c, "succeeded").remove(id)
+    });
+    let r = report(&t);
+    let out = std::path::PathBuf::from(r["stdout"].as_str().expect("stdout path"));
+    let work = std::fs::canonicalize(c.path("wA/work")).expect("work dir");
+    let dir = std::fs::canonicalize(out.parent().expect("task dir")).expect("task dir exists");
+    assert!(dir.starts_with(&work), "{} is outside {}", dir.display(), work.display());
+    assert!(!c.path("escape").exists());
+}
