@@ -490,7 +490,10 @@ fn hostile_paths_are_refused_and_nothing_outside_the_cache_is_served() {
         let code = r.status().as_u16();
         let body = r.text().unwrap_or_default();
         assert!((400..500).contains(&code), "{key}: {code} {body}");
-        assert!(!body.contains("do not serve") && !body.contains("root:"), "{key}: {body}");
+        assert!(
+            !body.contains("do not serve") && !body.contains("root:"),
+            "{key}: {body}"
+        );
     }
     for id in ["..%2f..%2fetc%2fpasswd", "%2e%2e", "a%00b"] {
         let r = c
@@ -511,6 +514,11 @@ fn hostile_paths_are_refused_and_nothing_outside_the_cache_is_served() {
     let out = std::path::PathBuf::from(r["stdout"].as_str().expect("stdout path"));
     let work = std::fs::canonicalize(c.path("wA/work")).expect("work dir");
     let dir = std::fs::canonicalize(out.parent().expect("task dir")).expect("task dir exists");
-    assert!(dir.starts_with(&work), "{} is outside {}", dir.display(), work.display());
+    assert!(
+        dir.starts_with(&work),
+        "{} is outside {}",
+        dir.display(),
+        work.display()
+    );
     assert!(!c.path("escape").exists());
 }
