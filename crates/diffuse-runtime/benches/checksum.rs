@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p diffuse-runtime --bench checksum`
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_main, Criterion, Throughput};
 use std::io::Read;
 
 fn checksum(c: &mut Criterion) {
@@ -36,5 +36,9 @@ fn checksum(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, checksum);
+#[allow(missing_docs)]
+mod group {
+    criterion::criterion_group!(benches, super::checksum);
+}
+use group::benches;
 criterion_main!(benches);
