@@ -3,6 +3,7 @@
 # peer server (/v1/cache/<key>, worker token) against curl downloading the same bytes from nginx
 # (sendfile on), each to a file and to /dev/null, three rounds interleaved.
 source "$(dirname "$0")/common.sh"
+command -v nginx >/dev/null || { apt-get install -y -q nginx >/dev/null 2>&1 || { echo "nginx unavailable"; exit 1; }; }
 head -c 1000000000 /dev/urandom >"$WORK/big.dat"
 export DIFFUSE_CLIENT_TOKEN=c-$RANDOM$RANDOM DIFFUSE_WORKER_TOKEN=w-$RANDOM$RANDOM
 port=$((20000 + RANDOM % 20000)); nport=$((port + 1)); aport=$((port+2))
