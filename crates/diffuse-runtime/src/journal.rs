@@ -1,20 +1,26 @@
 //! The dispatcher's durable journal, kept in an embedded SQLite database.
 //!
-//! # Schema (version 1)
+//! # Schema (version 2)
 //!
 //! ```sql
 //! meta(key TEXT PRIMARY KEY, value NOT NULL)
-//!     -- ('magic', 'diffuse-journal'), ('schema_version', 1)
+//!     -- ('magic', 'diffuse-journal'), ('schema_version', 2)
 //! tasks(seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- submission order
 //!       id TEXT NOT NULL UNIQUE, spec_json TEXT NOT NULL,
 //!       submitted_at REAL NOT NULL,
-//!       attempts INTEGER NOT NULL DEFAULT 0)    -- highest dispatched attempt
+//!       attempts INTEGER NOT NULL DEFAULT 0,    -- highest dispatched attempt
+//!       sum INTEGER)                            -- record checksum
 //! attempts(task_seq REFERENCES tasks(seq), attempt, node,
 //!          PRIMARY KEY (task_seq, attempt))     -- dispatch history
 //! outcomes(task_seq INTEGER PRIMARY KEY REFERENCES tasks(seq),
 //!          state TEXT CHECK (state IN ('succeeded','failed','cancelled')),
-//!          attempt, node, exit_code, error, result_json, finished_at)
+//!          attempt, node, exit_code, error, result_json, finished_at,
+//!          sum INTEGER)                         -- record checksum
 //! ```
+//!
+//! `sum` is the first 8 bytes of a SHA-256 over the record's fields (see `record_sum`); it is
+//! checked whenever a task or an outcome is read back. A version-1 journal is upgraded in place
+//! at open: its rows keep a NULL `sum` and are not checked.
 //!
 //! # Durability
 //!
@@ -33,8 +39,12 @@
 //! transactions whose commit frame was intact. [`Journal::open`] then runs
 //! `PRAGMA quick_check`; a damaged main database file is reported as
 //! [`JournalError::Corrupt`]. `quick_check` verifies b-tree structure, not
-//! content: SQLite keeps no page checksums, so a flipped bit inside a stored
-//! value is not detectable.
+//! content, and SQLite keeps no page checksums: a flipped bit inside a stored
+//! value is caught by the record checksums instead, when [`Journal::load`]
+//! (at every start) or [`Journal::outcome`] reads it, as
+//! [`JournalError::Corrupt`] naming the record. Damage in the middle of the
+//! `-wal` file is not detectable: SQLite's recovery stops at the first bad
+//! frame, and later transactions are dropped as if they were a torn tail.
 //!
 //! # Invariants
 //!
@@ -59,7 +69,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 /// Value of the `magic` row of the `meta` table.
 pub const MAGIC: &str = "diffuse-journal";
 /// Value of the `schema_version` row of the `meta` table.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Maximum number of problems `quick_check` reports at open.
 const QUICK_CHECK_LIMIT: u32 = 20;
@@ -74,7 +84,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     id           TEXT NOT NULL UNIQUE,
     spec_json    TEXT NOT NULL,
     submitted_at REAL NOT NULL,
-    attempts     INTEGER NOT NULL DEFAULT 0
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    sum          INTEGER
 );
 CREATE TABLE IF NOT EXISTS attempts (
     task_seq INTEGER NOT NULL REFERENCES tasks(seq),
@@ -90,7 +101,8 @@ CREATE TABLE IF NOT EXISTS outcomes (
     exit_code   INTEGER,
     error       TEXT,
     result_json TEXT NOT NULL,
-    finished_at REAL NOT NULL
+    finished_at REAL NOT NULL,
+    sum         INTEGER
 );
 ";
 
@@ -291,8 +303,52 @@ fn outcome_from_row(
 enum MetaState {
     /// Empty database: no schema at all.
     Fresh,
+    /// A journal of schema version 1 (no record checksums): upgraded at open.
+    Version1,
     /// A journal of this schema.
     Current,
+}
+
+/// A record's checksum: the first 8 bytes of SHA-256 over its fields, each length-prefixed.
+fn record_sum(fields: &[&[u8]]) -> i64 {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for f in fields {
+        h.update((f.len() as u64).to_le_bytes());
+        h.update(f);
+    }
+    let d = h.finalize();
+    i64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+fn task_sum(id: &str, spec_json: &str, submitted_at: f64) -> i64 {
+    record_sum(&[
+        id.as_bytes(),
+        spec_json.as_bytes(),
+        &submitted_at.to_bits().to_le_bytes(),
+    ])
+}
+
+fn outcome_sum(o: &TaskOutcome) -> i64 {
+    let opt = |v: Option<&[u8]>| v.map_or(vec![0u8], |b| [&[1u8][..], b].concat());
+    record_sum(&[
+        o.id.as_bytes(),
+        o.state.as_str().as_bytes(),
+        &o.attempt.to_le_bytes(),
+        &opt(o.node.as_deref().map(str::as_bytes)),
+        &opt(o.exit_code.map(i32::to_le_bytes).as_ref().map(|b| &b[..])),
+        &opt(o.error.as_deref().map(str::as_bytes)),
+        o.result_json.as_bytes(),
+        &o.finished_at.to_bits().to_le_bytes(),
+    ])
+}
+
+/// The error for a record whose checksum does not match its fields.
+fn damaged(what: &str) -> JournalError {
+    JournalError::Corrupt(format!(
+        "{what} does not match its checksum: the journal file was damaged. Restore it from a \
+         copy, or move it aside to start with an empty journal"
+    ))
 }
 
 impl Journal {
@@ -354,6 +410,18 @@ impl Journal {
         // Keep an idle WAL from staying at its high-water size forever.
         conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
 
+        if let MetaState::Version1 = state {
+            let tx = conn.unchecked_transaction()?;
+            tx.execute_batch(
+                "ALTER TABLE tasks ADD COLUMN sum INTEGER;
+                 ALTER TABLE outcomes ADD COLUMN sum INTEGER;",
+            )?;
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+                [SCHEMA_VERSION],
+            )?;
+            tx.commit()?;
+        }
         if let MetaState::Fresh = state {
             let tx = conn.unchecked_transaction()?;
             tx.execute_batch(SCHEMA)?;
@@ -406,13 +474,15 @@ impl Journal {
         let magic = read("magic")?;
         let version = read("schema_version")?;
         let magic_ok = matches!(&magic, Some(Value::Text(m)) if m == MAGIC);
-        let version_ok = match &version {
-            Some(Value::Integer(v)) => *v == SCHEMA_VERSION,
-            Some(Value::Text(v)) => v.trim() == SCHEMA_VERSION.to_string(),
-            _ => false,
+        let version_number = match &version {
+            Some(Value::Integer(v)) => Some(*v),
+            Some(Value::Text(v)) => v.trim().parse().ok(),
+            _ => None,
         };
-        if magic_ok && version_ok {
+        if magic_ok && version_number == Some(SCHEMA_VERSION) {
             Ok(MetaState::Current)
+        } else if magic_ok && version_number == Some(1) {
+            Ok(MetaState::Version1)
         } else {
             Err(version_error(format!(
                 "magic {}, schema version {}",
@@ -436,11 +506,12 @@ impl Journal {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
             let mut insert = tx.prepare_cached(
-                "INSERT INTO tasks (id, spec_json, submitted_at) VALUES (?1, ?2, ?3)
+                "INSERT INTO tasks (id, spec_json, submitted_at, sum) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (id) DO NOTHING",
             )?;
             for t in tasks {
-                if insert.execute(params![t.id, t.spec_json, t.submitted_at])? == 0 {
+                let sum = task_sum(&t.id, &t.spec_json, t.submitted_at);
+                if insert.execute(params![t.id, t.spec_json, t.submitted_at, sum])? == 0 {
                     // Dropping `tx` rolls the whole batch back.
                     return Err(JournalError::DuplicateTask(t.id.clone()));
                 }
@@ -501,8 +572,9 @@ impl Journal {
         {
             let mut insert = tx.prepare_cached(
                 "INSERT INTO outcomes
-                     (task_seq, state, attempt, node, exit_code, error, result_json, finished_at)
-                 SELECT seq, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM tasks WHERE id = ?1
+                     (task_seq, state, attempt, node, exit_code, error, result_json, finished_at,
+                      sum)
+                 SELECT seq, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM tasks WHERE id = ?1
                  ON CONFLICT (task_seq) DO NOTHING",
             )?;
             let mut exists = tx.prepare_cached("SELECT 1 FROM tasks WHERE id = ?1")?;
@@ -515,7 +587,8 @@ impl Journal {
                     o.exit_code,
                     o.error,
                     o.result_json,
-                    o.finished_at
+                    o.finished_at,
+                    outcome_sum(o)
                 ])?;
                 if written == 0 {
                     return Err(if exists.exists([&o.id])? {
@@ -535,37 +608,75 @@ impl Journal {
     pub fn load(&self) -> Result<Vec<StoredTask>, JournalError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT t.id, t.spec_json, t.submitted_at, max(t.attempts, coalesce(o.attempt, 0)),
-                    o.state, o.attempt, o.node, o.exit_code, o.error, o.result_json, o.finished_at
+                    o.state, o.attempt, o.node, o.exit_code, o.error, o.result_json, o.finished_at,
+                    t.seq, t.sum, o.sum
              FROM tasks t LEFT JOIN outcomes o ON o.task_seq = t.seq
              ORDER BY t.seq",
         )?;
         let rows = stmt.query_map([], |row| {
             let id: String = row.get(0)?;
             let outcome = outcome_from_row(&id, row, 4)?;
-            Ok(StoredTask {
-                task: SubmittedTask {
-                    id,
-                    spec_json: row.get(1)?,
-                    submitted_at: row.get(2)?,
+            let sums: (i64, Option<i64>, Option<i64>) = (row.get(11)?, row.get(12)?, row.get(13)?);
+            Ok((
+                StoredTask {
+                    task: SubmittedTask {
+                        id,
+                        spec_json: row.get(1)?,
+                        submitted_at: row.get(2)?,
+                    },
+                    outcome,
+                    attempts: row.get(3)?,
                 },
-                outcome,
-                attempts: row.get(3)?,
-            })
+                sums,
+            ))
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut tasks = Vec::new();
+        for (n, row) in rows.enumerate() {
+            let (t, (seq, task_sum_stored, outcome_sum_stored)) = row.map_err(|e| match e {
+                // Bytes that no longer decode (text that is not UTF-8, a number that is not).
+                rusqlite::Error::FromSqlConversionFailure(..) => JournalError::Corrupt(format!(
+                    "task record number {} in submission order is unreadable ({e}): the journal \
+                     file was damaged",
+                    n + 1
+                )),
+                e => e.into(),
+            })?;
+            let task = &t.task;
+            if task_sum_stored
+                .is_some_and(|s| s != task_sum(&task.id, &task.spec_json, task.submitted_at))
+            {
+                return Err(damaged(&format!("task record {seq} (id {:?})", task.id)));
+            }
+            if let (Some(o), Some(s)) = (&t.outcome, outcome_sum_stored) {
+                if s != outcome_sum(o) {
+                    return Err(damaged(&format!("the outcome of task {:?}", task.id)));
+                }
+            }
+            tasks.push(t);
+        }
+        Ok(tasks)
     }
 
     /// Outcome of one task, if recorded.
     pub fn outcome(&self, id: &str) -> Result<Option<TaskOutcome>, JournalError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT o.state, o.attempt, o.node, o.exit_code, o.error, o.result_json, o.finished_at
+            "SELECT o.state, o.attempt, o.node, o.exit_code, o.error, o.result_json, o.finished_at,
+                    o.sum
              FROM tasks t JOIN outcomes o ON o.task_seq = t.seq
              WHERE t.id = ?1",
         )?;
         let found = stmt
-            .query_row([id], |row| outcome_from_row(id, row, 0))
+            .query_row([id], |row| {
+                Ok((outcome_from_row(id, row, 0)?, row.get::<_, Option<i64>>(7)?))
+            })
             .optional()?;
-        Ok(found.flatten())
+        match found {
+            Some((Some(o), Some(sum))) if sum != outcome_sum(&o) => {
+                Err(damaged(&format!("the outcome of task {id:?}")))
+            }
+            Some((o, _)) => Ok(o),
+            None => Ok(None),
+        }
     }
 
     /// Dispatch history of one task: `(attempt, node)` in attempt order
@@ -905,10 +1016,10 @@ mod tests {
                 "someone-else",
             ),
             (
-                "v2.db",
+                "v3.db",
                 "CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL);
-                 INSERT INTO meta VALUES ('magic', 'diffuse-journal'), ('schema_version', 2);",
-                "schema version 2",
+                 INSERT INTO meta VALUES ('magic', 'diffuse-journal'), ('schema_version', 3);",
+                "schema version 3",
             ),
             (
                 "no-version.db",
@@ -939,7 +1050,7 @@ mod tests {
                 } => {
                     assert_eq!(p, &path.display().to_string());
                     assert!(found.contains(needle), "{file}: found = {found}");
-                    assert_eq!(expected, "magic \"diffuse-journal\", schema version 1");
+                    assert_eq!(expected, "magic \"diffuse-journal\", schema version 2");
                 }
                 other => panic!("{file}: expected Version error, got {other:?}"),
             }
@@ -1126,5 +1237,112 @@ mod tests {
         let path = dir.path().join("j.db");
         fs::write(&path, garbage(8192, 7)).unwrap();
         expect_corrupt(&path);
+    }
+
+    /// Flip the lowest bit of one byte: a character becomes its neighbour.
+    fn flip_bit(path: &Path, offset: u64) {
+        let mut bytes = fs::read(path).unwrap();
+        bytes[offset as usize] ^= 0x01;
+        fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn undecodable_bytes_inside_a_record_are_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        checkpointed_journal(&path);
+        flip_byte(&path, offset_of(&path, "run t23\"") + 5);
+        let j = Journal::open(&path).unwrap();
+        assert!(
+            matches!(j.load(), Err(JournalError::Corrupt(m)) if m.contains("unreadable")),
+            "a byte that breaks UTF-8 is reported as damage"
+        );
+    }
+
+    /// The offset of the only occurrence of `needle` in the file at `path`.
+    fn offset_of(path: &Path, needle: &str) -> u64 {
+        let bytes = fs::read(path).unwrap();
+        let hits: Vec<usize> = bytes
+            .windows(needle.len())
+            .enumerate()
+            .filter(|(_, w)| *w == needle.as_bytes())
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(hits.len(), 1, "{needle:?} in {}", path.display());
+        hits[0] as u64
+    }
+
+    #[test]
+    fn flipped_byte_inside_a_task_record_stops_the_load_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        checkpointed_journal(&path);
+        // A digit of one task's spec: still valid JSON, still a valid b-tree.
+        flip_bit(&path, offset_of(&path, "run t17\"") + 5);
+        let j = Journal::open(&path).expect("the structure is intact");
+        match j.load() {
+            Err(JournalError::Corrupt(msg)) => {
+                assert!(msg.contains("(id \"t17\")"), "{msg}");
+                assert!(msg.contains("does not match its checksum"), "{msg}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flipped_byte_inside_an_outcome_is_caught_by_load_and_by_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        {
+            let mut j = Journal::open(&path).unwrap();
+            j.submit(&tasks(&["a", "b"])).unwrap();
+            let mut o = outcome("b", OutcomeState::Succeeded);
+            o.result_json = r#"{"marker":"zq-outcome-b"}"#.into();
+            j.record_outcomes(&[outcome("a", OutcomeState::Failed), o])
+                .unwrap();
+            checkpoint(&j);
+        }
+        flip_bit(&path, offset_of(&path, "zq-outcome-b") + 3);
+        let j = Journal::open(&path).unwrap();
+        assert!(
+            matches!(j.load(), Err(JournalError::Corrupt(m)) if m.contains("outcome of task \"b\""))
+        );
+        assert!(matches!(j.outcome("b"), Err(JournalError::Corrupt(_))));
+        assert_eq!(j.outcome("a").unwrap().unwrap().state, OutcomeState::Failed);
+    }
+
+    #[test]
+    fn a_version_1_journal_is_upgraded_and_its_rows_load_unchecked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        make_db(
+            &path,
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL);
+             INSERT INTO meta VALUES ('magic', 'diffuse-journal'), ('schema_version', 1);
+             CREATE TABLE tasks (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+                 spec_json TEXT NOT NULL, submitted_at REAL NOT NULL,
+                 attempts INTEGER NOT NULL DEFAULT 0);
+             CREATE TABLE attempts (task_seq INTEGER NOT NULL REFERENCES tasks(seq),
+                 attempt INTEGER NOT NULL, node TEXT NOT NULL,
+                 PRIMARY KEY (task_seq, attempt)) WITHOUT ROWID;
+             CREATE TABLE outcomes (task_seq INTEGER PRIMARY KEY REFERENCES tasks(seq),
+                 state TEXT NOT NULL, attempt INTEGER NOT NULL, node TEXT, exit_code INTEGER,
+                 error TEXT, result_json TEXT NOT NULL, finished_at REAL NOT NULL);
+             INSERT INTO tasks (id, spec_json, submitted_at) VALUES ('old', '{}', 1.0);",
+        );
+        let mut j = Journal::open(&path).unwrap();
+        j.submit(&tasks(&["new"])).unwrap();
+        let loaded: Vec<String> = j.load().unwrap().into_iter().map(|t| t.task.id).collect();
+        assert_eq!(loaded, ["old", "new"]);
+        drop(j);
+        let c = Connection::open(&path).unwrap();
+        let v: i64 = c
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
     }
 }

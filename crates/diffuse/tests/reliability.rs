@@ -522,3 +522,85 @@ fn hostile_paths_are_refused_and_nothing_outside_the_cache_is_served() {
     );
     assert!(!c.path("escape").exists());
 }
+
+// ----- check 3: a torn or damaged journal -----
+
+#[test]
+fn a_torn_journal_tail_is_dropped_and_a_damaged_record_stops_start_up() {
+    let mut c = Cluster::start(&[]);
+    let batch = |from: usize| -> Vec<Value> {
+        (from..from + 50)
+            .map(|i| json!({"id": format!("t{i}"), "cmd": ["echo", format!("marker-{i}")]}))
+            .collect()
+    };
+    c.submit(&batch(0));
+    c.submit(&batch(50));
+    let journal = c.path("journal.sqlite");
+    let wal = c.path("journal.sqlite-wal");
+    let kill = |c: &mut Cluster| {
+        let d = c.dispatcher.as_mut().expect("dispatcher");
+        let _ = d.child.kill();
+        let _ = d.child.wait();
+    };
+    kill(&mut c);
+
+    // The second batch's commit frame is torn and garbage follows: it is dropped, the first
+    // batch is whole.
+    let mut bytes = std::fs::read(&wal).expect("WAL after kill -9");
+    assert!(bytes.len() > 4096, "the batches are in the WAL");
+    bytes.truncate(bytes.len() - 100);
+    bytes.extend(random_bytes(3000));
+    std::fs::write(&wal, &bytes).expect("tear the WAL");
+    c.spawn_dispatcher();
+    let s = c.status();
+    assert_eq!(s["submitted"], 50, "only the torn batch is gone: {s}");
+    let queued = tasks_in(&c, "queued");
+    assert!((0..50).all(|i| queued.contains_key(&format!("t{i}"))));
+    kill(&mut c);
+
+    // A flipped bit inside a committed record (checkpointed into the main file): start-up stops
+    // and says which record.
+    let py = format!(
+        "import sqlite3; c = sqlite3.connect({:?}); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()",
+        journal.display().to_string()
+    );
+    let st = std::process::Command::new("python3")
+        .args(["-c", &py])
+        .status()
+        .expect("python3");
+    assert!(st.success(), "checkpoint");
+    let mut db = std::fs::read(&journal).expect("journal");
+    // Every copy: a page split leaves stale cell bytes in free space too.
+    let at: Vec<usize> = db
+        .windows(9)
+        .enumerate()
+        .filter(|(_, w)| *w == b"marker-17")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!at.is_empty(), "the record is in the main file");
+    for i in at {
+        db[i + 8] ^= 0x01; // "marker-17" -> "marker-16"
+    }
+    std::fs::write(&journal, &db).expect("flip");
+    let out = run_diffuse(
+        &[
+            "dispatcher",
+            "--listen",
+            "127.0.0.1:0",
+            "--journal",
+            journal.to_str().unwrap(),
+        ],
+        None,
+        &[
+            ("DIFFUSE_CLIENT_TOKEN", c.client_token.as_str()),
+            ("DIFFUSE_WORKER_TOKEN", c.worker_token.as_str()),
+        ],
+        DEADLINE,
+    );
+    assert_ne!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("t17") && out.stderr.contains("does not match its checksum"),
+        "{}",
+        out.stderr
+    );
+}
