@@ -604,3 +604,95 @@ fn a_torn_journal_tail_is_dropped_and_a_damaged_record_stops_start_up() {
         out.stderr
     );
 }
+
+// ----- check 7: inputs totalling 10x the cache quota -----
+
+/// Bytes of the data files in a cache directory: `objects/` (not the metas) and `tmp/`.
+fn cache_bytes(cache: &std::path::Path) -> u64 {
+    ["objects", "tmp"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(cache.join(d)).ok())
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_name().to_string_lossy().ends_with(".meta"))
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[test]
+fn inputs_ten_times_the_quota_fail_no_task_and_stay_within_quota_plus_one_object() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("data dir");
+    let (quota, object) = (1_000_000u64, 250_000usize);
+    let files: Vec<(String, String)> = (0..40)
+        .map(|i| {
+            let p = data.join(format!("f{i}.bin"));
+            std::fs::write(&p, random_bytes(object)).expect("data");
+            (file_uri(&p), md5_file(&p))
+        })
+        .collect();
+    // Each file read twice, in two passes: 20 MB of reads through a 1 MB cache.
+    let tasks: String = (0..80)
+        .map(|i| format!("{}\n", md5_task(&format!("t{i}"), &files[i % 40].0)))
+        .collect();
+    let file = dir.path().join("tasks.jsonl");
+    std::fs::write(&file, tasks).expect("task file");
+    let run_dir = dir.path().join("run");
+    let cache = run_dir.join("worker-0/cache");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (stop, cache) = (stop.clone(), cache.clone());
+        std::thread::spawn(move || {
+            let (mut peak, mut samples) = (0, 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(cache_bytes(&cache));
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            (peak, samples)
+        })
+    };
+    let out = run_diffuse(
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--slots-per-worker",
+            "1",
+            "--cache-size",
+            &quota.to_string(),
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+            "--json",
+        ],
+        None,
+        &[],
+        DEADLINE * 2,
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (peak, samples) = sampler.join().expect("sampler");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let summary: Value = serde_json::from_str(&out.stdout).expect("summary");
+    assert_eq!(
+        (
+            summary["tasks_ok"].as_u64(),
+            summary["tasks_failed"].as_u64()
+        ),
+        (Some(80), Some(0))
+    );
+    for r in results(&run_dir) {
+        let i: usize = r["id"].as_str().unwrap()[1..].parse().unwrap();
+        assert_eq!(md5_of(&r["report"]), files[i % 40].1, "{r}");
+    }
+    assert!(samples > 20, "{samples} samples");
+    assert!(
+        peak <= quota + object as u64,
+        "peak {peak} bytes > quota {quota} + one object {object}"
+    );
+    assert!(cache_bytes(&cache) <= quota);
+}
