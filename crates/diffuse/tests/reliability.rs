@@ -310,8 +310,7 @@ fn a_worker_frozen_past_its_heartbeat_timeout_loses_its_task_and_its_late_result
 
 /// The path of `uri`'s data file in worker `name`'s cache (the harness's `<tmp>/w<name>`).
 fn cached_file(c: &Cluster, name: &str, uri: &str) -> std::path::PathBuf {
-    use sha2::Digest;
-    let key = hex::encode(sha2::Sha256::digest(uri.as_bytes()));
+    let key = diffuse_runtime::cache_dir::CacheDir::key(uri);
     c.path(&format!("w{name}/objects/{key}"))
 }
 
