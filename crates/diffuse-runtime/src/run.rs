@@ -224,6 +224,12 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // The server's graceful stop waits for every worker connection to close.
+        if matches!(c.try_wait(), Ok(None)) {
+            tracing::warn!("a worker did not exit within 10 s of being told to; killing it");
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
     let _ = stop_tx.send(());
     let _ = server.await;

@@ -213,6 +213,11 @@ fn a_task_that_kills_its_worker_fails_after_exactly_the_crash_limit() {
             file.to_str().unwrap(),
             "--workers",
             "2",
+            // One slot each: a task sharing a worker with the poison would lose that worker
+            // too, and count a crash of its own (the dispatcher cannot tell which task killed
+            // it); three such coincidences would fail it.
+            "--slots-per-worker",
+            "1",
             "--crash-limit",
             "3",
             "--run-dir",

@@ -216,6 +216,8 @@ pub struct Scheduler {
     uris: Vec<String>,
     versions: Vec<String>,
     sessions: FxHashMap<NodeId, Session>,
+    /// Workers were told to finish: one that connects later is told at once.
+    shutting_down: bool,
     /// Outcomes sent to the writer and not yet confirmed committed.
     unconfirmed: FxHashMap<String, TaskOutcome>,
     writer: Option<Writer>,
@@ -275,6 +277,7 @@ impl Scheduler {
             uris: Vec::new(),
             versions: Vec::new(),
             sessions: FxHashMap::default(),
+            shutting_down: false,
             unconfirmed: FxHashMap::default(),
             writer,
             conns: FxHashMap::default(),
@@ -454,6 +457,7 @@ impl Scheduler {
                 let _ = reply.send(names);
             }
             Cmd::ShutdownWorkers => {
+                self.shutting_down = true;
                 for s in self.sessions.values() {
                     let _ = s.tx.send(ToWorker::Shutdown);
                 }
@@ -630,6 +634,9 @@ impl Scheduler {
             node: node.0,
             heartbeat_ms: self.cfg.heartbeat.as_millis() as u64,
         });
+        if self.shutting_down {
+            let _ = tx.send(ToWorker::Shutdown);
+        }
         self.sessions.insert(
             node,
             Session {
