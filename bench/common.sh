@@ -6,3 +6,15 @@ DIFFUSE="$PWD/target/release/diffuse"
 WORK=$(mktemp -d /tmp/diffuse-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d$1)"; }
+# nginx serving $WORK on 127.0.0.1:$1 with sendfile (the reference for peer transfers); installed
+# from apt if missing. Stop it with `stop_nginx`.
+start_nginx() {
+  command -v nginx >/dev/null || { apt-get install -y -q nginx >/dev/null 2>&1 || { echo "nginx unavailable"; exit 1; }; }
+  cat >"$WORK/nginx.conf" <<NGX
+user root; daemon on; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
+events {}
+http { access_log off; sendfile on; server { listen 127.0.0.1:$1; root $WORK; } }
+NGX
+  nginx -c "$WORK/nginx.conf"
+}
+stop_nginx() { [ -f "$WORK/nginx.conf" ] && nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null || true; }

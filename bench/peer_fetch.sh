@@ -7,13 +7,12 @@
 # times; the best of each is compared. Dirty pages are flushed (`sync`) before every timed run,
 # so neither side pays for the other's writeback.
 source "$(dirname "$0")/common.sh"
-command -v nginx >/dev/null || { apt-get install -y -q nginx >/dev/null 2>&1 || { echo "nginx unavailable"; exit 1; }; }
 head -c 1000000000 /dev/urandom >"$WORK/big.dat"
 export DIFFUSE_CLIENT_TOKEN=c-$RANDOM$RANDOM DIFFUSE_WORKER_TOKEN=w-$RANDOM$RANDOM
 port=$((20000 + RANDOM % 20000)); nport=$((port + 1))
 B=
 "$DIFFUSE" dispatcher --listen 127.0.0.1:$port --journal "$WORK/j.sqlite" 2>"$WORK/d.log" & D=$!
-trap 'kill $D $A $B 2>/dev/null; nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill $D $A $B 2>/dev/null; stop_nginx; rm -rf "$WORK"' EXIT
 sleep 0.5
 "$DIFFUSE" worker --dispatcher http://127.0.0.1:$port --cache-dir "$WORK/a" --cache-size 3GB --name A 2>"$WORK/a.log" & A=$!
 sleep 0.5
@@ -43,12 +42,7 @@ print(rep['staged_at']-rep['started_at'])")
   peer=$(python3 -c "print(min($peer, $t))")
   kill $B; wait $B 2>/dev/null || true; B=; rm -rf "$WORK/b$i"
 done
-cat >"$WORK/nginx.conf" <<NGX
-user root; daemon on; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
-events {}
-http { access_log off; sendfile on; server { listen 127.0.0.1:$nport; root $WORK; } }
-NGX
-nginx -c "$WORK/nginx.conf"
+start_nginx $nport
 sleep 0.3
 best=999
 for i in 1 2 3; do

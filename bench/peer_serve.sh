@@ -3,12 +3,11 @@
 # peer server (/v1/cache/<key>, worker token) against curl downloading the same bytes from nginx
 # (sendfile on), each to a file and to /dev/null, three rounds interleaved.
 source "$(dirname "$0")/common.sh"
-command -v nginx >/dev/null || { apt-get install -y -q nginx >/dev/null 2>&1 || { echo "nginx unavailable"; exit 1; }; }
 head -c 1000000000 /dev/urandom >"$WORK/big.dat"
 export DIFFUSE_CLIENT_TOKEN=c-$RANDOM$RANDOM DIFFUSE_WORKER_TOKEN=w-$RANDOM$RANDOM
 port=$((20000 + RANDOM % 20000)); nport=$((port + 1)); aport=$((port+2))
 "$DIFFUSE" dispatcher --listen 127.0.0.1:$port --journal "$WORK/j.sqlite" 2>"$WORK/d.log" & D=$!
-trap 'kill $D $A 2>/dev/null; nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill $D $A 2>/dev/null; stop_nginx; rm -rf "$WORK"' EXIT
 sleep 0.5
 "$DIFFUSE" worker --dispatcher http://127.0.0.1:$port --cache-dir "$WORK/a" --cache-size 3GB --name A --listen 127.0.0.1:$aport 2>"$WORK/a.log" & A=$!
 sleep 0.5
@@ -16,12 +15,7 @@ export DIFFUSE_DISPATCHER=http://127.0.0.1:$port
 echo "{\"id\":\"t1\",\"cmd\":\"true\",\"inputs\":[\"file://$WORK/big.dat\"]}" >"$WORK/t1.jsonl"
 "$DIFFUSE" submit "$WORK/t1.jsonl" >/dev/null && "$DIFFUSE" wait >/dev/null
 key=$(ls $WORK/a/objects | grep -v meta)
-cat >"$WORK/nginx.conf" <<NGX
-user root; daemon on; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
-events {}
-http { access_log off; sendfile on; server { listen 127.0.0.1:$nport; root $WORK; } }
-NGX
-nginx -c "$WORK/nginx.conf"
+start_nginx $nport
 sync; sleep 1
 for i in 1 2 3; do
   t=$(curl -sf -o "$WORK/curl.out" -w '%{time_total}' http://127.0.0.1:$nport/big.dat); rm -f $WORK/curl.out; echo nginx-file $t
