@@ -1,0 +1,46 @@
+//! The peer data server: `GET /v1/cache/{key}` serves a cached object to holders of the worker
+//! token, with its checksum and source version in the response headers.
+
+use super::Ctx;
+use axum::extract::{Path as AxPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+use tower::ServiceExt;
+
+/// `GET /v1/cache/{key}`: a cached object, to holders of the worker token only.
+pub(super) async fn serve_object(
+    State(ctx): State<Arc<Ctx>>,
+    AxPath(key): AxPath<String>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    let authorized = crate::auth::authorized(&headers, &ctx.token);
+    if !authorized {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let Some((path, meta)) = ctx.cache.lock().expect("cache lock").path_for_key(&key) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    match tower_http::services::ServeFile::new(path)
+        .with_buf_chunk_size(1 << 20)
+        .oneshot(req)
+        .await
+    {
+        Ok(resp) => {
+            let mut resp = resp.into_response();
+            if resp.status().is_success() {
+                let h = resp.headers_mut();
+                if let (Ok(sha), Ok(version)) = (
+                    HeaderValue::from_str(&meta.sha256),
+                    HeaderValue::from_str(&meta.version),
+                ) {
+                    h.insert("x-diffuse-sha256", sha);
+                    h.insert("x-diffuse-version", version);
+                }
+            }
+            resp
+        }
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}

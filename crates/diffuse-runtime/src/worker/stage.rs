@@ -1,0 +1,233 @@
+//! Staging a task's inputs: a local hit is hard-linked into the task's directory; a miss is
+//! fetched once (single-flight) from the peer the dispatcher named, or from persistent storage,
+//! verified, and committed to the cache.
+
+use super::task::RemoveOnDrop;
+use super::Ctx;
+use crate::cache_dir::{CacheDir, Lookup};
+use crate::proto::{AssignedInput, Held, InputSource, ToDispatcher};
+use crate::storage::StorageError;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Which source an input was finally read from, and how many bytes.
+pub(super) enum Staged {
+    Local(u64),
+    Peer(u64),
+    Storage(u64),
+}
+
+/// Put one input at `dest`; returns where it came from and whether it is cached.
+pub(super) async fn stage(
+    ctx: Arc<Ctx>,
+    input: AssignedInput,
+    dest: PathBuf,
+) -> Result<(Staged, bool), String> {
+    let mut joined = false;
+    loop {
+        // 1. A local hit (or the result of a fetch we waited for).
+        let hit = {
+            let mut cache = ctx.cache.lock().expect("cache lock");
+            match cache.lookup(&input.uri, Some(&input.version)) {
+                Lookup::Hit(_) => Some(
+                    cache
+                        .link_into(&input.uri, &dest)
+                        .map_err(|e| format!("{}: {e}", input.uri)),
+                ),
+                Lookup::Stale | Lookup::Miss => None,
+            }
+        };
+        ctx.report_evictions();
+        if let Some(r) = hit {
+            r?;
+            return Ok((Staged::Local(input.size), true));
+        }
+        // 2. Single-flight: wait for a fetch already under way, then look again; or lead one.
+        let role = {
+            let mut inflight = ctx.inflight.lock().expect("inflight lock");
+            match inflight.get(&input.uri) {
+                Some(rx) if !joined => Err(rx.clone()),
+                _ => {
+                    let (tx, rx) = watch::channel(false);
+                    inflight.insert(input.uri.clone(), rx);
+                    Ok(tx)
+                }
+            }
+        };
+        match role {
+            Err(mut rx) => {
+                let _ = rx.wait_for(|done| *done).await;
+                joined = true;
+            }
+            Ok(tx) => {
+                let r = fetch(&ctx, &input, &dest).await;
+                ctx.inflight
+                    .lock()
+                    .expect("inflight lock")
+                    .remove(&input.uri);
+                let _ = tx.send(true);
+                return r;
+            }
+        }
+    }
+}
+
+/// Read an input straight from persistent storage to `dest`, bypassing the cache (FA).
+pub(super) async fn read_uncached(
+    ctx: &Ctx,
+    input: &AssignedInput,
+    dest: &Path,
+) -> Result<(Staged, bool), String> {
+    let d = ctx
+        .storage
+        .get_to_file(&input.uri, dest)
+        .await
+        .map_err(|e| match e {
+            StorageError::NotFound(u) => format!("not found: {u}"),
+            e => e.to_string(),
+        })?;
+    Ok((Staged::Storage(d.info.size), true))
+}
+
+/// Fetch an input from the named peer (falling back to storage) or from storage, and cache it.
+async fn fetch(
+    ctx: &Arc<Ctx>,
+    input: &AssignedInput,
+    dest: &Path,
+) -> Result<(Staged, bool), String> {
+    let temp = ctx.cache.lock().expect("cache lock").temp_path();
+    // A fetch stopped half way (its task aborted when the dispatcher was lost) leaves no
+    // partial file behind; after a commit the temp name no longer exists.
+    let _partial = RemoveOnDrop(temp.clone());
+    if let InputSource::Peer { url } = &input.source {
+        match fetch_peer(ctx, url, input, &temp).await {
+            Ok(stored) => return place(ctx, input, dest, (Staged::Peer(input.size), stored)),
+            Err(e) => {
+                tracing::warn!(uri = %input.uri, "peer fetch from {url} failed ({e}); reading from storage")
+            }
+        }
+    }
+    let d = ctx
+        .storage
+        .get_to_file(&input.uri, &temp)
+        .await
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&temp);
+            match e {
+                StorageError::NotFound(u) => format!("not found: {u}"),
+                e => e.to_string(),
+            }
+        })?;
+    let stored = commit(
+        ctx,
+        &temp,
+        &input.uri,
+        &d.info.version,
+        d.written,
+        &d.sha256,
+        None,
+    )
+    .await?;
+    place(ctx, input, dest, (Staged::Storage(d.info.size), stored))
+}
+
+/// Commit a downloaded temp file with the digest computed while it was written; returns the
+/// path and whether it was cached.
+async fn commit(
+    ctx: &Ctx,
+    temp: &Path,
+    uri: &str,
+    version: &str,
+    size: u64,
+    sha256: &str,
+    expected: Option<&str>,
+) -> Result<(PathBuf, bool), String> {
+    // No fsync per object: after an unclean shutdown the whole cache is verified at start-up
+    // (see `CLEAN_MARKER`), so a torn object is never used.
+    let stored = ctx
+        .cache
+        .lock()
+        .expect("cache lock")
+        .commit_hashed(temp, uri, version, size, sha256, expected);
+    let stored = stored.map_err(|e| {
+        let _ = std::fs::remove_file(temp);
+        format!("{uri}: {e}")
+    })?;
+    ctx.report_evictions();
+    if stored.cached {
+        let _ = ctx.out.send(ToDispatcher::Cached {
+            objects: vec![Held {
+                uri: uri.into(),
+                version: version.into(),
+            }],
+        });
+    }
+    Ok((stored.path, stored.cached))
+}
+
+/// Link a just-committed object into the task directory (or move an uncached one there).
+fn place(
+    ctx: &Ctx,
+    input: &AssignedInput,
+    dest: &Path,
+    r: (Staged, (PathBuf, bool)),
+) -> Result<(Staged, bool), String> {
+    let (how, (path, cached)) = r;
+    if cached {
+        ctx.cache
+            .lock()
+            .expect("cache lock")
+            .link_into(&input.uri, dest)
+            .map_err(|e| format!("{}: {e}", input.uri))?;
+    } else {
+        std::fs::rename(&path, dest).map_err(|e| format!("{}: {e}", input.uri))?;
+    }
+    Ok((how, cached))
+}
+
+async fn fetch_peer(
+    ctx: &Ctx,
+    url: &str,
+    input: &AssignedInput,
+    temp: &Path,
+) -> Result<(PathBuf, bool), String> {
+    let resp = ctx
+        .http
+        .get(format!("{url}/v1/cache/{}", CacheDir::key(&input.uri)))
+        .bearer_auth(&ctx.token)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("status {}", resp.status()));
+    }
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    let (sha, version) = (header("x-diffuse-sha256"), header("x-diffuse-version"));
+    if version.as_deref() != Some(input.version.as_str()) {
+        return Err(format!(
+            "peer holds version {version:?}, wanted {}",
+            input.version
+        ));
+    }
+    let (written, got) = crate::storage::write_hashed(&input.uri, temp, resp.bytes_stream())
+        .await
+        .map_err(|e| e.to_string())?;
+    // The checksum the peer recorded is checked against the bytes received before the object
+    // becomes visible: a corrupt or partial transfer is dropped, and the caller reads storage.
+    commit(
+        ctx,
+        temp,
+        &input.uri,
+        &input.version,
+        written,
+        &got,
+        sha.as_deref(),
+    )
+    .await
+}
