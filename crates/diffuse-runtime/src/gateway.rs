@@ -8,7 +8,6 @@
 //! [`Link`] that moves at most that many bytes per second in total. Size, version and the cache
 //! are unaffected; only the time to read from "storage" changes.
 
-use crate::storage::Storage;
 use axum::body::Body;
 use axum::extract::{Path as AxPath, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -59,7 +58,6 @@ pub struct Gateway {
     pub link: Link,
     /// Worker token.
     pub token: String,
-    storage: Storage,
 }
 
 impl Gateway {
@@ -69,7 +67,6 @@ impl Gateway {
             root: root.canonicalize()?,
             link: Link::new(bytes_per_s),
             token,
-            storage: Storage::new(),
         })
     }
 }
@@ -91,13 +88,14 @@ pub async fn serve(
     if !real.starts_with(&g.root) || !real.is_file() {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let uri = format!("file://{}", real.display());
-    let Ok(info) = g.storage.head(&uri).await else {
+    let Ok(file) = std::fs::File::open(&real) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let Ok(file) = tokio::fs::File::open(&real).await else {
+    let Ok(meta) = file.metadata() else {
         return StatusCode::NOT_FOUND.into_response();
     };
+    let info = crate::storage::file::info_of(&meta);
+    let file = tokio::fs::File::from_std(file);
     let stream = futures_util::stream::unfold((file, g.clone()), |(mut file, g)| async move {
         let mut buf = vec![0u8; CHUNK];
         match file.read(&mut buf).await {

@@ -10,6 +10,8 @@
 //! | [`storage`] | persistent storage via `object_store`: file, S3, HTTP; source versions |
 //! | [`journal`] | the dispatcher's durable journal (embedded SQLite) |
 //! | [`cache_dir`] | a worker's on-disk cache: quota, eviction, verification |
+//! | [`uri`] | input and output URIs: schemes, canonical form, file paths |
+//! | [`placeholder`] | `{inputs[i]}`/`{outputs[i]}` in commands: checked, expanded, shell-quoted |
 
 pub mod auth;
 pub mod cache_dir;
@@ -17,8 +19,10 @@ pub mod demo;
 pub mod dispatcher;
 pub mod gateway;
 pub mod journal;
+pub mod placeholder;
 pub mod proto;
 pub mod run;
 pub mod spec;
 pub mod storage;
+pub mod uri;
 pub mod worker;

@@ -58,7 +58,8 @@ fn default_job() -> String {
 /// A malformed task: where, which field, what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpecError {
-    /// 1-based line (JSON Lines) or element (array) number.
+    /// 1-based line (JSON Lines) or element (array) number; 0 when the error is about the whole
+    /// text (an empty file).
     pub line: usize,
     /// The field, as a path (`inputs[0]`), or `.` for the whole object.
     pub field: String,
@@ -68,6 +69,9 @@ pub struct SpecError {
 
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            return write!(f, "{}", self.message);
+        }
         write!(
             f,
             "line {}: field '{}': {}",
@@ -78,10 +82,9 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
-const SCHEMES: [&str; 4] = ["file://", "s3://", "http://", "https://"];
-
 impl TaskDef {
-    fn validate(&self, line: usize) -> Result<(), SpecError> {
+    /// Check the task and put its URIs in canonical form ([`crate::uri`]).
+    fn check(&mut self, line: usize) -> Result<(), SpecError> {
         let err = |field: String, message: String| {
             Err(SpecError {
                 line,
@@ -104,30 +107,39 @@ impl TaskDef {
             }
             _ => {}
         }
-        for (i, uri) in self.inputs.iter().enumerate() {
-            if !SCHEMES.iter().any(|s| uri.starts_with(s)) || uri.contains('\0') {
-                return err(
-                    format!("inputs[{i}]"),
-                    format!("'{uri}' is not a file://, s3://, http:// or https:// URI"),
-                );
-            }
-            if let Some(path) = uri.strip_prefix("file://") {
-                if !path.starts_with('/') {
-                    return err(
-                        format!("inputs[{i}]"),
-                        format!("'{uri}': file:// URIs need an absolute path"),
-                    );
-                }
+        for (i, uri) in self.inputs.iter_mut().enumerate() {
+            match crate::uri::canonical(uri) {
+                Ok(c) => *uri = c,
+                Err(e) => return err(format!("inputs[{i}]"), e),
             }
         }
-        for (i, uri) in self.outputs.iter().enumerate() {
-            match uri.strip_prefix("file://") {
-                Some(p) if p.starts_with('/') && !p.contains('\0') => {}
-                _ => {
+        for (i, uri) in self.outputs.iter_mut().enumerate() {
+            match crate::uri::canonical(uri) {
+                Ok(c) if crate::uri::scheme(&c) == Some(crate::uri::Scheme::File) => *uri = c,
+                Ok(_) => {
                     return err(
                         format!("outputs[{i}]"),
                         format!("'{uri}': outputs must be file:// URIs with an absolute path"),
                     )
+                }
+                Err(e) => return err(format!("outputs[{i}]"), e),
+            }
+        }
+        let texts: Vec<&str> = match &self.cmd {
+            Cmd::Argv(v) => v.iter().map(String::as_str).collect(),
+            Cmd::Shell(s) => vec![s.as_str()],
+        };
+        for text in texts {
+            for (kind, index, _) in crate::placeholder::find(text) {
+                let (name, len) = match kind {
+                    crate::placeholder::Kind::Input => ("inputs", self.inputs.len()),
+                    crate::placeholder::Kind::Output => ("outputs", self.outputs.len()),
+                };
+                if index >= len {
+                    return err(
+                        "cmd".into(),
+                        format!("{{{name}[{index}]}} is out of range: the task has {len} {name}"),
+                    );
                 }
             }
         }
@@ -142,7 +154,7 @@ impl TaskDef {
 
 fn parse_one(text: &str, line: usize) -> Result<TaskDef, SpecError> {
     let de = &mut serde_json::Deserializer::from_str(text);
-    let def: TaskDef = serde_path_to_error::deserialize(de).map_err(|e| {
+    let mut def: TaskDef = serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
         SpecError {
             line,
@@ -150,14 +162,16 @@ fn parse_one(text: &str, line: usize) -> Result<TaskDef, SpecError> {
             message: e.into_inner().to_string(),
         }
     })?;
-    def.validate(line)?;
+    def.check(line)?;
     Ok(def)
 }
 
 /// Parse a whole batch: JSON Lines, or a JSON array when the text starts with `[`. Blank lines
-/// are skipped. Duplicate ids within the batch are refused.
+/// are skipped; a leading UTF-8 byte order mark is ignored. An empty batch and duplicate ids
+/// are refused.
 pub fn parse_tasks(text: &str) -> Result<Vec<TaskDef>, SpecError> {
-    let mut tasks = Vec::new();
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut tasks: Vec<(usize, TaskDef)> = Vec::new();
     if text.trim_start().starts_with('[') {
         let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(|e| SpecError {
             line: e.line(),
@@ -165,26 +179,61 @@ pub fn parse_tasks(text: &str) -> Result<Vec<TaskDef>, SpecError> {
             message: e.to_string(),
         })?;
         for (i, v) in values.iter().enumerate() {
-            tasks.push(parse_one(&v.to_string(), i + 1)?);
+            tasks.push((i + 1, parse_one(&v.to_string(), i + 1)?));
         }
     } else {
         for (i, l) in text.lines().enumerate() {
             if !l.trim().is_empty() {
-                tasks.push(parse_one(l, i + 1)?);
+                tasks.push((i + 1, parse_one(l, i + 1)?));
             }
         }
     }
-    let mut seen = rustc_hash::FxHashSet::default();
-    for (i, t) in tasks.iter().enumerate() {
-        if !seen.insert(t.id.as_str()) {
+    if tasks.is_empty() {
+        return Err(SpecError {
+            line: 0,
+            field: ".".into(),
+            message: "no tasks: the text holds no task (one JSON object per line, or a JSON array)"
+                .into(),
+        });
+    }
+    let mut seen = rustc_hash::FxHashMap::default();
+    for (line, t) in &tasks {
+        if let Some(first) = seen.insert(t.id.as_str(), *line) {
             return Err(SpecError {
-                line: i + 1,
+                line: *line,
                 field: "id".into(),
-                message: format!("duplicate id '{}'", t.id),
+                message: format!("duplicate id '{}' (first on line {first})", t.id),
             });
         }
     }
-    Ok(tasks)
+    Ok(tasks.into_iter().map(|(_, t)| t).collect())
+}
+
+/// [`parse_tasks`] over the bytes of a task file: text that is not UTF-8 is refused with the
+/// number of the first line that is not.
+pub fn parse_task_bytes(bytes: &[u8]) -> Result<Vec<TaskDef>, SpecError> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => parse_tasks(text),
+        Err(e) => {
+            let line = 1 + bytes[..e.valid_up_to()]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count();
+            Err(SpecError {
+                line,
+                field: ".".into(),
+                message: format!(
+                    "not valid UTF-8 (byte {} of the line)",
+                    e.valid_up_to()
+                        - bytes[..e.valid_up_to()]
+                            .iter()
+                            .rposition(|b| *b == b'\n')
+                            .map_or(0, |p| p + 1)
+                        + 1
+                ),
+            })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -228,6 +277,49 @@ mod tests {
         assert_eq!((e.line, e.field.as_str()), (2, "id"));
         let e = parse_tasks("{\"id\":\"a\",\"cmd\":\"x\"").unwrap_err();
         assert_eq!(e.line, 1);
+    }
+
+    #[test]
+    fn line_numbers_count_blank_lines_bom_and_bad_bytes() {
+        let e = parse_tasks("\u{feff}{\"id\":\"a\",\"cmd\":\"x\"}\n\n\n{\"id\":\"a\",\"cmd\":\"y\"}")
+            .unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (4, "id"), "{e}");
+        assert!(e.message.contains("first on line 1"), "{e}");
+        assert_eq!(
+            parse_tasks("\u{feff}{\"id\":\"a\",\"cmd\":\"x\"}").unwrap().len(),
+            1
+        );
+        let e = parse_task_bytes(b"{\"id\":\"a\",\"cmd\":\"x\"}\n{\"id\":\"b\",\"cmd\":\"\xff\"}")
+            .unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("UTF-8"), "{e}");
+        for empty in ["", "\n\n  \n", "\u{feff}", "[]"] {
+            let e = parse_tasks(empty).unwrap_err();
+            assert!(e.to_string().starts_with("no tasks"), "{empty:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn placeholders_out_of_range_are_refused() {
+        let e = parse_tasks(r#"{"id":"a","cmd":"cat {inputs[1]}","inputs":["file:///x"]}"#)
+            .unwrap_err();
+        assert_eq!(e.field, "cmd");
+        assert!(e.message.contains("{inputs[1]} is out of range"), "{e}");
+        let e = parse_tasks(r#"{"id":"a","cmd":["cp","{outputs[0]}"]}"#).unwrap_err();
+        assert!(e.message.contains("{outputs[0]}"), "{e}");
+        assert!(parse_tasks(r#"{"id":"a","cmd":"cat {inputs[0]}","inputs":["file:///x"]}"#).is_ok());
+    }
+
+    #[test]
+    fn uris_are_put_in_canonical_form() {
+        let t = parse_tasks(
+            r#"{"id":"a","cmd":"true","inputs":["FILE:///d/my%20f","HTTP://H/q?v=1"],"outputs":["file://localhost/o"]}"#,
+        )
+        .unwrap();
+        assert_eq!(t[0].inputs, ["file:///d/my%20f", "http://h/q?v=1"]);
+        assert_eq!(t[0].outputs, ["file:///o"]);
+        let e = parse_tasks(r#"{"id":"a","cmd":"true","outputs":["s3://b/k"]}"#).unwrap_err();
+        assert_eq!(e.field, "outputs[0]");
     }
 
     #[test]

@@ -138,7 +138,7 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
     };
     let handle = Handle {
         tx,
-        storage: Arc::new(Storage::new()),
+        storage: Arc::new(Storage::default()),
         tokens: Arc::new(cfg.tokens),
         conns: Arc::new(AtomicU64::new(1)),
         gateway,

@@ -123,8 +123,8 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     let ctx = Arc::new(Ctx {
         cache: Mutex::new(cache),
         storage: match &cfg.storage_gateway {
-            Some(url) => Storage::with_gateway(url.clone(), cfg.token.clone()),
-            None => Storage::new(),
+            Some(url) => Storage::default().with_gateway(url.clone(), cfg.token.clone()),
+            None => Storage::default(),
         },
         http: reqwest::Client::new(),
         token: cfg.token.clone(),

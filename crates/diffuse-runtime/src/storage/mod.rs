@@ -1,0 +1,513 @@
+//! Persistent storage: `file://` (a shared POSIX path, [`file`]), `http(s)://` ([`http`]), and
+//! `s3://bucket/key` through the `object_store` crate (credentials, region and endpoint from the
+//! usual `AWS_*` variables: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`,
+//! `AWS_ENDPOINT` or `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`). Every URI is canonical
+//! ([`crate::uri`]) and used whole.
+//!
+//! Every object has a *version*: its size plus its ETag or modification time. A cached copy
+//! whose version differs from the source's is stale and is never served. Only workers read
+//! storage; the dispatcher never does (docs/security.md).
+
+pub mod file;
+pub mod http;
+
+use futures_util::StreamExt;
+use object_store::{path::Path as StorePath, ObjectMeta, ObjectStore};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use crate::uri::Scheme;
+use thiserror::Error;
+
+/// What went wrong reading persistent storage.
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// The object does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The URI cannot be served by any backend.
+    #[error("unsupported URI '{0}' (expected file://, s3://, http:// or https://)")]
+    Unsupported(String),
+    /// The worker's rules forbid reading it (input roots, task user).
+    #[error("{uri}: {why}")]
+    Refused {
+        /// Object URI.
+        uri: String,
+        /// Which rule.
+        why: String,
+    },
+    /// Anything else (network, permissions, credentials).
+    #[error("{}: {message}", crate::uri::redacted(uri))]
+    Other {
+        /// Object URI.
+        uri: String,
+        /// What the backend said.
+        message: String,
+    },
+}
+
+/// Size and version of a source object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// Bytes.
+    pub size: u64,
+    /// `size:etag` or `size:mtime-in-ms`.
+    pub version: String,
+}
+
+fn s3_version(meta: &ObjectMeta) -> String {
+    match &meta.e_tag {
+        Some(tag) => format!("{}:{}", meta.size, tag.trim_matches('"')),
+        None => format!("{}:{}", meta.size, meta.last_modified.timestamp_millis()),
+    }
+}
+
+/// A finished download: the source's size and version, bytes written, and their SHA-256.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Download {
+    /// The source object as read.
+    pub info: SourceInfo,
+    /// Bytes written to the file.
+    pub written: u64,
+    /// Lowercase hex SHA-256 of the bytes written, computed as they were written.
+    pub sha256: String,
+}
+
+/// Write a stream of chunks to `dest`, hashing as it goes. Receiving runs on the async task;
+/// writing and hashing each run on their own blocking thread, fed the same reference-counted
+/// chunks through bounded channels, so the three overlap on separate cores (hashing a large
+/// object costs about as much CPU as writing it; done in series they halved the throughput of
+/// a peer fetch, see docs/performance.md).
+pub async fn write_hashed<E: std::fmt::Display>(
+    uri: &str,
+    dest: &Path,
+    mut stream: impl futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+) -> Result<(u64, String), StorageError> {
+    use sha2::Digest;
+    use std::io::Write;
+    let other = |m: String| StorageError::Other {
+        uri: uri.to_string(),
+        message: m,
+    };
+    let (write_tx, mut write_rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(32);
+    let (hash_tx, mut hash_rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(32);
+    let path = dest.to_path_buf();
+    // Chunks of at least the buffer's size are written straight through; small ones (the
+    // file backend streams 8 KiB chunks) are coalesced.
+    let writer = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
+        let mut file = std::io::BufWriter::with_capacity(256 << 10, std::fs::File::create(&path)?);
+        let mut written = 0u64;
+        while let Some(chunk) = write_rx.blocking_recv() {
+            file.write_all(&chunk)?;
+            written += chunk.len() as u64;
+        }
+        file.flush()?;
+        Ok(written)
+    });
+    let hasher = tokio::task::spawn_blocking(move || {
+        let mut hasher = sha2::Sha256::new();
+        while let Some(chunk) = hash_rx.blocking_recv() {
+            hasher.update(&chunk);
+        }
+        hex::encode(hasher.finalize())
+    });
+    let mut failed = None;
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(c) => {
+                let hashed = hash_tx.send(c.clone()).await;
+                if write_tx.send(c).await.is_err() || hashed.is_err() {
+                    break; // the writer failed; its error is reported below
+                }
+            }
+            Err(e) => {
+                failed = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    drop((write_tx, hash_tx));
+    let written = writer.await.map_err(|e| other(e.to_string()))?;
+    let sha256 = hasher.await.map_err(|e| other(e.to_string()))?;
+    if let Some(e) = failed {
+        let _ = std::fs::remove_file(dest);
+        return Err(other(e));
+    }
+    let written = written.map_err(|e| {
+        let _ = std::fs::remove_file(dest);
+        other(e.to_string())
+    })?;
+    Ok((written, sha256))
+}
+
+/// Reads and writes persistent storage for a worker.
+pub struct Storage {
+    /// Which `file://` paths may be read.
+    files: file::FileAccess,
+    http: reqwest::Client,
+    /// S3 clients by bucket, created on first use.
+    buckets: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+    /// Shared-storage emulation (`crate::gateway`): read `file://` objects through this
+    /// dispatcher URL with this token.
+    gateway: Option<(String, String)>,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage::new(file::FileAccess::open_to_all())
+    }
+}
+
+impl Storage {
+    /// A storage client reading `file://` paths under the rules of `files`.
+    pub fn new(files: file::FileAccess) -> Storage {
+        Storage {
+            files,
+            http: http::client(),
+            buckets: Mutex::new(HashMap::new()),
+            gateway: None,
+        }
+    }
+
+    /// Read `file://` objects through a bandwidth-limited gateway (`crate::gateway`) at `url`,
+    /// with the worker `token`.
+    pub fn with_gateway(mut self, url: String, token: String) -> Storage {
+        self.gateway = Some((url, token));
+        self
+    }
+
+    async fn get_via_gateway(
+        &self,
+        url: &str,
+        token: &str,
+        uri: &str,
+        dest: &Path,
+    ) -> Result<Download, StorageError> {
+        // The access rules hold for the emulated storage too.
+        drop(self.files.open(uri)?);
+        let path = uri.strip_prefix("file://").unwrap_or(uri);
+        let other = |m: String| StorageError::Other {
+            uri: uri.to_string(),
+            message: m,
+        };
+        let resp = self
+            .http
+            .get(format!("{url}/v1/storage{path}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| other(e.to_string()))?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Err(StorageError::NotFound(uri.to_string()));
+        }
+        if !resp.status().is_success() {
+            return Err(other(format!("storage gateway: status {}", resp.status())));
+        }
+        let version = resp
+            .headers()
+            .get("x-diffuse-version")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let (written, sha256) = write_hashed(uri, dest, resp.bytes_stream()).await?;
+        Ok(Download {
+            info: SourceInfo {
+                size: written,
+                version,
+            },
+            written,
+            sha256,
+        })
+    }
+
+    /// The S3 client and key for an `s3://bucket/key` URI.
+    fn bucket(&self, uri: &str) -> Result<(Arc<dyn ObjectStore>, StorePath), StorageError> {
+        let other = |e: &dyn std::fmt::Display| StorageError::Other {
+            uri: uri.to_string(),
+            message: e.to_string(),
+        };
+        let (bucket, key) = uri
+            .strip_prefix("s3://")
+            .and_then(|r| r.split_once('/'))
+            .ok_or_else(|| StorageError::Unsupported(uri.to_string()))?;
+        let key = StorePath::parse(key).map_err(|e| other(&e))?;
+        let mut buckets = self.buckets.lock().expect("storage lock");
+        if let Some(s) = buckets.get(bucket) {
+            return Ok((s.clone(), key));
+        }
+        let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") {
+            b = b
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_endpoint(endpoint);
+        }
+        let store: Arc<dyn ObjectStore> = Arc::new(b.build().map_err(|e| other(&e))?);
+        buckets.insert(bucket.to_string(), store.clone());
+        Ok((store, key))
+    }
+
+    fn map_err(uri: &str, e: object_store::Error) -> StorageError {
+        match e {
+            object_store::Error::NotFound { .. } => StorageError::NotFound(uri.to_string()),
+            e => StorageError::Other {
+                uri: uri.to_string(),
+                message: e.to_string(),
+            },
+        }
+    }
+
+    /// Size and version of the object at `uri` (canonical).
+    pub async fn head(&self, uri: &str) -> Result<SourceInfo, StorageError> {
+        match crate::uri::scheme(uri) {
+            Some(Scheme::File) => {
+                let files = self.files.clone();
+                let uri = uri.to_string();
+                tokio::task::spawn_blocking(move || files.head(&uri))
+                    .await
+                    .map_err(|e| StorageError::Other {
+                        uri: String::new(),
+                        message: e.to_string(),
+                    })?
+            }
+            Some(Scheme::Http) => http::head(&self.http, uri).await,
+            Some(Scheme::S3) => {
+                let (store, key) = self.bucket(uri)?;
+                let meta = store.head(&key).await.map_err(|e| Self::map_err(uri, e))?;
+                Ok(SourceInfo {
+                    size: meta.size,
+                    version: s3_version(&meta),
+                })
+            }
+            None => Err(StorageError::Unsupported(uri.to_string())),
+        }
+    }
+
+    /// Stream the object at `uri` (canonical) into the file `dest` (created or truncated),
+    /// hashing it on the way.
+    pub async fn get_to_file(&self, uri: &str, dest: &Path) -> Result<Download, StorageError> {
+        match crate::uri::scheme(uri) {
+            Some(Scheme::File) => {
+                if let Some((url, token)) = &self.gateway {
+                    return self.get_via_gateway(url, token, uri, dest).await;
+                }
+                let files = self.files.clone();
+                let owned = uri.to_string();
+                let file = tokio::task::spawn_blocking(move || files.open(&owned))
+                    .await
+                    .map_err(|e| StorageError::Other {
+                        uri: uri.to_string(),
+                        message: e.to_string(),
+                    })??;
+                let info = file::info_of(&file.metadata().map_err(|e| StorageError::Other {
+                    uri: uri.to_string(),
+                    message: e.to_string(),
+                })?);
+                let (written, sha256) =
+                    write_hashed(uri, dest, read_chunks(tokio::fs::File::from_std(file))).await?;
+                Ok(Download {
+                    info,
+                    written,
+                    sha256,
+                })
+            }
+            Some(Scheme::Http) => http::get(&self.http, uri, dest).await,
+            Some(Scheme::S3) => {
+                let (store, key) = self.bucket(uri)?;
+                let result = store.get(&key).await.map_err(|e| Self::map_err(uri, e))?;
+                let info = SourceInfo {
+                    size: result.meta.size,
+                    version: s3_version(&result.meta),
+                };
+                let (written, sha256) = write_hashed(uri, dest, result.into_stream()).await?;
+                Ok(Download {
+                    info,
+                    written,
+                    sha256,
+                })
+            }
+            None => Err(StorageError::Unsupported(uri.to_string())),
+        }
+    }
+
+    /// Upload the local file `src` to `uri` (task outputs).
+    pub async fn put_file(&self, uri: &str, src: &Path) -> Result<(), StorageError> {
+        let io = |e: std::io::Error| StorageError::Other {
+            uri: uri.to_string(),
+            message: e.to_string(),
+        };
+        match crate::uri::scheme(uri) {
+            Some(Scheme::File) => {
+                // A shared POSIX path: copy through a temp name and rename, so readers never
+                // see a partial output.
+                let dest =
+                    crate::uri::file_path(uri).ok_or(StorageError::Unsupported(uri.to_string()))?;
+                if let Some(dir) = dest.parent() {
+                    tokio::fs::create_dir_all(dir).await.map_err(io)?;
+                }
+                let tmp = dest.with_extension(format!("diffuse-tmp-{}", std::process::id()));
+                tokio::fs::copy(src, &tmp).await.map_err(io)?;
+                tokio::fs::rename(&tmp, &dest).await.map_err(io)?;
+                Ok(())
+            }
+            Some(Scheme::S3) => {
+                let (store, key) = self.bucket(uri)?;
+                let data = tokio::fs::read(src).await.map_err(io)?;
+                store
+                    .put(&key, data.into())
+                    .await
+                    .map_err(|e| Self::map_err(uri, e))?;
+                Ok(())
+            }
+            _ => Err(StorageError::Unsupported(uri.to_string())),
+        }
+    }
+}
+
+/// The bytes of a file as a stream of 1 MiB chunks.
+fn read_chunks(
+    file: tokio::fs::File,
+) -> impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Unpin {
+    use tokio::io::AsyncReadExt;
+    Box::pin(futures_util::stream::unfold(file, |mut file| async move {
+        let mut buf = vec![0u8; 1 << 20];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(bytes::Bytes::from(buf)), file))
+            }
+            Err(e) => Some((Err(e), file)),
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn file_backend_head_get_and_version_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.dat");
+        std::fs::write(&f, b"hello").unwrap();
+        let uri = format!("file://{}", f.display());
+        let s = Storage::default();
+        let v1 = s.head(&uri).await.unwrap();
+        assert_eq!(v1.size, 5);
+        let out = dir.path().join("copy");
+        let d = s.get_to_file(&uri, &out).await.unwrap();
+        assert_eq!((d.written, d.info.clone()), (5, v1.clone()));
+        // sha256("hello")
+        assert_eq!(
+            d.sha256,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
+        assert_eq!(std::fs::read(&out).unwrap(), b"hello");
+        std::fs::write(&f, b"hello, world").unwrap();
+        assert_ne!(
+            s.head(&uri).await.unwrap().version,
+            v1.version,
+            "a changed source has a new version"
+        );
+        let missing = format!("file://{}/nope", dir.path().display());
+        assert!(matches!(
+            s.head(&missing).await,
+            Err(StorageError::NotFound(_))
+        ));
+        assert!(matches!(
+            s.head("ftp://x/y").await,
+            Err(StorageError::Unsupported(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn http_backend_reads_from_a_real_server() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("obj.bin"), b"served over http").unwrap();
+        let app =
+            axum::Router::new().fallback_service(tower_http::services::ServeDir::new(dir.path()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let s = Storage::default();
+        let uri = format!("http://{addr}/obj.bin");
+        let head = s.head(&uri).await.unwrap();
+        assert_eq!(head.size, 16);
+        let out = dir.path().join("copy");
+        let d = s.get_to_file(&uri, &out).await.unwrap();
+        assert_eq!((d.written, d.info.version.clone()), (16, head.version));
+        assert_eq!(std::fs::read(&out).unwrap(), b"served over http");
+        let missing = format!("http://{addr}/nope.bin");
+        assert!(
+            matches!(s.head(&missing).await, Err(StorageError::NotFound(_))),
+            "404 is not found"
+        );
+    }
+
+    #[tokio::test]
+    async fn http_uses_the_whole_uri_query_string_and_userinfo() {
+        use axum::extract::Query;
+        use axum::http::HeaderMap;
+        use std::collections::HashMap;
+        let app = axum::Router::new().route(
+            "/q",
+            axum::routing::get(
+                |Query(q): Query<HashMap<String, String>>, headers: HeaderMap| async move {
+                    let auth = headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("none")
+                        .to_string();
+                    let body = format!("v={} auth={auth}", q.get("v").cloned().unwrap_or_default());
+                    ([("etag", "\"e1\"")], body)
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::default();
+        let read = |uri: String| {
+            let (s, out) = (&s, dir.path().join("o"));
+            async move {
+                s.get_to_file(&crate::uri::canonical(&uri).unwrap(), &out)
+                    .await
+                    .unwrap();
+                std::fs::read_to_string(&out).unwrap()
+            }
+        };
+        assert_eq!(read(format!("http://{addr}/q?v=1")).await, "v=1 auth=none");
+        assert_eq!(read(format!("http://{addr}/q?v=22")).await, "v=22 auth=none");
+        // user:pass -> Basic dXNlcjpwYXNz
+        assert_eq!(
+            read(format!("HTTP://user:pass@{addr}/q?v=3")).await,
+            "v=3 auth=Basic dXNlcjpwYXNz"
+        );
+    }
+
+    #[tokio::test]
+    async fn file_uris_are_percent_decoded() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("my file.txt"), b"spaced").unwrap();
+        let uri = crate::uri::canonical(&format!("file://{}/my%20file.txt", dir.path().display()))
+            .unwrap();
+        let out = dir.path().join("copy");
+        let d = Storage::default().get_to_file(&uri, &out).await.unwrap();
+        assert_eq!(d.written, 6);
+        assert_eq!(std::fs::read(&out).unwrap(), b"spaced");
+    }
+
+    #[tokio::test]
+    async fn put_file_writes_outputs_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::write(&src, b"out").unwrap();
+        let dest = dir.path().join("sub/dir/result.txt");
+        Storage::default()
+            .put_file(&format!("file://{}", dest.display()), &src)
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"out");
+    }
+}

@@ -1,0 +1,175 @@
+//! Input and output URIs: the schemes diffuse reads and writes, their canonical form, and the
+//! local path a `file://` URI names.
+//!
+//! A URI is put in canonical form once, when its task is parsed, and everything after that (the
+//! cache key, the source version, the fetch, the location index) uses the canonical text whole:
+//!
+//! * the scheme is case-insensitive: `FILE:///a` is `file:///a`;
+//! * `file://` URIs follow RFC 8089: `file:///abs/path` or `file://localhost/abs/path`, with
+//!   percent-encoding (`my%20file.txt`, as Python's `Path.as_uri()` writes it) decoded when the
+//!   path is opened; a raw space is accepted and encoded. `?` and `#` start a query or a fragment,
+//!   which a file has not: a `?` in a file name is written `%3F`. Dot segments are resolved;
+//! * `http(s)://` URIs keep their query string and user information (`user:pass@`, sent as basic
+//!   authentication); the host is lower-cased; a fragment, which a client never sends, is dropped;
+//! * `s3://bucket/key` keeps its key byte for byte (S3 keys are not percent-encoded).
+
+use std::path::PathBuf;
+
+/// The storage a URI names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// A POSIX path (a shared file system).
+    File,
+    /// An S3 bucket and key.
+    S3,
+    /// An HTTP or HTTPS URL.
+    Http,
+}
+
+/// The scheme of a canonical URI.
+pub fn scheme(uri: &str) -> Option<Scheme> {
+    let (s, _) = uri.split_once("://")?;
+    match s {
+        "file" => Some(Scheme::File),
+        "s3" => Some(Scheme::S3),
+        "http" | "https" => Some(Scheme::Http),
+        _ => None,
+    }
+}
+
+/// The canonical form of an input or output URI, or why it is not one diffuse can read.
+pub fn canonical(uri: &str) -> Result<String, String> {
+    if uri.contains('\0') {
+        return Err(format!("'{}' contains a NUL byte", uri.escape_debug()));
+    }
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return Err(format!(
+            "'{uri}' is not a file://, s3://, http:// or https:// URI"
+        ));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "file" => canonical_file(&format!("file://{rest}")),
+        "http" | "https" => canonical_http(&format!("{}://{rest}", scheme.to_ascii_lowercase())),
+        "s3" => {
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() || key.is_empty() {
+                return Err(format!("'{uri}': s3:// URIs are s3://bucket/key"));
+            }
+            Ok(format!("s3://{rest}"))
+        }
+        _ => Err(format!(
+            "'{uri}' is not a file://, s3://, http:// or https:// URI"
+        )),
+    }
+}
+
+fn canonical_file(uri: &str) -> Result<String, String> {
+    let mut url = url::Url::parse(uri).map_err(|e| format!("'{uri}': {e}"))?;
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "'{uri}': a file:// URI has no query or fragment; write a '?' in a file name as %3F and a '#' as %23"
+        ));
+    }
+    match url.host_str() {
+        None | Some("") | Some("localhost") => {}
+        Some(host) => {
+            return Err(format!(
+                "'{uri}': file:// URIs name a path on this machine (file:///path or file://localhost/path), not on '{host}'"
+            ))
+        }
+    }
+    if url.host_str() == Some("localhost") {
+        url.set_host(None)
+            .map_err(|e| format!("'{uri}': {e}"))?;
+    }
+    let path = url
+        .to_file_path()
+        .map_err(|()| format!("'{uri}': file:// URIs need an absolute path"))?;
+    if url.path().ends_with('/') {
+        return Err(format!("'{uri}' names a directory, not a file"));
+    }
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(format!("'{uri}': the path contains a NUL byte"));
+    }
+    Ok(url.to_string())
+}
+
+fn canonical_http(uri: &str) -> Result<String, String> {
+    let mut url = url::Url::parse(uri).map_err(|e| format!("'{uri}': {e}"))?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("'{uri}': no host"));
+    }
+    url.set_fragment(None);
+    Ok(url.to_string())
+}
+
+/// The local path a canonical `file://` URI names, percent-decoded.
+pub fn file_path(uri: &str) -> Option<PathBuf> {
+    url::Url::parse(uri).ok()?.to_file_path().ok()
+}
+
+/// The URI with any password replaced by `***`, for logs and error messages.
+pub fn redacted(uri: &str) -> std::borrow::Cow<'_, str> {
+    match url::Url::parse(uri) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("***"));
+            url.to_string().into()
+        }
+        _ => uri.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes_are_case_insensitive() {
+        assert_eq!(canonical("FILE:///data/a").unwrap(), "file:///data/a");
+        assert_eq!(canonical("Http://Host/X?a=1").unwrap(), "http://host/X?a=1");
+        assert_eq!(canonical("S3://b/k").unwrap(), "s3://b/k");
+        assert!(canonical("ftp://x/y").is_err());
+        assert!(canonical("/data/a").is_err());
+    }
+
+    #[test]
+    fn file_uris_are_percent_decoded_to_paths() {
+        let c = canonical("file:///data/my%20file.txt").unwrap();
+        assert_eq!(file_path(&c).unwrap(), PathBuf::from("/data/my file.txt"));
+        // A raw space is the same file, and the same canonical URI (one cache entry).
+        assert_eq!(canonical("file:///data/my file.txt").unwrap(), c);
+        let c = canonical("file://localhost/data/x").unwrap();
+        assert_eq!(c, "file:///data/x");
+        assert_eq!(
+            file_path(&canonical("file:///d/100%25.txt").unwrap()).unwrap(),
+            PathBuf::from("/d/100%.txt")
+        );
+        assert_eq!(
+            file_path(&canonical("file:///d/../etc/x").unwrap()).unwrap(),
+            PathBuf::from("/etc/x")
+        );
+        for bad in [
+            "file://relative/x",
+            "file:///a?b",
+            "file:///a#b",
+            "file:///a%00b",
+            "file://",
+        ] {
+            assert!(canonical(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn http_uris_keep_query_and_userinfo() {
+        let a = canonical("http://h:8080/q?v=1").unwrap();
+        let b = canonical("http://h:8080/q?v=22").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a, "http://h:8080/q?v=1");
+        assert_eq!(
+            canonical("https://u:p@h/x#frag").unwrap(),
+            "https://u:p@h/x"
+        );
+        assert_eq!(redacted("https://u:p@h/x"), "https://u:***@h/x");
+        assert_eq!(redacted("https://h/x"), "https://h/x");
+    }
+}
