@@ -219,6 +219,19 @@ impl NodeCache {
         Some(e.size)
     }
 
+    /// Change the byte quota, evicting as the policy says until the objects fit; returns the
+    /// objects evicted, in eviction order.
+    pub fn set_quota(&mut self, quota: u64) -> Vec<ObjectId> {
+        self.quota = quota;
+        let mut evicted = Vec::new();
+        while self.used > self.quota {
+            let victim = self.next_victim().expect("used > 0 implies an entry");
+            self.remove(victim);
+            evicted.push(victim);
+        }
+        evicted
+    }
+
     /// Drop everything (a released node's cache is gone).
     pub fn clear(&mut self) {
         self.entries.clear();

@@ -372,11 +372,27 @@ impl Core {
         self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(nodes);
     }
 
-    /// A node is gone (crashed, cut off, or left by itself): its cache is forgotten and its running
+    /// A node is gone (crashed, cut off, or given up): its cache is forgotten and its running
     /// tasks are queued again, or failed once they have lost `crash_limit` nodes, or, if their
     /// cancel was asked for while they ran, ended as cancelled. Returns the tasks that ended
     /// (each leaves the core; the driver records its outcome).
     pub fn handle_node_lost(&mut self, node: NodeId, _now: Time) -> Result<LostTasks, CoreError> {
+        self.remove_node(node, true)
+    }
+
+    /// A node left cleanly (its worker was stopped and said so): as [`Core::handle_node_lost`],
+    /// but its running tasks were stopped, not crashed, so they do not count toward the crash
+    /// limit.
+    pub fn handle_node_left(&mut self, node: NodeId, _now: Time) -> Result<LostTasks, CoreError> {
+        self.remove_node(node, false)
+    }
+
+    /// The tasks running on `node` (empty for an unknown node).
+    pub fn running_on(&self, node: NodeId) -> &[TaskId] {
+        self.nodes.get(&node).map_or(&[], |n| n.running.as_slice())
+    }
+
+    fn remove_node(&mut self, node: NodeId, crashed: bool) -> Result<LostTasks, CoreError> {
         let entry = self.nodes.get(&node).ok_or(CoreError::UnknownNode(node))?;
         let running = entry.running.clone();
         let mut failed = Vec::new();
@@ -391,7 +407,9 @@ impl Core {
                     ..
                 }
             );
-            t.crashes += 1;
+            if crashed {
+                t.crashes += 1;
+            }
             self.counts.running -= 1;
             if was_cancelled {
                 self.tasks.remove(&task);

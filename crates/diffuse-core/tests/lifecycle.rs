@@ -157,6 +157,31 @@ fn node_lost_requeues_its_tasks_and_fails_them_at_the_crash_limit() {
 }
 
 #[test]
+fn a_node_that_leaves_cleanly_requeues_its_tasks_without_counting_a_crash() {
+    let mut env = TestEnv::with_config(CoreConfig {
+        crash_limit: 1,
+        ..config(PolicyKind::Mcu)
+    });
+    env.node(1, 2).task(1, &[]).task(2, &[]);
+    assert_eq!(env.take_dispatches().len(), 2);
+    let mut on = env.core.running_on(n(1)).to_vec();
+    on.sort();
+    assert_eq!(on, vec![t(1), t(2)]);
+    env.cancel(2);
+    // Under crash_limit 1 a loss would fail t1; a clean leave queues it again.
+    let gone = env.core.handle_node_left(n(1), env.now).unwrap();
+    env.check();
+    assert_eq!((gone.failed, gone.cancelled), (vec![], vec![t(2)]));
+    assert_eq!(env.state(1), Some(TaskState::Queued));
+    assert!(env.core.running_on(n(1)).is_empty());
+    env.node(2, 1);
+    let d = env.take_one();
+    assert_eq!((d.task, d.attempt), (t(1), 2));
+    // Still no crash on record: losing its next node fails it (the first crash).
+    assert_eq!(env.lose(2), vec![t(1)]);
+}
+
+#[test]
 fn node_lost_forgets_its_cache_and_its_peer_reads() {
     let mut env = TestEnv::new(PolicyKind::Mcu);
     env.node(1, 1).node(2, 1).cached(1, 10).cached(2, 11);

@@ -93,10 +93,12 @@ pub async fn run_policy(
         },
         eviction: EvictionPolicy::Lru,
         run_dir,
+        resume: false,
         exe: cfg.exe.clone(),
         noop: false,
         progress: cfg.progress,
         storage_bandwidth: Some((cfg.dir.join("data"), cfg.storage_bandwidth)),
+        input_roots: Vec::new(),
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;

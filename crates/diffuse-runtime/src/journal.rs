@@ -372,6 +372,28 @@ impl Journal {
         Ok(journal)
     }
 
+    /// Another connection to a journal that [`Journal::open`] has already opened (and so
+    /// checked, created or upgraded): nothing is checked again. `read_only` connections serve
+    /// queries from other threads than the writer's.
+    pub fn reopen(path: &Path, read_only: bool) -> Result<Journal, JournalError> {
+        use rusqlite::OpenFlags;
+        let shown = path.display().to_string();
+        let flags = if read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(&shown, e))?;
+        conn.busy_timeout(Duration::from_secs(5))
+            .map_err(|e| open_error(&shown, e))?;
+        if !read_only {
+            conn.pragma_update(None, "synchronous", "FULL")
+                .and_then(|_| conn.pragma_update(None, "foreign_keys", true))
+                .map_err(|e| open_error(&shown, e))?;
+        }
+        Ok(Journal { conn })
+    }
+
     fn init(&self, path: &str) -> Result<(), JournalError> {
         let conn = &self.conn;
         conn.busy_timeout(Duration::from_secs(5))?;

@@ -22,6 +22,7 @@ pub mod journal;
 pub mod placeholder;
 pub mod proto;
 pub mod run;
+pub mod server;
 pub mod spec;
 pub mod storage;
 pub mod uri;

@@ -172,7 +172,9 @@ mod tests {
             let printed = sh(&script);
             let want = hostile.display().to_string();
             assert!(
-                printed.split('|').any(|w| w == want || w == format!("pre{want}post")),
+                printed
+                    .split('|')
+                    .any(|w| w == want || w == format!("pre{want}post")),
                 "{template} -> {script} printed {printed:?}"
             );
         }

@@ -51,6 +51,32 @@ pub enum ToDispatcher {
     Finished(TaskReport),
     /// Still alive.
     Heartbeat,
+    /// The answer to a `Lookup`: one result per URI asked.
+    LookedUp {
+        /// The request's id.
+        id: u64,
+        /// Results.
+        results: Vec<LookupResult>,
+    },
+    /// The worker is stopping (told to, or by a signal): its running tasks were stopped, not
+    /// crashed, and should run elsewhere. The connection closes after this.
+    Leaving,
+}
+
+/// Size and version of one looked-up input, or why it cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LookupResult {
+    /// The URI asked.
+    pub uri: String,
+    /// Bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// Source version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Why it cannot be read (`not found: <uri>`, refused, timed out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Where a worker reads one input from.
@@ -128,6 +154,23 @@ pub enum ToWorker {
     },
     /// Finish running tasks' reports, then exit.
     Shutdown,
+    /// Look up the size and version of each URI, each within `timeout_ms`; answer `LookedUp`.
+    Lookup {
+        /// Request id, returned in the answer.
+        id: u64,
+        /// Canonical URIs.
+        uris: Vec<String>,
+        /// Most time one lookup may take.
+        timeout_ms: u64,
+    },
+    /// Stop an attempt (its task was cancelled): its whole process group is killed, and it is
+    /// reported as ended.
+    Cancel {
+        /// Task id.
+        task: String,
+        /// Attempt.
+        attempt: u32,
+    },
 }
 
 /// Bytes and accesses by source for one task.

@@ -1,22 +1,28 @@
 //! `diffuse run`: the embedded default. Starts a dispatcher in this process and N local worker
 //! processes (each with its own cache directory, standing in for separate nodes), submits a
 //! task file, shows progress, waits, writes per-task results, and summarises.
+//!
+//! SIGINT (Ctrl-C) or SIGTERM stops the run: the workers stop their tasks (each task's whole
+//! process group) and exit cleanly, the results of what ended are written, and
+//! `diffuse run --resume RUN_DIR` later continues from the journal: tasks that ended keep their
+//! outcome, the others run.
 
 use crate::dispatcher::{self, DispatcherConfig, Handle, Tokens};
 use crate::journal::Journal;
-use crate::spec::{parse_tasks, SpecError};
+use crate::spec::{parse_task_bytes, SpecError};
 use diffuse_core::CoreConfig;
 use rand::RngCore;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Settings of `diffuse run`.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// The task file (JSON Lines or JSON array).
+    /// The task file (JSON Lines or JSON array). With `resume`, the one the run was started
+    /// with is used when this is empty.
     pub tasks: PathBuf,
     /// Local worker processes.
     pub workers: u32,
@@ -28,8 +34,11 @@ pub struct RunConfig {
     pub core: CoreConfig,
     /// Eviction policy of the workers.
     pub eviction: diffuse_core::EvictionPolicy,
-    /// Directory for the journal, caches, task directories, logs and results.
+    /// Directory for the journal, caches, logs and results. A new run needs it new or empty;
+    /// see [`new_run_dir`].
     pub run_dir: PathBuf,
+    /// Continue the run in `run_dir` from its journal instead of starting one.
+    pub resume: bool,
     /// The `diffuse` executable to start workers with.
     pub exe: PathBuf,
     /// Workers run nothing (dispatcher throughput benchmark).
@@ -39,18 +48,26 @@ pub struct RunConfig {
     /// Shared-storage emulation: serve `file://` inputs under this root at this many bytes/s in
     /// total (see `crate::gateway`).
     pub storage_bandwidth: Option<(PathBuf, f64)>,
+    /// `file://` inputs must be under one of these (passed to the workers; empty: anywhere).
+    pub input_roots: Vec<PathBuf>,
 }
 
 /// What `diffuse run --json` prints.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
+    /// Tasks in the run.
+    pub tasks: u64,
     /// Tasks that exited 0.
     pub tasks_ok: u64,
-    /// Tasks that failed (non-zero exit, missing input, exec error).
+    /// Tasks that failed (non-zero exit, missing input, exec error) or were cancelled.
     pub tasks_failed: u64,
-    /// From submission to the last outcome, seconds.
+    /// Tasks that had not ended when the run was interrupted.
+    pub tasks_not_run: u64,
+    /// The signal that interrupted the run (`SIGINT`, `SIGTERM`), if one did.
+    pub interrupted: Option<String>,
+    /// From submission (or resumption) to the last outcome, seconds.
     pub makespan_s: f64,
-    /// Tasks per second over the makespan.
+    /// Tasks ended per second over the makespan.
     pub tasks_per_s: f64,
     /// Fraction of input accesses served by the worker's own cache.
     pub hit_local: f64,
@@ -86,10 +103,63 @@ pub enum RunError {
     Other(#[from] anyhow::Error),
 }
 
+/// What a run directory records of its run, for `--resume`.
+#[derive(Serialize, Deserialize)]
+struct RunRecord {
+    tasks: PathBuf,
+}
+
+const RECORD: &str = "run.json";
+
 fn token() -> String {
     let mut b = [0u8; 24];
     rand::rng().fill_bytes(&mut b);
     hex::encode(b)
+}
+
+/// A new directory under `base` named after the time (UTC) it was made: `run-20261123-170405`,
+/// or `run-20261123-170405-2` (and so on) when two runs start in the same second.
+pub fn new_run_dir(base: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(base)?;
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let stamp = utc_stamp(secs);
+    for n in 1.. {
+        let name = if n == 1 {
+            format!("run-{stamp}")
+        } else {
+            format!("run-{stamp}-{n}")
+        };
+        let dir = base.join(name);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("some suffix is free")
+}
+
+/// `YYYYMMDD-HHMMSS` in UTC for Unix time `secs` (the civil-from-days algorithm of H. Hinnant).
+fn utc_stamp(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 struct Workers(Vec<std::process::Child>);
@@ -103,30 +173,75 @@ impl Drop for Workers {
     }
 }
 
-/// Run a task file to completion.
+/// SIGINT or SIGTERM, whichever comes first: its name.
+async fn interrupted() -> String {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM".into(),
+        _ = int.recv() => "SIGINT".into(),
+    }
+}
+
+/// Run a task file to completion (or continue one, with `resume`).
 pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
-    let text = std::fs::read_to_string(&cfg.tasks)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", cfg.tasks.display()))?;
-    let defs = parse_tasks(&text).map_err(|error| RunError::BadTaskFile {
-        file: cfg.tasks.display().to_string(),
-        error,
-    })?;
-    let total = defs.len() as u64;
-    std::fs::create_dir_all(&cfg.run_dir)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", cfg.run_dir.display()))?;
     let mut cfg = cfg;
     cfg.run_dir = std::path::absolute(&cfg.run_dir).map_err(anyhow::Error::from)?;
     let journal = cfg.run_dir.join("journal.sqlite");
-    if journal.exists() {
-        return Err(anyhow::anyhow!(
-            "{} already holds a run (journal.sqlite); choose another --run-dir",
-            cfg.run_dir.display()
+    let record_path = cfg.run_dir.join(RECORD);
+    let defs = if cfg.resume {
+        if !journal.exists() {
+            return Err(anyhow::anyhow!(
+                "--resume {}: no run there (no journal.sqlite)",
+                cfg.run_dir.display()
+            )
+            .into());
+        }
+        if cfg.tasks.as_os_str().is_empty() {
+            let record: RunRecord = std::fs::read(&record_path)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--resume: cannot read {}", record_path.display())
+                })?;
+            cfg.tasks = record.tasks;
+        }
+        None
+    } else {
+        let bytes = std::fs::read(&cfg.tasks)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", cfg.tasks.display()))?;
+        let defs = parse_task_bytes(&bytes).map_err(|error| RunError::BadTaskFile {
+            file: cfg.tasks.display().to_string(),
+            error,
+        })?;
+        std::fs::create_dir_all(&cfg.run_dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", cfg.run_dir.display()))?;
+        if journal.exists() {
+            return Err(anyhow::anyhow!(
+                "{} already holds a run (journal.sqlite): continue it with --resume {0}, or choose another --run-dir",
+                cfg.run_dir.display()
+            )
+            .into());
+        }
+        let record = RunRecord {
+            tasks: std::path::absolute(&cfg.tasks).map_err(anyhow::Error::from)?,
+        };
+        std::fs::write(
+            &record_path,
+            serde_json::to_vec_pretty(&record).expect("record serializes"),
         )
-        .into());
-    }
+        .map_err(anyhow::Error::from)?;
+        Some(defs)
+    };
     let tokens = Tokens {
         client: token(),
         worker: token(),
+        metrics: None,
     };
     let (handle, scheduler) = dispatcher::start(DispatcherConfig {
         journal: journal.clone(),
@@ -134,6 +249,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         tokens: tokens.clone(),
         heartbeat: Duration::from_millis(500),
         heartbeat_timeout: Duration::from_secs(10),
+        lookup_timeout: Duration::from_secs(30),
         storage_gateway: cfg.storage_bandwidth.clone(),
     })?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -144,26 +260,39 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         listener.local_addr().map_err(anyhow::Error::from)?
     );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dispatcher::serve(listener, handle.clone(), async {
-        let _ = stop_rx.await;
-    }));
+    let server = tokio::spawn(dispatcher::serve(
+        listener,
+        handle.clone(),
+        crate::server::Limits::standard(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
 
     let mut workers = Workers(Vec::new());
     for i in 0..cfg.workers {
         workers.0.push(start_worker(&cfg, i, &url, &tokens.worker)?);
     }
-    wait_for_workers(&handle, cfg.workers, &mut workers).await?;
+    let mut signal = std::pin::pin!(interrupted());
+    let mut stopped_by: Option<String> = None;
+    tokio::select! {
+        r = wait_for_workers(&handle, cfg.workers, &mut workers) => r?,
+        s = &mut signal => stopped_by = Some(s),
+    }
 
     let mut restarts = vec![0u32; workers.0.len()];
     let start = Instant::now();
-    handle
-        .submit(defs)
-        .await
-        .map_err(|e| anyhow::anyhow!("submission refused: {e}"))?;
+    if let (Some(defs), None) = (defs, &stopped_by) {
+        handle
+            .submit(defs)
+            .await
+            .map_err(|e| anyhow::anyhow!("submission refused: {e}"))?;
+    }
     let mut last_print = Instant::now();
     let status = loop {
         let s = handle.status().await.map_err(|e| anyhow::anyhow!("{e}"))?;
         let done = s.succeeded + s.failed + s.cancelled;
+        let total = s.submitted;
         let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let every = if tty {
             Duration::from_millis(500)
@@ -190,7 +319,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             }
             let _ = std::io::stderr().flush();
         }
-        if done >= total {
+        if done >= total || stopped_by.is_some() {
             break s;
         }
         // A local worker that died (a task killed it, or it crashed) is started again on its
@@ -212,25 +341,40 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 *c = start_worker(&cfg, i as u32, &url, &tokens.worker)?;
             }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            s = &mut signal => stopped_by = Some(s),
+        }
     };
     let makespan = start.elapsed().as_secs_f64();
     if cfg.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!();
     }
-    handle.shutdown_workers();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    if let Some(sig) = &stopped_by {
+        eprintln!("{sig}: stopping the workers and their tasks");
+        // Each worker stops its tasks' process groups, tells the dispatcher, marks its cache
+        // clean and exits.
+        for c in &workers.0 {
+            if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+        }
+    } else {
+        handle.shutdown_workers();
+    }
+    let deadline = Instant::now() + crate::worker::process::STOP_GRACE + Duration::from_secs(7);
     for c in &mut workers.0 {
         while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // The server's graceful stop waits for every worker connection to close.
         if matches!(c.try_wait(), Ok(None)) {
             tracing::warn!("a worker did not exit within 10 s of being told to; killing it");
             let _ = c.kill();
             let _ = c.wait();
         }
     }
+    // Outcomes of the last moments, journaled: counted in the summary too.
+    let status = handle.status().await.unwrap_or(status);
     let _ = stop_tx.send(());
     let _ = server.await;
     drop(handle);
@@ -240,11 +384,15 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     write_results(&journal, &results)?;
     let t = status.traffic;
     let acc = (t.local + t.peer + t.storage).max(1) as f64;
+    let ended = status.succeeded + status.failed + status.cancelled;
     Ok(RunSummary {
+        tasks: status.submitted,
         tasks_ok: status.succeeded,
         tasks_failed: status.failed + status.cancelled,
+        tasks_not_run: status.submitted - ended,
+        interrupted: stopped_by,
         makespan_s: makespan,
-        tasks_per_s: total as f64 / makespan.max(1e-9),
+        tasks_per_s: ended as f64 / makespan.max(1e-9),
         hit_local: t.local as f64 / acc,
         hit_peer: t.peer as f64 / acc,
         miss: t.storage as f64 / acc,
@@ -282,10 +430,14 @@ fn start_worker(
         .args(["--slots", &cfg.slots_per_worker.to_string()])
         .args(["--name", &format!("worker-{i}")])
         .args(["--eviction", &cfg.eviction.to_string()])
+        .args(["--listen", "127.0.0.1:0"])
         .env("DIFFUSE_WORKER_TOKEN", token)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);
+    for root in &cfg.input_roots {
+        cmd.arg("--input-root").arg(root);
+    }
     if cfg.noop {
         cmd.arg("--noop");
     }
@@ -321,8 +473,9 @@ async fn wait_for_workers(handle: &Handle, n: u32, workers: &mut Workers) -> Res
     }
 }
 
-/// One line per task: id, state, exit code, node, attempt, error, and the worker's report.
-fn write_results(journal: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
+/// One line per task: id, state (null: not ended), exit code, node, attempt, error, and the
+/// worker's report.
+fn write_results(journal: &Path, out: &Path) -> anyhow::Result<()> {
     let j = Journal::open(journal)?;
     let mut w = std::io::BufWriter::new(std::fs::File::create(out)?);
     for t in j.load()? {
@@ -340,4 +493,21 @@ fn write_results(journal: &std::path::Path, out: &std::path::Path) -> anyhow::Re
     }
     w.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_directories_are_named_by_utc_time_and_never_shared() {
+        assert_eq!(utc_stamp(0), "19700101-000000");
+        assert_eq!(utc_stamp(1_795_454_645), "20261123-172405");
+        assert_eq!(utc_stamp(951_782_400), "20000229-000000");
+        let d = tempfile::tempdir().unwrap();
+        let a = new_run_dir(d.path()).unwrap();
+        let b = new_run_dir(d.path()).unwrap();
+        assert_ne!(a, b);
+        assert!(a.is_dir() && b.is_dir());
+    }
 }

@@ -170,6 +170,11 @@ fn parse_one(text: &str, line: usize) -> Result<TaskDef, SpecError> {
 /// are skipped; a leading UTF-8 byte order mark is ignored. An empty batch and duplicate ids
 /// are refused.
 pub fn parse_tasks(text: &str) -> Result<Vec<TaskDef>, SpecError> {
+    Ok(parse_numbered(text)?.into_iter().map(|(_, t)| t).collect())
+}
+
+/// [`parse_tasks`], each task with its line (JSON Lines) or element (array) number.
+pub fn parse_numbered(text: &str) -> Result<Vec<(usize, TaskDef)>, SpecError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut tasks: Vec<(usize, TaskDef)> = Vec::new();
     if text.trim_start().starts_with('[') {
@@ -206,14 +211,22 @@ pub fn parse_tasks(text: &str) -> Result<Vec<TaskDef>, SpecError> {
             });
         }
     }
-    Ok(tasks.into_iter().map(|(_, t)| t).collect())
+    Ok(tasks)
 }
 
 /// [`parse_tasks`] over the bytes of a task file: text that is not UTF-8 is refused with the
 /// number of the first line that is not.
 pub fn parse_task_bytes(bytes: &[u8]) -> Result<Vec<TaskDef>, SpecError> {
+    Ok(parse_numbered_bytes(bytes)?
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect())
+}
+
+/// [`parse_task_bytes`], each task with its line or element number.
+pub fn parse_numbered_bytes(bytes: &[u8]) -> Result<Vec<(usize, TaskDef)>, SpecError> {
     match std::str::from_utf8(bytes) {
-        Ok(text) => parse_tasks(text),
+        Ok(text) => parse_numbered(text),
         Err(e) => {
             let line = 1 + bytes[..e.valid_up_to()]
                 .iter()
@@ -281,12 +294,15 @@ mod tests {
 
     #[test]
     fn line_numbers_count_blank_lines_bom_and_bad_bytes() {
-        let e = parse_tasks("\u{feff}{\"id\":\"a\",\"cmd\":\"x\"}\n\n\n{\"id\":\"a\",\"cmd\":\"y\"}")
-            .unwrap_err();
+        let e =
+            parse_tasks("\u{feff}{\"id\":\"a\",\"cmd\":\"x\"}\n\n\n{\"id\":\"a\",\"cmd\":\"y\"}")
+                .unwrap_err();
         assert_eq!((e.line, e.field.as_str()), (4, "id"), "{e}");
         assert!(e.message.contains("first on line 1"), "{e}");
         assert_eq!(
-            parse_tasks("\u{feff}{\"id\":\"a\",\"cmd\":\"x\"}").unwrap().len(),
+            parse_tasks("\u{feff}{\"id\":\"a\",\"cmd\":\"x\"}")
+                .unwrap()
+                .len(),
             1
         );
         let e = parse_task_bytes(b"{\"id\":\"a\",\"cmd\":\"x\"}\n{\"id\":\"b\",\"cmd\":\"\xff\"}")
@@ -307,7 +323,9 @@ mod tests {
         assert!(e.message.contains("{inputs[1]} is out of range"), "{e}");
         let e = parse_tasks(r#"{"id":"a","cmd":["cp","{outputs[0]}"]}"#).unwrap_err();
         assert!(e.message.contains("{outputs[0]}"), "{e}");
-        assert!(parse_tasks(r#"{"id":"a","cmd":"cat {inputs[0]}","inputs":["file:///x"]}"#).is_ok());
+        assert!(
+            parse_tasks(r#"{"id":"a","cmd":"cat {inputs[0]}","inputs":["file:///x"]}"#).is_ok()
+        );
     }
 
     #[test]

@@ -79,8 +79,7 @@ fn canonical_file(uri: &str) -> Result<String, String> {
         }
     }
     if url.host_str() == Some("localhost") {
-        url.set_host(None)
-            .map_err(|e| format!("'{uri}': {e}"))?;
+        url.set_host(None).map_err(|e| format!("'{uri}': {e}"))?;
     }
     let path = url
         .to_file_path()

@@ -25,19 +25,23 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Demonstrate data diffusion: the same workload with FA and GCC against slow shared storage.
-    Demo(live::DemoArgs),
+    Demo(live::run::DemoArgs),
     /// Run a task file on local workers: the embedded default (dispatcher, journal, workers).
-    Run(live::RunArgs),
+    /// Ctrl-C stops it; --resume continues it.
+    Run(live::run::RunArgs),
     /// Serve the dispatcher: HTTP API, worker sessions, journal.
-    Dispatcher(live::DispatcherArgs),
+    Dispatcher(live::serve::DispatcherArgs),
     /// Run a worker: executes tasks, caches their inputs, serves its cache to peers.
-    Worker(live::WorkerArgs),
-    /// Submit a task file to a running dispatcher.
-    Submit(live::SubmitArgs),
+    Worker(live::serve::WorkerArgs),
+    /// Submit a task file to a running dispatcher (in acknowledged batches).
+    Submit(live::client::SubmitArgs),
     /// Show a running dispatcher's counters.
-    Status(live::StatusArgs),
-    /// Wait until a running dispatcher has nothing queued or running (exit 1 if a task failed).
-    Wait(live::StatusArgs),
+    Status(live::client::StatusArgs),
+    /// Wait until the tasks you submitted have ended (exit 1 if one of them failed).
+    Wait(live::client::WaitArgs),
+    /// (internal) A worker's guard: kills its tasks' process groups when the worker dies.
+    #[command(hide = true)]
+    Guard,
     /// Simulate a workload on a model of the paper's testbeds (same scheduling code as live).
     Sim(sim::SimArgs),
 }
@@ -46,13 +50,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => sim::run(args),
-        Command::Run(args) => live::run(args),
-        Command::Demo(args) => live::demo(args),
-        Command::Dispatcher(args) => live::dispatcher(args),
-        Command::Worker(args) => live::worker(args),
-        Command::Submit(args) => live::submit(args),
-        Command::Status(args) => live::status(args),
-        Command::Wait(args) => live::wait(args),
+        Command::Run(args) => live::run::run(args),
+        Command::Demo(args) => live::run::demo(args),
+        Command::Dispatcher(args) => live::serve::dispatcher(args),
+        Command::Worker(args) => live::serve::worker(args),
+        Command::Submit(args) => live::client::submit(args),
+        Command::Status(args) => live::client::status(args),
+        Command::Wait(args) => live::client::wait(args),
+        Command::Guard => {
+            diffuse_runtime::worker::process::guard_main();
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

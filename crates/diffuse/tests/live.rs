@@ -775,9 +775,11 @@ fn submit_status_and_wait_commands() {
     let mut c = Cluster::start(&[]);
     c.worker("A", 2, "10MB");
     c.wait_workers(1);
+    let state = c.path("state");
     let env = [
         ("DIFFUSE_DISPATCHER", c.url.as_str()),
         ("DIFFUSE_CLIENT_TOKEN", c.client_token.as_str()),
+        ("XDG_STATE_HOME", state.to_str().expect("utf-8")),
     ];
     let dir = c.path("data");
     let write = |name: &str, text: &str| {
@@ -791,14 +793,18 @@ fn submit_status_and_wait_commands() {
     );
     let out = diffuse_with(&["submit", &ok], None, &env, DEADLINE);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert_eq!(out.stdout.trim(), "submitted 2");
+    assert!(
+        out.stdout.starts_with("submitted 2 tasks in batch 1"),
+        "{}",
+        out.stdout
+    );
     let out = diffuse_with(&["wait", "--json"], None, &env, DEADLINE);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let s: Value = serde_json::from_str(out.stdout.trim()).expect("wait --json");
     assert_eq!(s["succeeded"], 2, "{s}");
     assert_eq!(
-        (s["queued"].clone(), s["running"].clone()),
-        (json!(0), json!(0))
+        (s["tasks"].clone(), s["pending"].clone()),
+        (json!(2), json!(0))
     );
 
     // The same ids again: refused as a whole.
@@ -833,7 +839,8 @@ fn submit_status_and_wait_commands() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let out = diffuse_with(&["wait"], None, &env, DEADLINE);
     assert_eq!(out.code, Some(1), "a task failed: {}", out.stdout);
-    assert!(out.stdout.contains("failed 1"), "{}", out.stdout);
+    assert!(out.stdout.contains("1 failed"), "{}", out.stdout);
+    assert!(out.stdout.contains("failed: f"), "{}", out.stdout);
     let t = c.wait_done("f");
     assert_eq!(t["state"], "failed", "{t}");
     assert_eq!(t["outcome"]["exit_code"], 3, "{t}");
@@ -929,9 +936,9 @@ fn a_finished_task_always_shows_its_outcome() {
                 scope.spawn(|| {
                     let (mut checked, mut bad) = (0u64, Vec::new());
                     poll("every task to end", || {
-                        let views = c.get("/v1/tasks?limit=100000");
+                        let views = c.get("/v1/tasks?limit=10000");
                         let mut done = 0;
-                        for v in views.as_array().expect("a list of tasks") {
+                        for v in views["tasks"].as_array().expect("a list of tasks") {
                             let s = v["state"].as_str().unwrap_or_default();
                             if ["succeeded", "failed", "cancelled"].contains(&s) {
                                 done += 1;

@@ -39,11 +39,9 @@ impl Rng {
 
 /// Every task in `state`, by id.
 fn tasks_in(c: &Cluster, state: &str) -> HashMap<String, Value> {
-    let list = c.get(&format!("/v1/tasks?state={state}&limit=1000000"));
-    list.as_array()
-        .expect("a list")
-        .iter()
-        .map(|t| (t["id"].as_str().expect("id").to_string(), t.clone()))
+    c.list_tasks(Some(state))
+        .into_iter()
+        .map(|t| (t["id"].as_str().expect("id").to_string(), t))
         .collect()
 }
 
@@ -508,7 +506,8 @@ fn hostile_paths_are_refused_and_nothing_outside_the_cache_is_served() {
             .expect("GET");
         assert_eq!(r.status().as_u16(), 404, "task {id}");
     }
-    // A task id made of path syntax names a directory under the worker's work directory only.
+    // A task id made of path syntax names a directory under the worker's work directory, and
+    // log files under its logs directory, only.
     let id = "../../../escape/..";
     c.submit(&[json!({"id": id, "cmd": "echo hi", "inputs": [file_uri(&x)]})]);
     let t = poll("the task with a path for an id to succeed", || {
@@ -516,12 +515,14 @@ fn hostile_paths_are_refused_and_nothing_outside_the_cache_is_served() {
     });
     let r = report(&t);
     let out = std::path::PathBuf::from(r["stdout"].as_str().expect("stdout path"));
-    let work = std::fs::canonicalize(c.path("wA/work")).expect("work dir");
-    let dir = std::fs::canonicalize(out.parent().expect("task dir")).expect("task dir exists");
+    let logs = std::fs::canonicalize(c.path("wA/logs")).expect("logs dir");
+    let dir = std::fs::canonicalize(out.parent().expect("log dir")).expect("log dir exists");
+    assert_eq!(dir, logs, "{} is not in {}", out.display(), logs.display());
+    assert_eq!(std::fs::read_to_string(&out).expect("stdout kept"), "hi\n");
+    let work = c.path("wA/work");
     assert!(
-        dir.starts_with(&work),
-        "{} is outside {}",
-        dir.display(),
+        std::fs::read_dir(&work).expect("work dir").next().is_none(),
+        "the task's directory under {} is removed once it ended",
         work.display()
     );
     assert!(!c.path("escape").exists());

@@ -3,44 +3,59 @@
 //! | route | token | what |
 //! |---|---|---|
 //! | `POST /v1/tasks` | client | submit a batch (JSON array or JSON Lines); all or nothing |
-//! | `GET /v1/tasks?state=S&limit=N` | client | list tasks |
+//! | `GET /v1/tasks?state=S&limit=N&after=C` | client | a page of tasks, and the cursor of the next |
 //! | `GET /v1/tasks/{id}` | client | one task, with its outcome |
-//! | `POST /v1/tasks/{id}/cancel` | client | cancel |
-//! | `GET /v1/status` | client | counters |
+//! | `POST /v1/tasks/{id}/cancel` | client | cancel (a running task's processes are stopped) |
+//! | `GET /v1/batches/{batch}` | client | a submission's counters (what `diffuse wait` follows) |
+//! | `GET /v1/status` | client or metrics | counters |
 //! | `GET /v1/locate?uri=U` | client | workers holding an object (Hercules' locate) |
-//! | `GET /metrics` | client | Prometheus text format |
+//! | `GET /metrics` | client or metrics | Prometheus text format |
 //! | `GET /v1/workers/connect` | worker | WebSocket session of a worker (see [`crate::proto`]) |
+//!
+//! The dispatcher never reads persistent storage: input sizes and versions are looked up by
+//! workers ([`scheduler::lookup`]).
 
+pub mod metrics;
 pub mod scheduler;
 
 use crate::journal::Journal;
 use crate::proto::{ToDispatcher, ToWorker};
 use crate::spec::{parse_tasks, TaskDef};
-use crate::storage::Storage;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use diffuse_core::{Core, CoreConfig};
 use futures_util::{SinkExt, StreamExt};
-use scheduler::{Cmd, InputStat, Prepared, Scheduler, SchedulerConfig, Status, SubmitError};
+pub use metrics::metrics_text;
+use scheduler::tasks::Listed;
+use scheduler::{
+    BatchView, Cmd, ListQuery, Scheduler, SchedulerConfig, Status, SubmitError, Submitted, TaskView,
+};
 use serde::Deserialize;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// The two secrets: clients submit and query; workers connect and serve peers. They must differ.
+/// Largest request body (a batch of tasks): 64 MiB. `diffuse submit` splits larger task files
+/// into batches below it.
+pub const MAX_BODY: usize = 64 << 20;
+
+/// The secrets: clients submit and query; workers connect and serve peers; an optional third
+/// one only reads counters and metrics. They must differ.
 #[derive(Clone, Debug)]
 pub struct Tokens {
     /// Client token.
     pub client: String,
     /// Worker token.
     pub worker: String,
+    /// Read-only token for `/metrics` and `/v1/status`.
+    pub metrics: Option<String>,
 }
 
 /// Settings of a dispatcher.
@@ -56,6 +71,9 @@ pub struct DispatcherConfig {
     pub heartbeat: Duration,
     /// A worker silent this long is given up and its tasks run elsewhere.
     pub heartbeat_timeout: Duration,
+    /// Most time a worker may take to look up one input; past it the tasks reading that input
+    /// fail.
+    pub lookup_timeout: Duration,
     /// Shared-storage emulation: serve `file://` objects under this root at this many bytes/s
     /// (see [`crate::gateway`]).
     pub storage_gateway: Option<(PathBuf, f64)>,
@@ -65,7 +83,9 @@ pub struct DispatcherConfig {
 #[derive(Clone)]
 pub struct Handle {
     tx: mpsc::Sender<Cmd>,
-    storage: Arc<Storage>,
+    /// A read-only connection to the journal: outcomes are read here, not on the scheduler
+    /// thread.
+    reader: Arc<Mutex<Journal>>,
     tokens: Arc<Tokens>,
     conns: Arc<AtomicU64>,
     gateway: Option<Arc<crate::gateway::Gateway>>,
@@ -86,6 +106,9 @@ pub enum ApiError {
     /// Conflicts with existing state (duplicate id).
     #[error("{0}")]
     Conflict(String),
+    /// The request body is over [`MAX_BODY`].
+    #[error("{0}")]
+    TooLarge(String),
     /// The dispatcher is shutting down or failed.
     #[error("{0}")]
     Internal(String),
@@ -98,23 +121,45 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         (code, Json(serde_json::json!({ "error": self.to_string() }))).into_response()
     }
 }
 
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
+        ApiError::BadRequest(e.body_text())
+    }
+}
+
 /// Open the journal, replay it, and start the scheduler thread.
 pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::JoinHandle<()>)> {
+    let t = &cfg.tokens;
     anyhow::ensure!(
-        !cfg.tokens.client.is_empty() && !cfg.tokens.worker.is_empty(),
-        "the client and worker tokens must not be empty"
+        !t.client.is_empty()
+            && !t.worker.is_empty()
+            && t.metrics.as_ref().is_none_or(|m| !m.is_empty()),
+        "the tokens must not be empty"
     );
     anyhow::ensure!(
-        cfg.tokens.client != cfg.tokens.worker,
-        "the client and worker tokens must differ"
+        t.client != t.worker
+            && t.metrics
+                .as_ref()
+                .is_none_or(|m| *m != t.client && *m != t.worker),
+        "the client, worker and metrics tokens must differ"
     );
+    if let Some(dir) = cfg.journal.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the journal's directory {}: {e}",
+                dir.display()
+            )
+        })?;
+    }
     let journal = Journal::open(&cfg.journal)?;
+    let reader = Journal::reopen(&cfg.journal, true)?;
     let core = Core::new(cfg.core.clone());
     let scheduler = Scheduler::new(
         core,
@@ -123,6 +168,7 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
             heartbeat: cfg.heartbeat,
             heartbeat_timeout: cfg.heartbeat_timeout,
             journal: cfg.journal.clone(),
+            lookup_timeout: cfg.lookup_timeout,
         },
     )?;
     let (tx, rx) = mpsc::channel();
@@ -138,7 +184,7 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
     };
     let handle = Handle {
         tx,
-        storage: Arc::new(Storage::default()),
+        reader: Arc::new(Mutex::new(reader)),
         tokens: Arc::new(cfg.tokens),
         conns: Arc::new(AtomicU64::new(1)),
         gateway,
@@ -164,6 +210,20 @@ impl Handle {
         }
     }
 
+    /// The client token, or the read-only metrics token.
+    fn reader_token(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let metrics = self
+            .tokens
+            .metrics
+            .as_ref()
+            .is_some_and(|m| crate::auth::authorized(headers, m));
+        if metrics {
+            Ok(())
+        } else {
+            self.client(headers)
+        }
+    }
+
     fn worker(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         if crate::auth::authorized(headers, &self.tokens.worker) {
             Ok(())
@@ -173,47 +233,16 @@ impl Handle {
     }
 
     /// Parse and submit a task file's text. All or nothing.
-    pub async fn submit_text(&self, text: &str) -> Result<usize, ApiError> {
+    pub async fn submit_text(&self, text: &str) -> Result<Submitted, ApiError> {
         let defs = parse_tasks(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         self.submit(defs).await
     }
 
-    /// Stat every input, then submit. A task whose input is missing is accepted and fails with
-    /// `not found: <uri>`; the others run.
-    pub async fn submit(&self, defs: Vec<TaskDef>) -> Result<usize, ApiError> {
-        let mut uris: Vec<String> = defs.iter().flat_map(|d| d.inputs.iter().cloned()).collect();
-        uris.sort();
-        uris.dedup();
-        let storage = self.storage.clone();
-        let infos: HashMap<String, InputStat> = futures_util::stream::iter(uris)
-            .map(|uri| {
-                let storage = storage.clone();
-                async move {
-                    let r = storage
-                        .head(&uri)
-                        .await
-                        .map(|i| (i.size, i.version))
-                        .map_err(|e| e.to_string());
-                    (uri, r)
-                }
-            })
-            .buffer_unordered(64)
-            .collect()
-            .await;
-        let batch = defs
-            .into_iter()
-            .map(|def| {
-                let mut inputs: Vec<(String, InputStat)> = Vec::new();
-                for uri in &def.inputs {
-                    if !inputs.iter().any(|(u, _)| u == uri) {
-                        inputs.push((uri.clone(), infos[uri].clone()));
-                    }
-                }
-                Prepared { def, inputs }
-            })
-            .collect();
-        match self.ask(|tx| Cmd::Submit(batch, tx)).await? {
-            Ok(n) => Ok(n),
+    /// Submit parsed tasks: acknowledged once journaled. Their inputs are then looked up by a
+    /// worker; a task whose input cannot be read fails with the reason (`not found: <uri>`).
+    pub async fn submit(&self, defs: Vec<TaskDef>) -> Result<Submitted, ApiError> {
+        match self.ask(|tx| Cmd::Submit(defs, tx)).await? {
+            Ok(s) => Ok(s),
             Err(e @ SubmitError::Duplicate(_)) => Err(ApiError::Conflict(e.to_string())),
             Err(e) => Err(ApiError::Internal(e.to_string())),
         }
@@ -228,6 +257,31 @@ impl Handle {
     pub fn shutdown_workers(&self) {
         let _ = self.tx.send(Cmd::ShutdownWorkers);
     }
+
+    /// Fill in the journaled outcome of every ended task among `views`.
+    async fn with_outcomes(&self, mut views: Vec<TaskView>) -> Result<Vec<TaskView>, ApiError> {
+        let ended = |v: &TaskView| ["succeeded", "failed", "cancelled"].contains(&v.state.as_str());
+        if !views.iter().any(ended) {
+            return Ok(views);
+        }
+        let reader = self.reader.clone();
+        tokio::task::spawn_blocking(move || {
+            let journal = reader.lock().expect("journal reader");
+            for v in views.iter_mut().filter(|v| ended(v)) {
+                let o = journal
+                    .outcome(&v.id)
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                if let Some(o) = &o {
+                    v.node.clone_from(&o.node);
+                    v.attempt = o.attempt;
+                }
+                v.outcome = o;
+            }
+            Ok(views)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+    }
 }
 
 /// The dispatcher's routes.
@@ -239,9 +293,15 @@ pub fn router(handle: Handle) -> Router {
         None => Router::new(),
     };
     Router::new()
-        .route("/v1/tasks", post(submit).get(list))
+        .route(
+            "/v1/tasks",
+            post(submit)
+                .get(list)
+                .layer(DefaultBodyLimit::max(MAX_BODY)),
+        )
         .route("/v1/tasks/{id}", get(task))
         .route("/v1/tasks/{id}/cancel", post(cancel))
+        .route("/v1/batches/{batch}", get(batch))
         .route("/v1/status", get(status))
         .route("/v1/locate", get(locate))
         .route("/metrics", get(metrics))
@@ -250,50 +310,93 @@ pub fn router(handle: Handle) -> Router {
         .merge(gateway)
 }
 
-/// Serve the API on `listener` until `shutdown` resolves.
+/// Serve the API on `listener` under `limits` until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: Handle,
+    limits: crate::server::Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(handle))
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::server::serve(listener, router(handle), limits, shutdown).await
 }
 
 async fn submit(
     State(h): State<Handle>,
     headers: HeaderMap,
-    body: String,
-) -> Result<Json<serde_json::Value>, ApiError> {
+    body: Result<axum::body::Bytes, BytesRejection>,
+) -> Result<Json<Submitted>, ApiError> {
     h.client(&headers)?;
-    let n = h.submit_text(&body).await?;
-    Ok(Json(serde_json::json!({ "submitted": n })))
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
+            "the request body is over {} MiB: submit the tasks in several batches (`diffuse submit` does)",
+            MAX_BODY >> 20
+        )),
+        _ => ApiError::BadRequest(e.body_text()),
+    })?;
+    let text = std::str::from_utf8(&body).map_err(|e| {
+        let line = 1 + body[..e.valid_up_to()]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
+        ApiError::BadRequest(format!("line {line}: not valid UTF-8"))
+    })?;
+    Ok(Json(h.submit_text(text).await?))
 }
 
 #[derive(Deserialize)]
-struct ListQuery {
+#[serde(deny_unknown_fields)]
+struct ListParams {
     state: Option<String>,
     limit: Option<usize>,
+    after: Option<String>,
 }
 
 async fn list(
     State(h): State<Handle>,
     headers: HeaderMap,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
-    if let Some(s) = &q.state {
-        if !["queued", "running", "succeeded", "failed", "cancelled"].contains(&s.as_str()) {
-            return Err(ApiError::BadRequest(format!(
+    let Query(q) = q?;
+    let state = match &q.state {
+        Some(s) => Some(Listed::parse(s).ok_or_else(|| {
+            ApiError::BadRequest(format!(
                 "state '{s}' is not one of queued, running, succeeded, failed, cancelled"
-            )));
-        }
+            ))
+        })?),
+        None => None,
+    };
+    let after = match &q.after {
+        Some(a) => Some(
+            a.parse::<u64>()
+                .map_err(|_| ApiError::BadRequest(format!("after '{a}' is not a cursor")))?,
+        ),
+        None => None,
+    };
+    let limit = q.limit.unwrap_or(1000);
+    if limit == 0 || limit > 10_000 {
+        return Err(ApiError::BadRequest(
+            "limit must be between 1 and 10000".into(),
+        ));
     }
-    let views = h
-        .ask(|tx| Cmd::List(q.state, q.limit.unwrap_or(1000), tx))
+    let (views, next) = h
+        .ask(|tx| {
+            Cmd::List(
+                ListQuery {
+                    state,
+                    after,
+                    limit,
+                },
+                tx,
+            )
+        })
         .await?;
-    Ok(Json(views).into_response())
+    let views = h.with_outcomes(views).await?;
+    Ok(Json(serde_json::json!({
+        "tasks": views,
+        "next": next.map(|n| n.to_string()),
+    }))
+    .into_response())
 }
 
 async fn task(
@@ -303,7 +406,10 @@ async fn task(
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
     match h.ask(|tx| Cmd::Task(id.clone(), tx)).await? {
-        Some(v) => Ok(Json(v).into_response()),
+        Some(v) => {
+            let v = h.with_outcomes(vec![v]).await?.remove(0);
+            Ok(Json(v).into_response())
+        }
         None => Err(ApiError::NotFound(format!("unknown task '{id}'"))),
     }
 }
@@ -321,97 +427,60 @@ async fn cancel(
     }
 }
 
-async fn status(State(h): State<Handle>, headers: HeaderMap) -> Result<Json<Status>, ApiError> {
+async fn batch(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    Path(b): Path<String>,
+) -> Result<Json<BatchView>, ApiError> {
     h.client(&headers)?;
+    let n = b
+        .parse::<u64>()
+        .map_err(|_| ApiError::BadRequest(format!("'{b}' is not a batch number")))?;
+    h.ask(|tx| Cmd::Batch(n, tx))
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("unknown batch {n}")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+async fn status(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    q: Result<Query<NoParams>, QueryRejection>,
+) -> Result<Json<Status>, ApiError> {
+    h.reader_token(&headers)?;
+    q?;
     Ok(Json(h.status().await?))
 }
 
 #[derive(Deserialize)]
-struct LocateQuery {
+#[serde(deny_unknown_fields)]
+struct LocateParams {
     uri: String,
 }
 
 async fn locate(
     State(h): State<Handle>,
     headers: HeaderMap,
-    Query(q): Query<LocateQuery>,
+    q: Result<Query<LocateParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
-    let nodes = h.ask(|tx| Cmd::Locate(q.uri.clone(), tx)).await?;
-    Ok(Json(serde_json::json!({ "uri": q.uri, "nodes": nodes })).into_response())
+    let Query(q) = q?;
+    let uri = crate::uri::canonical(&q.uri).map_err(ApiError::BadRequest)?;
+    let nodes = h.ask(|tx| Cmd::Locate(uri.clone(), tx)).await?;
+    Ok(Json(serde_json::json!({ "uri": uri, "nodes": nodes })).into_response())
 }
 
-/// Prometheus text exposition format.
-pub fn metrics_text(s: &Status) -> String {
-    let mut out = String::new();
-    let mut metric = |name: &str, help: &str, kind: &str, samples: &[(&str, f64)]| {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-        for (labels, v) in samples {
-            out.push_str(&format!("{name}{labels} {v}\n"));
-        }
-    };
-    metric(
-        "diffuse_queue_length",
-        "Tasks waiting in the queue.",
-        "gauge",
-        &[("", s.queued as f64)],
-    );
-    metric(
-        "diffuse_slots",
-        "Slots on connected workers.",
-        "gauge",
-        &[("", s.slots as f64)],
-    );
-    metric(
-        "diffuse_slots_busy",
-        "Slots running a task.",
-        "gauge",
-        &[("", s.busy_slots as f64)],
-    );
-    metric(
-        "diffuse_nodes",
-        "Connected workers.",
-        "gauge",
-        &[("", s.workers as f64)],
-    );
-    metric(
-        "diffuse_tasks",
-        "Tasks by state.",
-        "gauge",
-        &[
-            ("{state=\"queued\"}", s.queued as f64),
-            ("{state=\"running\"}", s.running as f64),
-            ("{state=\"succeeded\"}", s.succeeded as f64),
-            ("{state=\"failed\"}", s.failed as f64),
-            ("{state=\"cancelled\"}", s.cancelled as f64),
-        ],
-    );
-    let t = &s.traffic;
-    metric(
-        "diffuse_accesses_total",
-        "Input accesses by source.",
-        "counter",
-        &[
-            ("{source=\"local\"}", t.local as f64),
-            ("{source=\"peer\"}", t.peer as f64),
-            ("{source=\"storage\"}", t.storage as f64),
-        ],
-    );
-    metric(
-        "diffuse_bytes_total",
-        "Input bytes by source.",
-        "counter",
-        &[
-            ("{source=\"local\"}", t.bytes_local as f64),
-            ("{source=\"peer\"}", t.bytes_peer as f64),
-            ("{source=\"storage\"}", t.bytes_storage as f64),
-        ],
-    );
-    out
-}
-
-async fn metrics(State(h): State<Handle>, headers: HeaderMap) -> Result<Response, ApiError> {
-    h.client(&headers)?;
+async fn metrics(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    q: Result<Query<NoParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    h.reader_token(&headers)?;
+    q?;
     let s = h.status().await?;
     Ok((
         [("content-type", "text/plain; version=0.0.4")],

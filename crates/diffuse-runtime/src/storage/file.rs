@@ -56,8 +56,8 @@ impl FileAccess {
 
     /// Open the file of `uri` for reading, if the rules allow.
     pub fn open(&self, uri: &str) -> Result<std::fs::File, StorageError> {
-        let path = crate::uri::file_path(uri)
-            .ok_or_else(|| StorageError::Unsupported(uri.to_string()))?;
+        let path =
+            crate::uri::file_path(uri).ok_or_else(|| StorageError::Unsupported(uri.to_string()))?;
         self.open_path(uri, &path)
     }
 
@@ -139,6 +139,43 @@ impl FileAccess {
         Err(Beneath::Outside)
     }
 
+    /// With a task user: `src` (a task's output) must be a regular file, not a symbolic link,
+    /// and the path of `uri` (its destination) writable by that user: the file if it exists,
+    /// else the nearest existing directory above it, with search permission on every directory
+    /// above that. Without a task user every output is allowed.
+    pub fn check_output(&self, uri: &str, src: &Path) -> Result<(), StorageError> {
+        let Some((uid, gid, name)) = &self.reader else {
+            return Ok(());
+        };
+        let refused = |why: String| StorageError::Refused {
+            uri: uri.to_string(),
+            why,
+        };
+        match std::fs::symlink_metadata(src) {
+            Ok(m) if m.file_type().is_file() => {}
+            Ok(_) => return Err(refused("the task's output is not a regular file".into())),
+            Err(e) => return Err(refused(format!("the task's output: {e}"))),
+        }
+        let dest =
+            crate::uri::file_path(uri).ok_or_else(|| StorageError::Unsupported(uri.to_string()))?;
+        let mut target = dest.as_path();
+        while std::fs::symlink_metadata(target).is_err() {
+            match target.parent() {
+                Some(p) => target = p,
+                None => break,
+            }
+        }
+        let real = target.canonicalize().map_err(|e| refused(e.to_string()))?;
+        let meta = std::fs::metadata(&real).map_err(|e| refused(e.to_string()))?;
+        if !may(&real, &meta, *uid, *gid, 0o2) {
+            return Err(refused(format!(
+                "{} is not writable by the task user '{name}'",
+                real.display()
+            )));
+        }
+        Ok(())
+    }
+
     /// Size and version of the file of `uri`.
     pub fn head(&self, uri: &str) -> Result<SourceInfo, StorageError> {
         let file = self.open(uri)?;
@@ -215,6 +252,12 @@ pub fn info_of(meta: &std::fs::Metadata) -> SourceInfo {
 /// Whether `uid`/`gid` (no supplementary groups) may read the file at the real path `real`:
 /// search on every directory above it and read on the file.
 fn may_read(real: &Path, file: &std::fs::Metadata, uid: u32, gid: u32) -> bool {
+    may(real, file, uid, gid, 0o4)
+}
+
+/// Whether `uid`/`gid` have permission `bit` (4 read, 2 write, 1 search) on `real`, and search
+/// permission on every directory above it.
+fn may(real: &Path, file: &std::fs::Metadata, uid: u32, gid: u32, bit: u32) -> bool {
     let allowed = |m: &std::fs::Metadata, bit: u32| {
         if uid == 0 {
             return true;
@@ -236,7 +279,7 @@ fn may_read(real: &Path, file: &std::fs::Metadata, uid: u32, gid: u32) -> bool {
         }
         dir = d.parent();
     }
-    allowed(file, 0o4)
+    allowed(file, bit) && (bit != 0o2 || !file.is_dir() || allowed(file, 0o1))
 }
 
 #[cfg(test)]
@@ -258,7 +301,10 @@ mod tests {
         std::os::unix::fs::symlink(root.join("sub/ok"), root.join("inner")).unwrap();
         let a = FileAccess::confined(std::slice::from_ref(&root), None).unwrap();
         assert!(a.open(&uri(&root.join("sub/ok"))).is_ok());
-        assert!(a.open(&uri(&root.join("inner"))).is_ok(), "a link inside stays inside");
+        assert!(
+            a.open(&uri(&root.join("inner"))).is_ok(),
+            "a link inside stays inside"
+        );
         for outside in [
             d.path().join("secret"),
             root.join("link"),

@@ -11,12 +11,12 @@
 pub mod file;
 pub mod http;
 
+use crate::uri::Scheme;
 use futures_util::StreamExt;
 use object_store::{path::Path as StorePath, ObjectMeta, ObjectStore};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use crate::uri::Scheme;
 use thiserror::Error;
 
 /// What went wrong reading persistent storage.
@@ -36,6 +36,9 @@ pub enum StorageError {
         /// Which rule.
         why: String,
     },
+    /// The disk the object was being written to is full.
+    #[error("{}: no space left on the cache's disk", crate::uri::redacted(.0))]
+    NoSpace(String),
     /// Anything else (network, permissions, credentials).
     #[error("{}: {message}", crate::uri::redacted(uri))]
     Other {
@@ -135,7 +138,11 @@ pub async fn write_hashed<E: std::fmt::Display>(
     }
     let written = written.map_err(|e| {
         let _ = std::fs::remove_file(dest);
-        other(e.to_string())
+        if e.kind() == std::io::ErrorKind::StorageFull {
+            StorageError::NoSpace(uri.to_string())
+        } else {
+            other(e.to_string())
+        }
     })?;
     Ok((written, sha256))
 }
@@ -329,6 +336,12 @@ impl Storage {
         }
     }
 
+    /// Whether a task running as the task user may write `src` to `uri` (see
+    /// [`file::FileAccess::check_output`]).
+    pub fn check_output(&self, uri: &str, src: &Path) -> Result<(), StorageError> {
+        self.files.check_output(uri, src)
+    }
+
     /// Upload the local file `src` to `uri` (task outputs).
     pub async fn put_file(&self, uri: &str, src: &Path) -> Result<(), StorageError> {
         let io = |e: std::io::Error| StorageError::Other {
@@ -478,7 +491,10 @@ mod tests {
             }
         };
         assert_eq!(read(format!("http://{addr}/q?v=1")).await, "v=1 auth=none");
-        assert_eq!(read(format!("http://{addr}/q?v=22")).await, "v=22 auth=none");
+        assert_eq!(
+            read(format!("http://{addr}/q?v=22")).await,
+            "v=22 auth=none"
+        );
         // user:pass -> Basic dXNlcjpwYXNz
         assert_eq!(
             read(format!("HTTP://user:pass@{addr}/q?v=3")).await,

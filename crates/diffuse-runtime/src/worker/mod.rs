@@ -9,29 +9,35 @@
 //!   peer fails or none was named, into a temp file, verified, and renamed into the cache;
 //! - an object larger than the whole cache is read without caching, and the result says so.
 //!
-//! Then it runs the command (`argv` directly, a string by `sh -c`) with `{inputs[i]}` and
-//! `{outputs[i]}` replaced by local paths and stdout/stderr captured to files, uploads outputs,
-//! and reports exit code, timings and traffic. Peers fetch cached objects from
+//! Then it runs the command (`argv` directly, a string by `sh -c`) in a process group of its own
+//! ([`process`]) with `{inputs[i]}` and `{outputs[i]}` replaced by local paths and stdout/stderr
+//! captured to files under `<cache-dir>/logs/`, uploads outputs, removes the task's directory,
+//! and reports exit code, timings and traffic. It also looks up the sizes and versions of
+//! submitted inputs for the dispatcher, which never reads storage itself. Peers fetch cached objects from
 //! `GET /v1/cache/{key}` (worker token; key = hex SHA-256 of the URI; range requests honoured);
 //! the response carries the object's checksum, which the receiver verifies.
 //!
 //! | module | what it holds |
 //! |---|---|
 //! | this one | settings, the connection to the dispatcher, the session loop |
-//! | `task` | one assignment: task directory, process, captured output, outputs |
+//! | `task` | one assignment: task directory, staged inputs, outputs |
+//! | [`process`] | the task's process group, its environment and user, the guard process |
 //! | `stage` | inputs: local hits, single-flight fetches from peers or storage |
 //! | `peer` | the peer data server |
 
 mod peer;
+pub mod process;
 mod stage;
 mod task;
 
 use crate::cache_dir::CacheDir;
-use crate::proto::{Held, ToDispatcher, ToWorker};
+use crate::proto::{Held, LookupResult, ToDispatcher, ToWorker};
+use crate::storage::file::FileAccess;
 use crate::storage::Storage;
 use axum::http::HeaderValue;
 use diffuse_core::EvictionPolicy;
 use futures_util::{SinkExt, StreamExt};
+use process::{Guard, Launch, Stop, TaskUser};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -47,9 +53,10 @@ pub struct WorkerConfig {
     pub dispatcher: String,
     /// Worker token.
     pub token: String,
-    /// Cache directory (created if missing). Task directories go under `<cache-dir>/work`.
+    /// Cache directory (created if missing). Task directories go under `<cache-dir>/work`,
+    /// captured output under `<cache-dir>/logs`.
     pub cache_dir: PathBuf,
-    /// Cache quota, bytes.
+    /// Cache quota, bytes (lowered to what the disk has free at start-up).
     pub cache_size: u64,
     /// Task slots.
     pub slots: u32,
@@ -57,6 +64,10 @@ pub struct WorkerConfig {
     pub name: String,
     /// Address of the peer data server.
     pub listen: std::net::SocketAddr,
+    /// Host name or address peers reach the peer data server at. Default: the listen address,
+    /// or, when that is a wildcard (`0.0.0.0`, `::`), this host's address on the route to the
+    /// dispatcher.
+    pub advertise: Option<String>,
     /// Eviction policy.
     pub eviction: EvictionPolicy,
     /// Run nothing: report each task done at once (for dispatcher throughput benchmarks).
@@ -67,6 +78,17 @@ pub struct WorkerConfig {
     /// How long to keep trying to reach the dispatcher (at start, or after losing it) before
     /// giving up.
     pub reconnect_timeout: Duration,
+    /// `file://` inputs must be under one of these directories (empty: anywhere).
+    pub input_roots: Vec<PathBuf>,
+    /// Run tasks as this user (the worker must run as root).
+    pub task_user: Option<TaskUser>,
+    /// Environment variables not passed to tasks, besides every `DIFFUSE_*`.
+    pub task_env_drop: Vec<String>,
+    /// The `diffuse` executable, to start the guard process that kills task processes if the
+    /// worker dies (None: no guard).
+    pub exe: Option<PathBuf>,
+    /// Limits of the peer data server.
+    pub limits: crate::server::Limits,
 }
 
 pub(crate) fn unix_now() -> f64 {
@@ -77,6 +99,9 @@ pub(crate) fn unix_now() -> f64 {
 
 type Flight = watch::Receiver<bool>;
 
+/// A task id and an attempt number.
+type Attempt = (String, u32);
+
 pub(crate) struct Ctx {
     cache: Mutex<CacheDir>,
     storage: Storage,
@@ -85,6 +110,14 @@ pub(crate) struct Ctx {
     inflight: Mutex<HashMap<String, Flight>>,
     out: mpsc::UnboundedSender<ToDispatcher>,
     work: PathBuf,
+    /// Captured stdout and stderr of tasks.
+    logs: PathBuf,
+    launch: Launch,
+    guard: Option<Guard>,
+    /// The running attempts, and how to stop each.
+    running: Mutex<HashMap<Attempt, watch::Sender<Option<Stop>>>>,
+    /// Input lookups under way at once, at most.
+    lookups: tokio::sync::Semaphore,
 }
 
 impl Ctx {
@@ -94,53 +127,88 @@ impl Ctx {
             let _ = self.out.send(ToDispatcher::Evicted { uris: evicted });
         }
     }
+
+    /// Ask every running attempt to stop.
+    fn stop_all(&self, why: Stop) {
+        for stop in self.running.lock().expect("running lock").values() {
+            let _ = stop.send(Some(why));
+        }
+    }
 }
 
+/// Concurrent input lookups per worker.
+const LOOKUPS_AT_ONCE: usize = 64;
+
 /// Run a worker until the dispatcher tells it to shut down, or cannot be reached for
-/// `reconnect_timeout`, or refuses it.
+/// `reconnect_timeout`, or refuses it, or SIGTERM or SIGINT stops it.
 pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     // Tasks run in their own directories: every path handed to them must be absolute.
     cfg.cache_dir = std::path::absolute(&cfg.cache_dir)?;
-    let cache_dir = cfg.cache_dir.clone();
-    let (quota, eviction) = (cfg.cache_size, cfg.eviction);
-    // A cache left without the clean-shutdown marker may hold objects whose data never reached
-    // the disk before a crash: verify every checksum before using any of them.
-    let marker = cfg.cache_dir.join(CLEAN_MARKER);
-    let clean = marker.exists();
-    let _ = std::fs::remove_file(&marker);
-    if !clean {
-        tracing::info!(
-            "no clean-shutdown marker in {}: verifying every cached object",
-            cfg.cache_dir.display()
+    if cfg.task_user.is_some() && !rustix::process::geteuid().is_root() {
+        anyhow::bail!(
+            "--task-user needs the worker to run as root (it switches to that user for each task)"
         );
     }
-    let cache =
-        tokio::task::spawn_blocking(move || CacheDir::open(&cache_dir, quota, eviction, !clean))
-            .await??;
+    let files = FileAccess::confined(
+        &cfg.input_roots,
+        cfg.task_user
+            .as_ref()
+            .map(|u| (u.uid, u.gid, u.name.clone())),
+    )?;
+    let cache = open_cache(&cfg).await?;
     let work = cfg.cache_dir.join("work");
+    let logs = cfg.cache_dir.join("logs");
     std::fs::create_dir_all(&work)?;
+    std::fs::create_dir_all(&logs)?;
+    if cfg.task_user.is_some() {
+        confine_cache_dir(&cfg.cache_dir)?;
+    }
+    let guard = match &cfg.exe {
+        Some(exe) => Some(Guard::start(exe).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot start the guard process ({} guard): {e}",
+                exe.display()
+            )
+        })?),
+        None => None,
+    };
+    let storage = Storage::new(files);
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx {
         cache: Mutex::new(cache),
         storage: match &cfg.storage_gateway {
-            Some(url) => Storage::default().with_gateway(url.clone(), cfg.token.clone()),
-            None => Storage::default(),
+            Some(url) => storage.with_gateway(url.clone(), cfg.token.clone()),
+            None => storage,
         },
         http: reqwest::Client::new(),
         token: cfg.token.clone(),
         inflight: Mutex::new(HashMap::new()),
         out: out_tx,
         work,
+        logs,
+        launch: Launch::new(&cfg.task_env_drop, cfg.task_user.clone()),
+        guard,
+        running: Mutex::new(HashMap::new()),
+        lookups: tokio::sync::Semaphore::new(LOOKUPS_AT_ONCE),
     });
 
-    let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
-    let peer_url = format!("http://{}", listener.local_addr()?);
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("--listen {}: {e}", cfg.listen))?;
+    let bound = listener.local_addr()?;
     let peer_router = axum::Router::new()
         .route("/v1/cache/{key}", axum::routing::get(peer::serve_object))
         .with_state(ctx.clone());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, peer_router).await;
-    });
+    let (stop_peer, peer_stopped) = tokio::sync::oneshot::channel::<()>();
+    let peer_server = tokio::spawn(crate::server::serve(
+        listener,
+        peer_router,
+        cfg.limits.clone(),
+        async {
+            let _ = peer_stopped.await;
+        },
+    ));
+    let mut signals = Signals::new()?;
 
     // One session per connection. When a connection is lost the running tasks are stopped (the
     // dispatcher has given their attempts up and runs them again, so their results would be
@@ -151,18 +219,23 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     };
     let mut unreachable_since: Option<std::time::Instant> = None;
     let mut delay = RECONNECT_FIRST;
-    loop {
-        match connect(&cfg, &ctx, &peer_url).await {
+    let outcome = loop {
+        let connected = tokio::select! {
+            c = connect(&cfg, &ctx, bound) => c,
+            () = signals.next() => break Ok(()),
+        };
+        match connected {
             Ok(ws) => {
                 unreachable_since = None;
                 delay = RECONNECT_FIRST;
                 let mut tasks = tokio::task::JoinSet::new();
-                match session(&cfg, &ctx, ws, &mut outbox, &mut tasks).await {
-                    Ok(()) => break,
+                match session(&cfg, &ctx, ws, &mut outbox, &mut tasks, &mut signals).await {
+                    Ok(()) => break Ok(()),
                     Err(e) => {
                         // A task whose process already ended keeps its report (sent after
                         // reconnecting; the dispatcher refuses it by attempt number if it gave
-                        // that attempt up). The others are stopped.
+                        // that attempt up). The others are stopped: dropping them kills their
+                        // process groups.
                         let _ = tokio::time::timeout(REPORT_GRACE, async {
                             while tasks.join_next().await.is_some() {}
                         })
@@ -176,20 +249,28 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
                     }
                 }
             }
-            Err(Connect::Refused(e)) => return Err(e),
+            Err(Connect::Refused(e)) => break Err(e),
             Err(Connect::Unreachable(e)) => {
                 let since = *unreachable_since.get_or_insert_with(std::time::Instant::now);
                 if since.elapsed() >= cfg.reconnect_timeout {
-                    anyhow::bail!(
+                    break Err(anyhow::anyhow!(
                         "cannot connect to the dispatcher at {} (tried for {:.0?}): {e}",
                         cfg.dispatcher,
                         cfg.reconnect_timeout
-                    );
+                    ));
                 }
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = signals.next() => break Ok(()),
+                }
                 delay = (delay * 2).min(RECONNECT_MAX);
             }
         }
+    };
+    let _ = stop_peer.send(());
+    let _ = peer_server.await;
+    if let Some(g) = &ctx.guard {
+        g.close();
     }
     // Everything cached so far reaches the disk before the cache is marked clean.
     let dir = cfg.cache_dir.clone();
@@ -204,7 +285,119 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         Ok(())
     })
     .await??;
+    outcome
+}
+
+/// Open the cache directory: verify every object if the last run did not end cleanly, and
+/// lower the quota to what the disk can hold (with 10% of the free space to spare for task
+/// directories and logs).
+async fn open_cache(cfg: &WorkerConfig) -> anyhow::Result<CacheDir> {
+    let dir = cfg.cache_dir.clone();
+    // A cache left without the clean-shutdown marker may hold objects whose data never reached
+    // the disk before a crash: verify every checksum before using any of them.
+    let marker = dir.join(CLEAN_MARKER);
+    let clean = marker.exists();
+    let _ = std::fs::remove_file(&marker);
+    let holds_objects =
+        std::fs::read_dir(dir.join("objects")).is_ok_and(|mut d| d.next().is_some());
+    if !clean && holds_objects {
+        tracing::info!(
+            "no clean-shutdown marker in {}: verifying every cached object",
+            dir.display()
+        );
+    }
+    let (quota, eviction) = (cfg.cache_size, cfg.eviction);
+    let open_dir = dir.clone();
+    let mut cache =
+        tokio::task::spawn_blocking(move || CacheDir::open(&open_dir, quota, eviction, !clean))
+            .await??;
+    if let Ok(fs) = rustix::fs::statvfs(&dir) {
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        let room = cache.used() + free / 10 * 9;
+        if room < quota {
+            tracing::warn!(
+                "--cache-size {quota} bytes is more than the disk of {} can hold ({} bytes free, {} cached): the quota is {room} bytes",
+                dir.display(),
+                free,
+                cache.used()
+            );
+            cache.set_quota(room);
+        }
+    }
+    Ok(cache)
+}
+
+/// With `--task-user`: the cache's objects, temp files and logs are the worker's alone
+/// (`0700`); tasks reach only their own directory under `work/` (`0711`, not listable) and the
+/// objects linked into it.
+fn confine_cache_dir(root: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: PathBuf, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    mode(root.to_path_buf(), 0o711)?;
+    mode(root.join("work"), 0o711)?;
+    for private in ["objects", "tmp", "uncached", "logs"] {
+        mode(root.join(private), 0o700)?;
+    }
     Ok(())
+}
+
+/// SIGTERM and SIGINT.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// The next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = self.int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+    }
+}
+
+/// Look up each URI's size and version, concurrently, each within `timeout`.
+async fn lookup(ctx: Arc<Ctx>, id: u64, uris: Vec<String>, timeout: Duration) {
+    let results = futures_util::future::join_all(uris.into_iter().map(|uri| {
+        let ctx = ctx.clone();
+        async move {
+            let _place = ctx.lookups.acquire().await;
+            let r = tokio::time::timeout(timeout, ctx.storage.head(&uri)).await;
+            let (size, version, error) = match r {
+                Ok(Ok(info)) => (Some(info.size), Some(info.version), None),
+                Ok(Err(crate::storage::StorageError::NotFound(u))) => {
+                    (None, None, Some(format!("not found: {u}")))
+                }
+                Ok(Err(e)) => (None, None, Some(e.to_string())),
+                Err(_) => (
+                    None,
+                    None,
+                    Some(format!(
+                        "{}: no answer from storage within {:.0?} (the lookup timeout)",
+                        crate::uri::redacted(&uri),
+                        timeout
+                    )),
+                ),
+            };
+            LookupResult {
+                uri,
+                size,
+                version,
+                error,
+            }
+        }
+    }))
+    .await;
+    let _ = ctx.out.send(ToDispatcher::LookedUp { id, results });
 }
 
 /// How long a lost connection waits for tasks that are just ending before stopping the rest.
@@ -226,7 +419,11 @@ enum Connect {
 }
 
 /// Connect, say hello with everything the cache holds now, and wait for the welcome.
-async fn connect(cfg: &WorkerConfig, ctx: &Ctx, peer_url: &str) -> Result<(Ws, Duration), Connect> {
+async fn connect(
+    cfg: &WorkerConfig,
+    ctx: &Ctx,
+    bound: std::net::SocketAddr,
+) -> Result<(Ws, Duration), Connect> {
     use tokio_tungstenite::tungstenite::Error as WsError;
     let refused = |e: anyhow::Error| Connect::Refused(e);
     let ws_url = format!(
@@ -252,6 +449,11 @@ async fn connect(cfg: &WorkerConfig, ctx: &Ctx, peer_url: &str) -> Result<(Ws, D
                 _ => Connect::Unreachable(text),
             }
         })?;
+    let local_ip = match ws.get_ref() {
+        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp.local_addr().ok().map(|a| a.ip()),
+        _ => None,
+    };
+    let peer_url = peer_url(cfg.advertise.as_deref(), bound, local_ip);
     let held = {
         let cache = ctx.cache.lock().expect("cache lock");
         cache
@@ -269,7 +471,7 @@ async fn connect(cfg: &WorkerConfig, ctx: &Ctx, peer_url: &str) -> Result<(Ws, D
         name: cfg.name.clone(),
         slots: cfg.slots,
         cache_quota: cfg.cache_size,
-        peer_url: peer_url.to_string(),
+        peer_url,
         held,
     };
     let lost = |e: anyhow::Error| Connect::Unreachable(e);
@@ -298,15 +500,36 @@ async fn connect(cfg: &WorkerConfig, ctx: &Ctx, peer_url: &str) -> Result<(Ws, D
     Ok((ws, heartbeat))
 }
 
+/// The URL peers fetch this worker's cache at: `advertise` if given; else the address the peer
+/// server is bound to, or, if that is a wildcard, the local address of the connection to the
+/// dispatcher (the address on the route other hosts use to reach this one).
+fn peer_url(
+    advertise: Option<&str>,
+    bound: std::net::SocketAddr,
+    local_ip: Option<std::net::IpAddr>,
+) -> String {
+    let host = match (advertise, bound.ip().is_unspecified(), local_ip) {
+        (Some(h), _, _) => h.to_string(),
+        (None, true, Some(ip)) => ip.to_string(),
+        (None, _, _) => bound.ip().to_string(),
+    };
+    let host = match host.parse::<std::net::Ipv6Addr>() {
+        Ok(v6) => format!("[{v6}]"),
+        Err(_) => host,
+    };
+    format!("http://{host}:{}", bound.port())
+}
+
 /// Serve one connection: run what the dispatcher assigns, report what happens. Ok when told to
-/// shut down (after the running tasks ended and their reports went out); Err when the
-/// connection is lost.
+/// shut down (after the running tasks ended and their reports went out), or stopped by a signal
+/// (running tasks stopped, the dispatcher told); Err when the connection is lost.
 async fn session(
     cfg: &WorkerConfig,
     ctx: &Arc<Ctx>,
     (ws, heartbeat): (Ws, Duration),
     outbox: &mut Outbox,
     tasks: &mut tokio::task::JoinSet<()>,
+    signals: &mut Signals,
 ) -> anyhow::Result<()> {
     let (mut sink, mut stream) = ws.split();
     // Cache changes queued while disconnected are in the hello's snapshot; reports of tasks
@@ -341,9 +564,19 @@ async fn session(
                     ToWorker::Run(a) => {
                         let (ctx, noop) = (ctx.clone(), cfg.noop);
                         tasks.spawn(async move {
-                            let report = if noop { task::noop_report(&a) } else { task::run_task(&ctx, a).await };
-                            let _ = ctx.out.send(ToDispatcher::Finished(report));
+                            let report = if noop { Some(task::noop_report(&a)) } else { task::run_task(&ctx, a).await };
+                            if let Some(report) = report {
+                                let _ = ctx.out.send(ToDispatcher::Finished(report));
+                            }
                         });
+                    }
+                    ToWorker::Lookup { id, uris, timeout_ms } => {
+                        tokio::spawn(lookup(ctx.clone(), id, uris, Duration::from_millis(timeout_ms)));
+                    }
+                    ToWorker::Cancel { task, attempt } => {
+                        if let Some(stop) = ctx.running.lock().expect("running lock").get(&(task, attempt)) {
+                            let _ = stop.send(Some(Stop::Cancelled));
+                        }
                     }
                     ToWorker::Drop { uris } => {
                         {
@@ -363,6 +596,23 @@ async fn session(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             _ = beat.tick() => {
                 sink.send(Message::Text(serde_json::to_string(&ToDispatcher::Heartbeat)?.into())).await?;
+            }
+            () = signals.next() => {
+                // Stop every task (their groups get SIGTERM, then SIGKILL), keep the reports of
+                // those that ended by themselves meanwhile, then tell the dispatcher the rest
+                // were stopped, not crashed, so they run elsewhere.
+                ctx.stop_all(Stop::Leaving);
+                let _ = tokio::time::timeout(process::STOP_GRACE + Duration::from_secs(2), async {
+                    while tasks.join_next().await.is_some() {}
+                })
+                .await;
+                tasks.shutdown().await;
+                while let Ok(m) = outbox.rx.try_recv() {
+                    deliver(&mut sink, m, &mut outbox.unsent).await?;
+                }
+                deliver(&mut sink, ToDispatcher::Leaving, &mut outbox.unsent).await?;
+                let _ = sink.close().await;
+                return Ok(());
             }
         }
     }

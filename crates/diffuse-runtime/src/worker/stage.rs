@@ -90,35 +90,81 @@ pub(super) async fn read_uncached(
     Ok((Staged::Storage(d.info.size), true))
 }
 
+/// Why a fetch failed.
+enum Failed {
+    /// The cache's disk is full: room can be made and the fetch tried again.
+    NoSpace,
+    /// Anything else: the task fails with this.
+    Other(String),
+}
+
+impl From<StorageError> for Failed {
+    fn from(e: StorageError) -> Failed {
+        match e {
+            StorageError::NoSpace(_) => Failed::NoSpace,
+            StorageError::NotFound(u) => Failed::Other(format!("not found: {u}")),
+            e => Failed::Other(e.to_string()),
+        }
+    }
+}
+
+/// How many times a fetch that found the disk full evicts and tries again.
+const NO_SPACE_RETRIES: u32 = 3;
+
 /// Fetch an input from the named peer (falling back to storage) or from storage, and cache it.
+/// A full disk evicts (the cache's quota shrinks by the object's size) and tries again.
 async fn fetch(
     ctx: &Arc<Ctx>,
     input: &AssignedInput,
     dest: &Path,
 ) -> Result<(Staged, bool), String> {
+    let mut tries = 0;
+    loop {
+        match fetch_once(ctx, input, dest).await {
+            Ok(r) => return Ok(r),
+            Err(Failed::Other(e)) => return Err(e),
+            Err(Failed::NoSpace) => {
+                let room = tries < NO_SPACE_RETRIES
+                    && ctx
+                        .cache
+                        .lock()
+                        .expect("cache lock")
+                        .make_room(input.size.max(1 << 20));
+                ctx.report_evictions();
+                if !room {
+                    return Err(format!(
+                        "{}: no space left on the cache's disk, and nothing left to evict",
+                        crate::uri::redacted(&input.uri)
+                    ));
+                }
+                tries += 1;
+            }
+        }
+    }
+}
+
+async fn fetch_once(
+    ctx: &Arc<Ctx>,
+    input: &AssignedInput,
+    dest: &Path,
+) -> Result<(Staged, bool), Failed> {
     let temp = ctx.cache.lock().expect("cache lock").temp_path();
     // A fetch stopped half way (its task aborted when the dispatcher was lost) leaves no
     // partial file behind; after a commit the temp name no longer exists.
     let _partial = RemoveOnDrop(temp.clone());
     if let InputSource::Peer { url } = &input.source {
         match fetch_peer(ctx, url, input, &temp).await {
-            Ok(stored) => return place(ctx, input, dest, (Staged::Peer(input.size), stored)),
-            Err(e) => {
-                tracing::warn!(uri = %input.uri, "peer fetch from {url} failed ({e}); reading from storage")
+            Ok(stored) => {
+                return place(ctx, input, dest, (Staged::Peer(input.size), stored))
+                    .map_err(Failed::Other)
+            }
+            Err(Failed::NoSpace) => return Err(Failed::NoSpace),
+            Err(Failed::Other(e)) => {
+                tracing::warn!(uri = %crate::uri::redacted(&input.uri), "peer fetch from {url} failed ({e}); reading from storage")
             }
         }
     }
-    let d = ctx
-        .storage
-        .get_to_file(&input.uri, &temp)
-        .await
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&temp);
-            match e {
-                StorageError::NotFound(u) => format!("not found: {u}"),
-                e => e.to_string(),
-            }
-        })?;
+    let d = ctx.storage.get_to_file(&input.uri, &temp).await?;
     let stored = commit(
         ctx,
         &temp,
@@ -129,7 +175,7 @@ async fn fetch(
         None,
     )
     .await?;
-    place(ctx, input, dest, (Staged::Storage(d.info.size), stored))
+    place(ctx, input, dest, (Staged::Storage(d.info.size), stored)).map_err(Failed::Other)
 }
 
 /// Commit a downloaded temp file with the digest computed while it was written; returns the
@@ -142,7 +188,7 @@ async fn commit(
     size: u64,
     sha256: &str,
     expected: Option<&str>,
-) -> Result<(PathBuf, bool), String> {
+) -> Result<(PathBuf, bool), Failed> {
     // No fsync per object: after an unclean shutdown the whole cache is verified at start-up
     // (see `CLEAN_MARKER`), so a torn object is never used.
     let stored = ctx
@@ -152,7 +198,11 @@ async fn commit(
         .commit_hashed(temp, uri, version, size, sha256, expected);
     let stored = stored.map_err(|e| {
         let _ = std::fs::remove_file(temp);
-        format!("{uri}: {e}")
+        if e.kind() == std::io::ErrorKind::StorageFull {
+            Failed::NoSpace
+        } else {
+            Failed::Other(format!("{}: {e}", crate::uri::redacted(uri)))
+        }
     })?;
     ctx.report_evictions();
     if stored.cached {
@@ -191,16 +241,16 @@ async fn fetch_peer(
     url: &str,
     input: &AssignedInput,
     temp: &Path,
-) -> Result<(PathBuf, bool), String> {
+) -> Result<(PathBuf, bool), Failed> {
     let resp = ctx
         .http
         .get(format!("{url}/v1/cache/{}", CacheDir::key(&input.uri)))
         .bearer_auth(&ctx.token)
         .send()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failed::Other(e.to_string()))?;
     if !resp.status().is_success() {
-        return Err(format!("status {}", resp.status()));
+        return Err(Failed::Other(format!("status {}", resp.status())));
     }
     let header = |name: &str| {
         resp.headers()
@@ -210,14 +260,13 @@ async fn fetch_peer(
     };
     let (sha, version) = (header("x-diffuse-sha256"), header("x-diffuse-version"));
     if version.as_deref() != Some(input.version.as_str()) {
-        return Err(format!(
+        return Err(Failed::Other(format!(
             "peer holds version {version:?}, wanted {}",
             input.version
-        ));
+        )));
     }
-    let (written, got) = crate::storage::write_hashed(&input.uri, temp, resp.bytes_stream())
-        .await
-        .map_err(|e| e.to_string())?;
+    let (written, got) =
+        crate::storage::write_hashed(&input.uri, temp, resp.bytes_stream()).await?;
     // The checksum the peer recorded is checked against the bytes received before the object
     // becomes visible: a corrupt or partial transfer is dropped, and the caller reads storage.
     commit(

@@ -1,16 +1,19 @@
-//! Running one assignment: the task's directory, its staged inputs, the process, its captured
-//! output, and the uploads of its outputs.
+//! Running one assignment: the task's directory, its staged inputs, its process
+//! ([`super::process`]), the uploads of its outputs, and the report.
+//!
+//! The task's directory (`<cache-dir>/work/<task>.<attempt>`, made only when the task has inputs
+//! or outputs, or runs as another user) is removed once its outputs are uploaded; meanwhile the
+//! outputs' bytes count against the cache quota. Its stdout and stderr are kept under
+//! `<cache-dir>/logs/`.
 
+use super::process::{execute, Exit, Job, Stop};
 use super::stage::{read_uncached, stage, Staged};
 use super::{unix_now, Ctx};
 use crate::cache_dir::CacheDir;
 use crate::proto::{Assignment, TaskReport, Traffic};
-use crate::spec::Cmd;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use std::sync::Arc;
+use tokio::sync::watch;
 
 pub(super) fn noop_report(a: &Assignment) -> TaskReport {
     let now = unix_now();
@@ -45,9 +48,36 @@ fn dir_name(task: &str, attempt: u32) -> String {
     format!("{safe}.{}.{attempt}", &CacheDir::key(task)[..8])
 }
 
-pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
+/// Removes the attempt from the worker's list of running attempts when dropped.
+struct Registered<'a> {
+    ctx: &'a Ctx,
+    key: (String, u32),
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.ctx
+            .running
+            .lock()
+            .expect("running lock")
+            .remove(&self.key);
+    }
+}
+
+/// Run one attempt. None: it was stopped because the worker is stopping (the dispatcher is told
+/// that the worker left, and runs it elsewhere).
+pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport> {
+    let (stop_tx, stop_rx) = watch::channel(None);
+    let key = (a.task.clone(), a.attempt);
+    ctx.running
+        .lock()
+        .expect("running lock")
+        .insert(key.clone(), stop_tx);
+    let _registered = Registered { ctx, key };
+
     let started_at = unix_now();
-    let dir = ctx.work.join(dir_name(&a.task, a.attempt));
+    let name = dir_name(&a.task, a.attempt);
+    let dir = ctx.work.join(&name);
     let mut report = TaskReport {
         task: a.task.clone(),
         attempt: a.attempt,
@@ -56,8 +86,16 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
         started_at,
         staged_at: started_at,
         finished_at: started_at,
-        stdout: dir.join("stdout").display().to_string(),
-        stderr: dir.join("stderr").display().to_string(),
+        stdout: ctx
+            .logs
+            .join(format!("{name}.stdout"))
+            .display()
+            .to_string(),
+        stderr: ctx
+            .logs
+            .join(format!("{name}.stderr"))
+            .display()
+            .to_string(),
         outputs: Vec::new(),
         uncached: Vec::new(),
         traffic: Traffic::default(),
@@ -65,39 +103,28 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
     let fail = |mut r: TaskReport, e: String| {
         r.error = Some(e);
         r.finished_at = unix_now();
-        r
+        Some(r)
     };
     let inputs_dir = dir.join("inputs");
     let outputs_dir = dir.join("outputs");
+    let user = ctx.launch.user.as_ref();
     // Only the directories the task needs: a short task's cost is mostly file-system calls (a
     // directory and two files cost more than spawning the process on a busy disk). A task with
-    // neither inputs nor outputs gets no directory of its own unless it writes output.
-    let needs_dir = !a.inputs.is_empty() || !a.outputs.is_empty();
-    let made = (if needs_dir {
-        std::fs::create_dir_all(&dir)
-    } else {
-        Ok(())
-    })
-    .and_then(|_| {
-        if a.inputs.is_empty() {
-            Ok(())
-        } else {
-            std::fs::create_dir(&inputs_dir)
-        }
-    })
-    .and_then(|_| {
-        if a.outputs.is_empty() {
-            Ok(())
-        } else {
-            std::fs::create_dir(&outputs_dir)
-        }
-    });
+    // neither inputs nor outputs runs in the work directory, unless it runs as another user.
+    let needs_dir = !a.inputs.is_empty() || !a.outputs.is_empty() || user.is_some();
+    // However the attempt ends, its directory goes (a link in it keeps an evicted object's
+    // bytes on disk, outside the quota's count).
+    let _dir = needs_dir.then(|| RemoveOnDrop(dir.clone()));
+    let made = make_dirs(
+        &dir,
+        needs_dir,
+        (!a.inputs.is_empty()).then_some(&inputs_dir),
+        (!a.outputs.is_empty()).then_some(&outputs_dir),
+        user.map(|u| (u.uid, u.gid)),
+    );
     if let Err(e) = made {
         return fail(report, format!("cannot create {}: {e}", dir.display()));
     }
-    // The inputs' links go when the task ends, however it ends: a link keeps an evicted
-    // object's bytes on disk, outside the quota's count.
-    let links = (!a.inputs.is_empty()).then(|| RemoveOnDrop(inputs_dir.clone()));
     let paths: Vec<PathBuf> = (0..a.inputs.len())
         .map(|i| inputs_dir.join(format!("{i}")))
         .collect();
@@ -147,22 +174,90 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> TaskReport {
             .map(|&p| paths[p as usize].clone())
             .collect()
     };
-    let result = execute(&a.cmd, &by_position, &outputs, &dir).await;
-    drop(links);
-    match result {
-        Ok(code) => report.exit_code = code,
+    if *stop_rx.borrow() == Some(Stop::Leaving) {
+        return None;
+    }
+    let job = Job {
+        cmd: &a.cmd,
+        inputs: &by_position,
+        outputs: &outputs,
+        dir: &dir,
+        logs: (PathBuf::from(&report.stdout), PathBuf::from(&report.stderr)),
+        env: Vec::new(),
+    };
+    let exit = execute(job, &ctx.launch, ctx.guard.as_ref(), stop_rx).await;
+    if needs_dir {
+        let _ = std::fs::remove_dir_all(&inputs_dir);
+    }
+    match exit {
+        Ok(Exit::Code(code)) => report.exit_code = code,
+        Ok(Exit::Stopped(Stop::Cancelled)) => return fail(report, "cancelled".into()),
+        Ok(Exit::Stopped(Stop::Leaving)) => return None,
         Err(e) => return fail(report, e),
     }
-    if report.exit_code == Some(0) {
-        for (uri, path) in a.outputs.iter().zip(&outputs) {
-            if let Err(e) = ctx.storage.put_file(uri, path).await {
-                return fail(report, format!("output {uri}: {e}"));
-            }
-            report.outputs.push(uri.clone());
+    if report.exit_code == Some(0) && !outputs.is_empty() {
+        // The outputs wait on this disk until uploaded: they count against the cache quota.
+        let bytes: u64 = outputs
+            .iter()
+            .filter_map(|p| std::fs::symlink_metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        ctx.cache.lock().expect("cache lock").reserve(bytes);
+        ctx.report_evictions();
+        let uploaded = upload(ctx, &a.outputs, &outputs).await;
+        ctx.cache.lock().expect("cache lock").release(bytes);
+        match uploaded {
+            Ok(()) => report.outputs = a.outputs.clone(),
+            Err(e) => return fail(report, e),
         }
     }
     report.finished_at = unix_now();
-    report
+    Some(report)
+}
+
+/// Create the task's directory and its `inputs/` and `outputs/` as needed, owned by the task
+/// user if there is one.
+fn make_dirs(
+    dir: &Path,
+    needs_dir: bool,
+    inputs: Option<&PathBuf>,
+    outputs: Option<&PathBuf>,
+    owner: Option<(u32, u32)>,
+) -> std::io::Result<()> {
+    if !needs_dir {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    for d in [inputs, outputs].into_iter().flatten() {
+        std::fs::create_dir(d)?;
+    }
+    if let Some((uid, gid)) = owner {
+        for d in [Some(&dir.to_path_buf()), inputs, outputs]
+            .into_iter()
+            .flatten()
+        {
+            std::os::unix::fs::chown(d, Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
+}
+
+/// Copy each output to its URI. With a task user, an output must be a regular file (not a link
+/// to something only the worker may read) and its destination writable by that user.
+async fn upload(ctx: &Ctx, uris: &[String], paths: &[PathBuf]) -> Result<(), String> {
+    for (uri, path) in uris.iter().zip(paths) {
+        let shown = crate::uri::redacted(uri);
+        if ctx.launch.user.is_some() {
+            ctx.storage
+                .check_output(uri, path)
+                .map_err(|e| format!("output {shown}: {e}"))?;
+        }
+        ctx.storage
+            .put_file(uri, path)
+            .await
+            .map_err(|e| format!("output {shown}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Removes a file or directory tree when dropped (if it still exists).
@@ -180,132 +275,4 @@ impl Drop for RemoveOnDrop {
             Err(_) => {}
         }
     }
-}
-
-fn expand(text: &str, inputs: &[PathBuf], outputs: &[PathBuf]) -> String {
-    let mut s = text.to_string();
-    for (i, p) in inputs.iter().enumerate() {
-        s = s.replace(&format!("{{inputs[{i}]}}"), &p.display().to_string());
-    }
-    for (i, p) in outputs.iter().enumerate() {
-        s = s.replace(&format!("{{outputs[{i}]}}"), &p.display().to_string());
-    }
-    s
-}
-
-/// The program's path: names without a `/` are looked up in `PATH` once and remembered, so a
-/// spawn does not try every `PATH` directory in turn.
-fn resolve(program: &str) -> PathBuf {
-    static FOUND: std::sync::OnceLock<Mutex<HashMap<String, PathBuf>>> = std::sync::OnceLock::new();
-    if program.contains('/') {
-        return PathBuf::from(program);
-    }
-    let found = FOUND.get_or_init(Default::default);
-    if let Some(p) = found.lock().expect("path cache").get(program) {
-        return p.clone();
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let hit = std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| {
-            use std::os::unix::fs::PermissionsExt;
-            p.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        });
-    match hit {
-        Some(p) => {
-            found
-                .lock()
-                .expect("path cache")
-                .insert(program.to_string(), p.clone());
-            p
-        }
-        // Not found: let the spawn fail with the OS's own error for the bare name.
-        None => PathBuf::from(program),
-    }
-}
-
-/// Run the command; Ok(exit code, None if killed by a signal), Err(exec error). Its stdout and
-/// stderr are written to `dir/stdout` and `dir/stderr`, each created at its first byte (a task
-/// that prints nothing leaves no file). The process runs in `dir` if it exists, else in the
-/// worker's work directory.
-async fn execute(
-    cmd: &Cmd,
-    inputs: &[PathBuf],
-    outputs: &[PathBuf],
-    dir: &Path,
-) -> Result<Option<i32>, String> {
-    let mut command = match cmd {
-        Cmd::Argv(argv) => {
-            let mut c = tokio::process::Command::new(resolve(&expand(&argv[0], inputs, outputs)));
-            c.args(argv[1..].iter().map(|a| expand(a, inputs, outputs)));
-            c
-        }
-        Cmd::Shell(s) => {
-            let mut c = tokio::process::Command::new("sh");
-            c.arg("-c").arg(expand(s, inputs, outputs));
-            c
-        }
-    };
-    let cwd = if dir.is_dir() {
-        dir
-    } else {
-        dir.parent().unwrap_or(dir)
-    };
-    command
-        .current_dir(cwd)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|e| {
-        let program = match cmd {
-            Cmd::Argv(a) => a[0].clone(),
-            Cmd::Shell(_) => "sh".into(),
-        };
-        format!("exec {program}: {e}")
-    })?;
-    let out = tokio::spawn(capture(child.stdout.take(), dir.join("stdout")));
-    let err = tokio::spawn(capture(child.stderr.take(), dir.join("stderr")));
-    let status = child.wait().await.map_err(|e| format!("wait: {e}"))?;
-    // A background process started by the task may hold the pipes open: give the copies a
-    // moment to drain, then let the task end without it.
-    for copy in [out, err] {
-        match tokio::time::timeout(Duration::from_secs(1), copy).await {
-            Ok(Ok(Err(e))) => return Err(format!("capturing output: {e}")),
-            Ok(_) => {}
-            Err(_) => {
-                tracing::warn!("output still open 1 s after the task exited; not waiting for it")
-            }
-        }
-    }
-    Ok(status.code())
-}
-
-/// Copy a pipe to `path`, creating the file (and its directory) at the first byte.
-async fn capture(
-    pipe: Option<impl tokio::io::AsyncRead + Unpin>,
-    path: PathBuf,
-) -> std::io::Result<()> {
-    use tokio::io::AsyncReadExt;
-    let Some(mut pipe) = pipe else { return Ok(()) };
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut file: Option<tokio::fs::File> = None;
-    loop {
-        let n = pipe.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        if file.is_none() {
-            if let Some(parent) = path.parent() {
-                tokio::fs::create_dir_all(parent).await?;
-            }
-            file = Some(tokio::fs::File::create(&path).await?);
-        }
-        file.as_mut().expect("created").write_all(&buf[..n]).await?;
-    }
-    if let Some(mut f) = file {
-        f.flush().await?;
-    }
-    Ok(())
 }

@@ -406,6 +406,34 @@ impl Cluster {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {path}: {e}: {text}"))
     }
 
+    /// Every task (in `state`, if given), page after page.
+    #[track_caller]
+    pub fn list_tasks(&self, state: Option<&str>) -> Vec<Value> {
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut q = String::from("/v1/tasks?limit=5000");
+            if let Some(s) = state {
+                q.push_str(&format!("&state={s}"));
+            }
+            if let Some(a) = &after {
+                q.push_str(&format!("&after={a}"));
+            }
+            let page = self.get(&q);
+            all.extend(
+                page["tasks"]
+                    .as_array()
+                    .expect("a page of tasks")
+                    .iter()
+                    .cloned(),
+            );
+            match page["next"].as_str() {
+                Some(n) => after = Some(n.to_string()),
+                None => return all,
+            }
+        }
+    }
+
     #[track_caller]
     pub fn status(&self) -> Value {
         self.get("/v1/status")

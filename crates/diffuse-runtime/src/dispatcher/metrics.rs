@@ -1,0 +1,72 @@
+//! The Prometheus text exposition of the dispatcher's counters (`GET /metrics`).
+
+use super::scheduler::Status;
+
+/// Prometheus text exposition format.
+pub fn metrics_text(s: &Status) -> String {
+    let mut out = String::new();
+    let mut metric = |name: &str, help: &str, kind: &str, samples: &[(&str, f64)]| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, v) in samples {
+            out.push_str(&format!("{name}{labels} {v}\n"));
+        }
+    };
+    metric(
+        "diffuse_queue_length",
+        "Tasks waiting in the queue.",
+        "gauge",
+        &[("", s.queued as f64)],
+    );
+    metric(
+        "diffuse_slots",
+        "Slots on connected workers.",
+        "gauge",
+        &[("", s.slots as f64)],
+    );
+    metric(
+        "diffuse_slots_busy",
+        "Slots running a task.",
+        "gauge",
+        &[("", s.busy_slots as f64)],
+    );
+    metric(
+        "diffuse_nodes",
+        "Connected workers.",
+        "gauge",
+        &[("", s.workers as f64)],
+    );
+    metric(
+        "diffuse_tasks",
+        "Tasks by state.",
+        "gauge",
+        &[
+            ("{state=\"queued\"}", s.queued as f64),
+            ("{state=\"running\"}", s.running as f64),
+            ("{state=\"succeeded\"}", s.succeeded as f64),
+            ("{state=\"failed\"}", s.failed as f64),
+            ("{state=\"cancelled\"}", s.cancelled as f64),
+        ],
+    );
+    let t = &s.traffic;
+    metric(
+        "diffuse_accesses_total",
+        "Input accesses by source.",
+        "counter",
+        &[
+            ("{source=\"local\"}", t.local as f64),
+            ("{source=\"peer\"}", t.peer as f64),
+            ("{source=\"storage\"}", t.storage as f64),
+        ],
+    );
+    metric(
+        "diffuse_bytes_total",
+        "Input bytes by source.",
+        "counter",
+        &[
+            ("{source=\"local\"}", t.bytes_local as f64),
+            ("{source=\"peer\"}", t.bytes_peer as f64),
+            ("{source=\"storage\"}", t.bytes_storage as f64),
+        ],
+    );
+    out
+}

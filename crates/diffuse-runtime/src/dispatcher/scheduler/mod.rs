@@ -1,0 +1,673 @@
+//! The scheduler thread: the one owner of the scheduling core.
+//!
+//! Everything that changes state arrives as a [`Cmd`] on one channel. Each round the thread
+//! drains every pending command, commits all of the round's submissions to the journal in one
+//! transaction (group commit), and only then answers the submitters and lets their tasks move:
+//! a submission is acknowledged only once it is on disk, and never runs before that.
+//!
+//! A task with inputs first waits for their sizes and versions, which workers look up
+//! ([`lookup`]); then it enters the core's queue. Dispatched attempts and outcomes go to a
+//! journal writer thread ([`writer`]) that group-commits them in the background, so no fsync
+//! sits between a task finishing and its slot getting the next task. Until the writer confirms
+//! an outcome, the scheduler keeps it in memory and shows the task as running. If the dispatcher
+//! dies before the confirmation, the task has no outcome on disk and runs again after restart
+//! (at-least-once execution, one recorded outcome).
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | this one | commands, counters, submission, cancellation, outcomes, the round loop |
+//! | [`workers`] | worker sessions, their messages, dispatch, losing a worker |
+//! | [`tasks`] | the task table: phases, the index by state, batches |
+//! | [`lookup`] | input lookups asked of workers |
+//! | [`writer`] | the journal writer thread |
+
+pub mod lookup;
+pub mod tasks;
+mod workers;
+pub mod writer;
+
+use crate::journal::{Journal, OutcomeState, StoredTask, SubmittedTask, TaskOutcome};
+use crate::proto::{ToDispatcher, ToWorker, Traffic};
+use crate::spec::TaskDef;
+use diffuse_core::{Core, Input, NodeId, ObjectId, TaskId, TaskSpec, TaskState, Time};
+use lookup::Lookups;
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tasks::{BatchCounts, Listed, Phase, TaskTable};
+use tokio::sync::{mpsc::UnboundedSender, oneshot};
+use writer::{Write, Writer};
+
+/// Why a submission was refused (nothing of it was accepted).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// A task with this id was submitted before.
+    #[error("task '{0}' already exists")]
+    Duplicate(String),
+    /// The journal could not commit it.
+    #[error("journal: {0}")]
+    Journal(String),
+}
+
+/// An accepted submission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Submitted {
+    /// Tasks accepted.
+    pub submitted: usize,
+    /// The batch they belong to (`GET /v1/batches/{batch}`).
+    pub batch: u64,
+}
+
+/// Which tasks a listing wants.
+#[derive(Clone, Debug)]
+pub struct ListQuery {
+    /// Only tasks in this state.
+    pub state: Option<Listed>,
+    /// Only tasks after this cursor (from a previous page's `next`).
+    pub after: Option<u64>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// A query or command for the scheduler thread.
+pub enum Cmd {
+    /// Accept a batch; answered once it is journaled.
+    Submit(
+        Vec<TaskDef>,
+        oneshot::Sender<Result<Submitted, SubmitError>>,
+    ),
+    /// A worker connected and said hello.
+    WorkerUp {
+        /// Connection id (unique per WebSocket).
+        conn: u64,
+        /// Its hello.
+        hello: ToDispatcher,
+        /// Where to send it messages.
+        tx: UnboundedSender<ToWorker>,
+    },
+    /// A message from a worker.
+    FromWorker(u64, ToDispatcher),
+    /// A worker's connection closed.
+    WorkerDown(u64),
+    /// Cancel a task.
+    Cancel(String, oneshot::Sender<Result<String, String>>),
+    /// Counters.
+    Status(oneshot::Sender<Status>),
+    /// One task's view (its outcome is read from the journal by the caller).
+    Task(String, oneshot::Sender<Option<TaskView>>),
+    /// A page of tasks, and the cursor of the next page.
+    List(ListQuery, oneshot::Sender<(Vec<TaskView>, Option<u64>)>),
+    /// A batch's counters.
+    Batch(u64, oneshot::Sender<Option<BatchView>>),
+    /// Names of the workers holding an object.
+    Locate(String, oneshot::Sender<Vec<String>>),
+    /// Ask every worker to finish and exit.
+    ShutdownWorkers,
+}
+
+/// Dispatcher-wide counters (`/v1/status`, `/metrics`). Every submitted task is counted in
+/// exactly one of `queued`, `running`, `ending`, `succeeded`, `failed` and `cancelled`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Status {
+    /// Tasks ever submitted (including those replayed from the journal).
+    pub submitted: u64,
+    /// Not yet dispatched: waiting in the queue, or for their inputs to be looked up.
+    pub queued: u64,
+    /// Of the queued, those waiting for input lookups (no worker has answered yet).
+    pub looking_up: u64,
+    /// Dispatched and not finished (at most the busy slots).
+    pub running: u64,
+    /// Finished on their worker, outcome not yet journaled (shown as running).
+    pub ending: u64,
+    /// Finished with exit code 0.
+    pub succeeded: u64,
+    /// Finished otherwise.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+    /// Connected workers.
+    pub workers: u32,
+    /// Slots on connected workers.
+    pub slots: u64,
+    /// Slots running a task.
+    pub busy_slots: u64,
+    /// Accesses and bytes by source, summed over finished attempts.
+    pub traffic: Traffic,
+    /// Seconds since the dispatcher started.
+    pub uptime_s: f64,
+}
+
+/// What the API shows of a task.
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskView {
+    /// Task id.
+    pub id: String,
+    /// `queued`, `running`, `succeeded`, `failed` or `cancelled`.
+    pub state: String,
+    /// The batch it was submitted in.
+    pub batch: u64,
+    /// Worker it runs or ran on.
+    pub node: Option<String>,
+    /// Current or last attempt.
+    pub attempt: u32,
+    /// The recorded outcome, once there is one.
+    pub outcome: Option<TaskOutcome>,
+}
+
+/// What the API shows of a batch.
+#[derive(Clone, Debug, Serialize)]
+pub struct BatchView {
+    /// Batch number.
+    pub batch: u64,
+    /// Tasks not yet ended (or ended and not yet journaled).
+    pub pending: u64,
+    /// Counters.
+    #[serde(flatten)]
+    pub counts: BatchCounts,
+}
+
+/// How a task is kept in the journal's `spec_json`: its definition and batch. Journals written
+/// before batches existed hold `[definition, inputs as looked up]`, read as batch 0.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum StoredSpec {
+    Current { def: TaskDef, batch: u64 },
+    Before(TaskDef, serde_json::Value),
+}
+
+/// Settings of the scheduler thread.
+pub struct SchedulerConfig {
+    /// Heartbeat interval told to workers.
+    pub heartbeat: Duration,
+    /// A worker silent this long is given up.
+    pub heartbeat_timeout: Duration,
+    /// The journal file (the writer thread opens its own connection to it).
+    pub journal: std::path::PathBuf,
+    /// Most time a worker may take to look up one input.
+    pub lookup_timeout: Duration,
+}
+
+struct Session {
+    conn: u64,
+    name: String,
+    peer_url: String,
+    slots: u32,
+    tx: UnboundedSender<ToWorker>,
+    last_seen: Instant,
+}
+
+/// The scheduler's state.
+pub struct Scheduler {
+    core: Core,
+    journal: Journal,
+    cfg: SchedulerConfig,
+    start: Instant,
+    tasks: TaskTable,
+    objects: FxHashMap<String, ObjectId>,
+    uris: Vec<String>,
+    /// Source version of each object: empty until a lookup or a worker's report gives one.
+    versions: Vec<String>,
+    sessions: FxHashMap<NodeId, Session>,
+    /// Workers were told to finish: one that connects later is told at once.
+    shutting_down: bool,
+    /// Outcomes sent to the writer and not yet confirmed committed.
+    unconfirmed: FxHashMap<String, TaskOutcome>,
+    writer: Option<Writer>,
+    conns: FxHashMap<u64, NodeId>,
+    next_node: u32,
+    lookups: Lookups,
+    /// Tasks in [`Phase::Lookup`].
+    looking_up: u64,
+    status: Status,
+    // this round's work
+    new_tasks: Vec<SubmittedTask>,
+    new_attempts: Vec<(String, u32, String)>,
+    new_outcomes: Vec<TaskOutcome>,
+    replies: Vec<(oneshot::Sender<Result<Submitted, SubmitError>>, Submitted)>,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Scheduler {
+    /// A scheduler over `core`, replaying every task of `journal`: those with an outcome are
+    /// shown as ended, the others are queued again.
+    pub fn new(
+        core: Core,
+        journal: Journal,
+        cfg: SchedulerConfig,
+    ) -> Result<Scheduler, crate::journal::JournalError> {
+        let stored = journal.load()?;
+        let writer = Some(Writer::start(&cfg.journal)?);
+        let mut s = Scheduler {
+            core,
+            journal,
+            cfg,
+            start: Instant::now(),
+            tasks: TaskTable::default(),
+            objects: FxHashMap::default(),
+            uris: Vec::new(),
+            versions: Vec::new(),
+            sessions: FxHashMap::default(),
+            shutting_down: false,
+            unconfirmed: FxHashMap::default(),
+            writer,
+            conns: FxHashMap::default(),
+            next_node: 0,
+            lookups: Lookups::default(),
+            looking_up: 0,
+            status: Status::default(),
+            new_tasks: Vec::new(),
+            new_attempts: Vec::new(),
+            new_outcomes: Vec::new(),
+            replies: Vec::new(),
+        };
+        for st in stored {
+            s.restore(st);
+        }
+        Ok(s)
+    }
+
+    fn now(&self) -> Time {
+        Time(self.start.elapsed().as_nanos() as u64)
+    }
+
+    fn restore(&mut self, st: StoredTask) {
+        let (def, batch) = match serde_json::from_str::<StoredSpec>(&st.task.spec_json) {
+            Ok(StoredSpec::Current { def, batch }) => (def, batch),
+            Ok(StoredSpec::Before(def, _)) => (def, 0),
+            Err(e) => {
+                tracing::error!(task = %st.task.id, "unreadable task in journal ({e}); skipped");
+                return;
+            }
+        };
+        self.status.submitted += 1;
+        match st.outcome {
+            Some(o) => {
+                self.count_outcome(o.state);
+                let inputs = self.inputs_of(&def);
+                self.tasks.insert(def, batch, inputs, Phase::Done(o.state));
+            }
+            None => self.accept(def, batch, st.attempts),
+        }
+    }
+
+    /// The distinct inputs of `def` as objects, sizes not yet known.
+    fn inputs_of(&mut self, def: &TaskDef) -> Vec<(ObjectId, u64)> {
+        let mut inputs: Vec<(ObjectId, u64)> = Vec::with_capacity(def.inputs.len());
+        for uri in &def.inputs {
+            let o = self.object(uri);
+            if !inputs.iter().any(|(x, _)| *x == o) {
+                inputs.push((o, 0));
+            }
+        }
+        inputs
+    }
+
+    /// Take a task in (new or replayed): it waits for its inputs' lookups, or enters the core's
+    /// queue at once if it has none.
+    fn accept(&mut self, def: TaskDef, batch: u64, attempts: u32) {
+        let inputs = self.inputs_of(&def);
+        if inputs.is_empty() {
+            let t = self.tasks.insert(def, batch, inputs, Phase::Live);
+            let spec = self.spec_of(t);
+            let now = self.now();
+            self.core
+                .handle_restore(spec, attempts, now)
+                .expect("a new task id");
+            return;
+        }
+        let pending = inputs.len() as u32;
+        let uris: Vec<ObjectId> = inputs.iter().map(|(o, _)| *o).collect();
+        let t = self.tasks.insert(
+            def,
+            batch,
+            inputs,
+            Phase::Lookup {
+                pending,
+                attempts,
+                error: None,
+            },
+        );
+        self.looking_up += 1;
+        for o in uris {
+            let uri = self.uris[o.0 as usize].clone();
+            self.lookups.want(&uri, t);
+        }
+    }
+
+    fn object(&mut self, uri: &str) -> ObjectId {
+        if let Some(o) = self.objects.get(uri) {
+            return *o;
+        }
+        let o = ObjectId(self.uris.len() as u64);
+        self.objects.insert(uri.to_string(), o);
+        self.uris.push(uri.to_string());
+        self.versions.push(String::new());
+        o
+    }
+
+    fn spec_of(&self, id: TaskId) -> TaskSpec {
+        TaskSpec::new(
+            id,
+            self.tasks
+                .get(id)
+                .inputs
+                .iter()
+                .map(|(o, size)| Input {
+                    object: *o,
+                    size: *size,
+                })
+                .collect(),
+        )
+    }
+
+    fn count_outcome(&mut self, state: OutcomeState) {
+        match state {
+            OutcomeState::Succeeded => self.status.succeeded += 1,
+            OutcomeState::Failed => self.status.failed += 1,
+            OutcomeState::Cancelled => self.status.cancelled += 1,
+        }
+    }
+
+    /// Run until every sender of `rx` is gone.
+    pub fn run(mut self, rx: Receiver<Cmd>) {
+        let tick = Duration::from_millis(100);
+        let mut next_check = Instant::now() + tick;
+        loop {
+            let mut wait = next_check.saturating_duration_since(Instant::now());
+            if !self.unconfirmed.is_empty() {
+                // Outcomes are waiting for the writer's confirmation (it commits every 20 ms).
+                wait = wait.min(Duration::from_millis(5));
+            }
+            let first = match rx.recv_timeout(wait) {
+                Ok(c) => Some(c),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    if let Some(w) = self.writer.take() {
+                        w.close();
+                    }
+                    break;
+                }
+            };
+            if let Some(c) = first {
+                self.handle(c);
+                // Group commit: take everything already waiting before touching the disk.
+                while let Ok(c) = rx.try_recv() {
+                    self.handle(c);
+                    if self.new_tasks.len() > 50_000 {
+                        break;
+                    }
+                }
+            }
+            if Instant::now() >= next_check {
+                self.check_heartbeats();
+                let now = self.now();
+                if self.core.poll_timeout().is_some_and(|t| t <= now) {
+                    self.core.handle_timeout(now);
+                }
+                next_check = Instant::now() + tick;
+            }
+            // Submissions reach the disk before any of their tasks moves on.
+            self.flush_submissions();
+            self.send_lookups();
+            self.drain_actions();
+            self.flush_progress();
+        }
+    }
+
+    fn handle(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Submit(defs, reply) => self.submit(defs, reply),
+            Cmd::WorkerUp { conn, hello, tx } => self.worker_up(conn, hello, tx),
+            Cmd::FromWorker(conn, msg) => self.on_worker_message(conn, msg),
+            Cmd::WorkerDown(conn) => {
+                if let Some(node) = self.conns.remove(&conn) {
+                    self.node_lost(node, "connection closed", true);
+                }
+            }
+            Cmd::Cancel(id, reply) => {
+                let _ = reply.send(self.cancel(&id));
+            }
+            Cmd::Status(reply) => {
+                let _ = reply.send(self.status());
+            }
+            Cmd::Task(id, reply) => {
+                let view = self.tasks.id_of(&id).map(|t| self.view(t));
+                let _ = reply.send(view);
+            }
+            Cmd::List(q, reply) => {
+                let (page, next) = self.tasks.page(q.state, q.after, q.limit);
+                let views = page.into_iter().map(|t| self.view(t)).collect();
+                let _ = reply.send((views, next));
+            }
+            Cmd::Batch(b, reply) => {
+                let view = self.tasks.batch(b).map(|counts| BatchView {
+                    batch: b,
+                    pending: counts.tasks - counts.succeeded - counts.failed - counts.cancelled,
+                    counts: counts.clone(),
+                });
+                let _ = reply.send(view);
+            }
+            Cmd::Locate(uri, reply) => {
+                let names = match self.objects.get(&uri) {
+                    Some(o) => self
+                        .core
+                        .locate(*o)
+                        .iter()
+                        .filter_map(|n| self.sessions.get(n).map(|s| s.name.clone()))
+                        .collect(),
+                    None => Vec::new(),
+                };
+                let _ = reply.send(names);
+            }
+            Cmd::ShutdownWorkers => {
+                self.shutting_down = true;
+                for s in self.sessions.values() {
+                    let _ = s.tx.send(ToWorker::Shutdown);
+                }
+            }
+        }
+    }
+
+    fn status(&self) -> Status {
+        let c = self.core.counts();
+        Status {
+            queued: c.queued + self.looking_up,
+            looking_up: self.looking_up,
+            running: c.running,
+            ending: self.unconfirmed.len() as u64,
+            workers: c.nodes,
+            slots: c.slots,
+            busy_slots: c.busy_slots,
+            uptime_s: self.start.elapsed().as_secs_f64(),
+            ..self.status.clone()
+        }
+    }
+
+    /// A task's view without its journaled outcome (the API reads that from the journal, off
+    /// this thread).
+    fn view(&self, t: TaskId) -> TaskView {
+        let task = self.tasks.get(t);
+        let (node, attempt) = match (&task.phase, self.core.task_state(t)) {
+            (Phase::Live, Some(TaskState::Running { node, attempt, .. })) => {
+                (self.sessions.get(&node).map(|s| s.name.clone()), attempt)
+            }
+            (Phase::Done(_), _) => match self.unconfirmed.get(&task.def.id) {
+                Some(o) => (o.node.clone(), o.attempt),
+                None => (None, 0),
+            },
+            _ => (None, 0),
+        };
+        TaskView {
+            id: task.def.id.clone(),
+            state: self.tasks.listed(t).as_str().to_string(),
+            batch: task.batch,
+            node,
+            attempt,
+            outcome: None,
+        }
+    }
+
+    fn submit(
+        &mut self,
+        defs: Vec<TaskDef>,
+        reply: oneshot::Sender<Result<Submitted, SubmitError>>,
+    ) {
+        for d in &defs {
+            if self.tasks.id_of(&d.id).is_some() {
+                let _ = reply.send(Err(SubmitError::Duplicate(d.id.clone())));
+                return;
+            }
+        }
+        let batch = self.tasks.next_batch();
+        let n = defs.len();
+        let at = unix_now();
+        for def in defs {
+            let spec_json = serde_json::to_string(&StoredSpec::Current {
+                def: def.clone(),
+                batch,
+            })
+            .expect("task serializes");
+            self.new_tasks.push(SubmittedTask {
+                id: def.id.clone(),
+                spec_json,
+                submitted_at: at,
+            });
+            self.status.submitted += 1;
+            self.accept(def, batch, 0);
+        }
+        self.replies.push((
+            reply,
+            Submitted {
+                submitted: n,
+                batch,
+            },
+        ));
+    }
+
+    /// A task ends without (another) run: failed lookup, cancelled, lost too often.
+    fn finish_without_running(&mut self, t: TaskId, state: OutcomeState, error: Option<String>) {
+        let task = self.tasks.get_mut(t);
+        if matches!(task.phase, Phase::Lookup { .. }) {
+            self.looking_up -= 1;
+        }
+        task.phase = Phase::Done(state);
+        let id = task.def.id.clone();
+        self.record_outcome(
+            t,
+            TaskOutcome {
+                id,
+                state,
+                attempt: 0,
+                node: None,
+                exit_code: None,
+                error,
+                result_json: "{}".into(),
+                finished_at: unix_now(),
+            },
+        );
+    }
+
+    fn cancel(&mut self, id: &str) -> Result<String, String> {
+        let t = self
+            .tasks
+            .id_of(id)
+            .ok_or_else(|| format!("unknown task '{id}'"))?;
+        match &self.tasks.get(t).phase {
+            Phase::Done(s) => Err(format!("task '{id}' already ended ({s:?})")),
+            Phase::Lookup { .. } => {
+                self.finish_without_running(t, OutcomeState::Cancelled, None);
+                Ok("cancelled".into())
+            }
+            Phase::Live => {
+                let now = self.now();
+                match self.core.handle_cancel(t, now).map_err(|e| e.to_string())? {
+                    Some(_) => {
+                        self.finish_without_running(t, OutcomeState::Cancelled, None);
+                        Ok("cancelled".into())
+                    }
+                    None => {
+                        if let Some(TaskState::Running { node, attempt, .. }) =
+                            self.core.task_state(t)
+                        {
+                            if let Some(s) = self.sessions.get(&node) {
+                                let _ = s.tx.send(ToWorker::Cancel {
+                                    task: id.to_string(),
+                                    attempt,
+                                });
+                            }
+                        }
+                        Ok("cancelling: its processes are being stopped".into())
+                    }
+                }
+            }
+        }
+    }
+
+    /// Commit this round's submissions, then answer the submitters.
+    fn flush_submissions(&mut self) {
+        if !self.new_tasks.is_empty() {
+            let tasks = std::mem::take(&mut self.new_tasks);
+            if let Err(e) = self.journal.submit(&tasks) {
+                // Should not happen (duplicates are refused before); refuse the whole round.
+                tracing::error!("journal: {e}");
+                for (reply, _) in self.replies.drain(..) {
+                    let _ = reply.send(Err(SubmitError::Journal(e.to_string())));
+                }
+            }
+        }
+        for (reply, n) in self.replies.drain(..) {
+            let _ = reply.send(Ok(n));
+        }
+    }
+
+    /// Record an outcome. The writer journals it this round; until it confirms the commit the
+    /// task still shows as running and is not counted as ended, so nothing a client has seen
+    /// ended can run again after a crash of the dispatcher.
+    fn record_outcome(&mut self, t: TaskId, o: TaskOutcome) {
+        if self.writer.is_none() {
+            self.count_outcome(o.state);
+            self.tasks.ended(t, o.state);
+        } else {
+            self.tasks.list_as(t, Listed::Running);
+            self.unconfirmed.insert(o.id.clone(), o.clone());
+        }
+        self.new_outcomes.push(o);
+    }
+
+    /// Take the writer's confirmations; hand it this round's attempts and outcomes.
+    fn flush_progress(&mut self) {
+        let Some(w) = &self.writer else { return };
+        let committed: Vec<String> = w.committed.try_iter().flatten().collect();
+        for id in committed {
+            if let Some(o) = self.unconfirmed.remove(&id) {
+                self.count_outcome(o.state);
+                if let Some(t) = self.tasks.id_of(&id) {
+                    self.tasks.ended(t, o.state);
+                }
+            }
+        }
+        let Some(w) = &self.writer else { return };
+        if !self.new_attempts.is_empty() {
+            let _ =
+                w.tx.send(Write::Attempts(std::mem::take(&mut self.new_attempts)));
+        }
+        if !self.new_outcomes.is_empty() {
+            let _ =
+                w.tx.send(Write::Outcomes(std::mem::take(&mut self.new_outcomes)));
+        }
+    }
+
+    /// Connected workers and their slot counts (diagnostics).
+    pub fn workers(&self) -> Vec<(String, u32)> {
+        self.sessions
+            .values()
+            .map(|s| (s.name.clone(), s.slots))
+            .collect()
+    }
+}

@@ -1,0 +1,399 @@
+//! The scheduler's worker-facing half: sessions coming and going, what workers report (cached
+//! and evicted objects, lookups, finished attempts), and what they are told (dispatches, drops,
+//! cancels, lookups).
+
+use super::tasks::{Listed, Phase};
+use super::{Scheduler, Session};
+use crate::journal::{OutcomeState, TaskOutcome};
+use crate::proto::{
+    AssignedInput, Assignment, Held, InputSource, LookupResult, TaskReport, ToDispatcher, ToWorker,
+};
+use diffuse_core::{Action, CoreError, NodeId, ObjectId, Outcome, Source, TaskId, TaskState, Time};
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// For each input as written, its index among the distinct inputs (empty if none repeats).
+fn positions(inputs: &[String]) -> Vec<u32> {
+    let mut distinct: Vec<&String> = Vec::new();
+    let mut pos = Vec::with_capacity(inputs.len());
+    for uri in inputs {
+        match distinct.iter().position(|d| *d == uri) {
+            Some(i) => pos.push(i as u32),
+            None => {
+                distinct.push(uri);
+                pos.push(distinct.len() as u32 - 1);
+            }
+        }
+    }
+    if distinct.len() == inputs.len() {
+        Vec::new()
+    } else {
+        pos
+    }
+}
+
+impl Scheduler {
+    pub(super) fn worker_up(
+        &mut self,
+        conn: u64,
+        hello: ToDispatcher,
+        tx: UnboundedSender<ToWorker>,
+    ) {
+        let ToDispatcher::Hello {
+            name,
+            slots,
+            peer_url,
+            held,
+            ..
+        } = hello
+        else {
+            return;
+        };
+        let node = NodeId(self.next_node);
+        self.next_node += 1;
+        let now = self.now();
+        if let Err(e) = self.core.handle_node_joined(node, slots.max(1), now) {
+            tracing::error!("worker {name}: {e}");
+            return;
+        }
+        let _ = tx.send(ToWorker::Welcome {
+            node: node.0,
+            heartbeat_ms: self.cfg.heartbeat.as_millis() as u64,
+        });
+        if self.shutting_down {
+            let _ = tx.send(ToWorker::Shutdown);
+        }
+        tracing::info!(worker = %name, slots, peer = %peer_url, "worker joined");
+        self.sessions.insert(
+            node,
+            Session {
+                conn,
+                name,
+                peer_url,
+                slots,
+                tx,
+                last_seen: Instant::now(),
+            },
+        );
+        self.conns.insert(conn, node);
+        self.cached(node, held);
+    }
+
+    /// `node` holds these objects. A version not yet known is taken as the current one until a
+    /// lookup says otherwise; a copy of another version than the current one is dropped.
+    fn cached(&mut self, node: NodeId, held: Vec<Held>) {
+        let now = self.now();
+        let mut stale = Vec::new();
+        for h in held {
+            let o = self.object(&h.uri);
+            let known = &mut self.versions[o.0 as usize];
+            if known.is_empty() {
+                *known = h.version.clone();
+            }
+            if *known == h.version {
+                let _ = self.core.handle_object_cached(node, o, now);
+            } else {
+                stale.push(h.uri);
+            }
+        }
+        if !stale.is_empty() {
+            if let Some(s) = self.sessions.get(&node) {
+                let _ = s.tx.send(ToWorker::Drop { uris: stale });
+            }
+        }
+    }
+
+    pub(super) fn on_worker_message(&mut self, conn: u64, msg: ToDispatcher) {
+        let Some(node) = self.conns.get(&conn).copied() else {
+            // A connection already given up: its results belong to attempts run again elsewhere.
+            if let ToDispatcher::Finished(r) = msg {
+                tracing::warn!(task = %r.task, attempt = r.attempt, "stale result refused (its worker was given up)");
+            }
+            return;
+        };
+        if let Some(s) = self.sessions.get_mut(&node) {
+            s.last_seen = Instant::now();
+        }
+        let now = self.now();
+        match msg {
+            ToDispatcher::Heartbeat | ToDispatcher::Hello { .. } => {}
+            ToDispatcher::Cached { objects } => self.cached(node, objects),
+            ToDispatcher::Evicted { uris } => {
+                for uri in uris {
+                    if let Some(o) = self.objects.get(&uri) {
+                        let _ = self.core.handle_object_evicted(node, *o, now);
+                    }
+                }
+            }
+            ToDispatcher::Finished(report) => self.finished(node, report),
+            ToDispatcher::LookedUp { id, results } => self.looked_up(node, id, results),
+            ToDispatcher::Leaving => self.node_lost(node, "it is stopping", false),
+        }
+    }
+
+    fn finished(&mut self, node: NodeId, report: TaskReport) {
+        let Some(t) = self.tasks.id_of(&report.task) else {
+            return;
+        };
+        let outcome = if report.succeeded() {
+            Outcome::Succeeded
+        } else {
+            Outcome::Failed(
+                report
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| format!("exit code {:?}", report.exit_code)),
+            )
+        };
+        let now = self.now();
+        match self
+            .core
+            .handle_task_finished(t, report.attempt, outcome, now)
+        {
+            Ok(state) => {
+                let st = match state {
+                    TaskState::Cancelled => OutcomeState::Cancelled,
+                    TaskState::Finished(Outcome::Succeeded) => OutcomeState::Succeeded,
+                    _ => OutcomeState::Failed,
+                };
+                let tr = report.traffic;
+                let s = &mut self.status.traffic;
+                s.local += tr.local;
+                s.peer += tr.peer;
+                s.storage += tr.storage;
+                s.bytes_local += tr.bytes_local;
+                s.bytes_peer += tr.bytes_peer;
+                s.bytes_storage += tr.bytes_storage;
+                self.tasks.get_mut(t).phase = Phase::Done(st);
+                let o = TaskOutcome {
+                    id: report.task.clone(),
+                    state: st,
+                    attempt: report.attempt,
+                    node: self.sessions.get(&node).map(|s| s.name.clone()),
+                    exit_code: report.exit_code,
+                    error: report.error.clone(),
+                    result_json: serde_json::to_string(&report).expect("report serializes"),
+                    finished_at: report.finished_at,
+                };
+                self.record_outcome(t, o);
+            }
+            Err(CoreError::StaleAttempt { .. })
+            | Err(CoreError::UnknownTask(_))
+            | Err(CoreError::NotRunning(_)) => {
+                tracing::warn!(task = %report.task, attempt = report.attempt, "stale result refused");
+            }
+            Err(e) => tracing::error!(task = %report.task, "result refused: {e}"),
+        }
+    }
+
+    /// `node` is gone: lost (`crashed`: its running tasks count a crash) or left cleanly.
+    pub(super) fn node_lost(&mut self, node: NodeId, why: &str, crashed: bool) {
+        let Some(session) = self.sessions.remove(&node) else {
+            return;
+        };
+        self.conns.remove(&session.conn);
+        self.lookups.node_lost(node);
+        let running = self.core.running_on(node).to_vec();
+        if crashed {
+            tracing::warn!(worker = %session.name, "worker lost ({why}); its tasks run again elsewhere");
+        } else {
+            tracing::info!(worker = %session.name, "worker left ({why}); its tasks run again elsewhere");
+        }
+        let now = self.now();
+        let lost = if crashed {
+            self.core.handle_node_lost(node, now)
+        } else {
+            self.core.handle_node_left(node, now)
+        };
+        let Ok(lost) = lost else { return };
+        let limit = self.core.config().crash_limit;
+        for t in running {
+            if lost.failed.contains(&t) {
+                self.finish_without_running(
+                    t,
+                    OutcomeState::Failed,
+                    Some(format!("its worker was lost {limit} times")),
+                );
+            } else if lost.cancelled.contains(&t) {
+                self.finish_without_running(
+                    t,
+                    OutcomeState::Cancelled,
+                    Some("cancelled; its worker was lost while it ran".into()),
+                );
+            } else {
+                self.tasks.list_as(t, Listed::Queued);
+            }
+        }
+    }
+
+    pub(super) fn check_heartbeats(&mut self) {
+        let late: Vec<NodeId> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.last_seen.elapsed() > self.cfg.heartbeat_timeout)
+            .map(|(n, _)| *n)
+            .collect();
+        for node in late {
+            self.node_lost(node, "heartbeat timeout", true);
+        }
+    }
+
+    /// Send waiting lookups to the connected workers.
+    pub(super) fn send_lookups(&mut self) {
+        if !self.lookups.has_queued() || self.sessions.is_empty() {
+            return;
+        }
+        let mut workers: Vec<(NodeId, &UnboundedSender<ToWorker>)> =
+            self.sessions.iter().map(|(n, s)| (*n, &s.tx)).collect();
+        workers.sort_by_key(|(n, _)| *n);
+        self.lookups.send(&workers, self.cfg.lookup_timeout);
+    }
+
+    /// A worker answered a lookup: record sizes and versions (a changed version invalidates every
+    /// cached copy), and let the tasks whose every input is now known move on, in submission
+    /// order: into the core's queue, or failed with their first lookup error.
+    fn looked_up(&mut self, node: NodeId, id: u64, results: Vec<LookupResult>) {
+        let now = self.now();
+        let mut ready = Vec::new();
+        for (uri, result, waiting) in self.lookups.answered(node, id, results) {
+            let o = self.object(&uri);
+            let error = match result {
+                Ok((size, version)) => {
+                    self.note_version(o, &uri, version, now);
+                    for &t in &waiting {
+                        if let Some(i) = self.tasks.get_mut(t).inputs.iter_mut().find(|i| i.0 == o)
+                        {
+                            i.1 = size;
+                        }
+                    }
+                    None
+                }
+                Err(e) => Some(format!("input {}: {e}", crate::uri::redacted(&uri))),
+            };
+            for t in waiting {
+                if let Phase::Lookup {
+                    pending,
+                    error: first,
+                    ..
+                } = &mut self.tasks.get_mut(t).phase
+                {
+                    *pending -= 1;
+                    if first.is_none() {
+                        first.clone_from(&error);
+                    }
+                    if *pending == 0 {
+                        ready.push(t);
+                    }
+                }
+            }
+        }
+        ready.sort();
+        for t in ready {
+            let Phase::Lookup {
+                attempts, error, ..
+            } = self.tasks.get(t).phase.clone()
+            else {
+                continue;
+            };
+            match error {
+                Some(e) => self.finish_without_running(t, OutcomeState::Failed, Some(e)),
+                None => {
+                    self.looking_up -= 1;
+                    self.tasks.get_mut(t).phase = Phase::Live;
+                    let spec = self.spec_of(t);
+                    self.core
+                        .handle_restore(spec, attempts, now)
+                        .expect("a task leaves lookup once");
+                }
+            }
+        }
+    }
+
+    /// The source of `o` is at `version` now; a copy cached at another version is dropped
+    /// everywhere.
+    fn note_version(&mut self, o: ObjectId, uri: &str, version: String, now: Time) {
+        let known = &mut self.versions[o.0 as usize];
+        if *known == version {
+            return;
+        }
+        let changed = !known.is_empty();
+        *known = version;
+        if changed {
+            for node in self.core.handle_object_invalidated(o, now) {
+                if let Some(s) = self.sessions.get(&node) {
+                    let _ = s.tx.send(ToWorker::Drop {
+                        uris: vec![uri.to_string()],
+                    });
+                }
+            }
+        }
+    }
+
+    pub(super) fn drain_actions(&mut self) {
+        let now = self.now();
+        while let Some(action) = self.core.poll_action(now) {
+            match action {
+                Action::Dispatch(d) => self.dispatch(d.task, d.attempt, d.node, d.inputs),
+                Action::Provision { nodes } => {
+                    // No provisioner backend yet: nodes are the workers that connect.
+                    self.core.handle_provision_failed(nodes, now);
+                }
+                Action::Release { node } => {
+                    if let Some(s) = self.sessions.remove(&node) {
+                        self.conns.remove(&s.conn);
+                        let _ = s.tx.send(ToWorker::Shutdown);
+                    }
+                }
+            }
+        }
+    }
+
+    fn dispatch(&mut self, t: TaskId, attempt: u32, node: NodeId, inputs: Vec<(ObjectId, Source)>) {
+        let task = self.tasks.get(t);
+        let assigned = inputs
+            .iter()
+            .map(|(o, src)| {
+                let size = task
+                    .inputs
+                    .iter()
+                    .find(|(x, _)| x == o)
+                    .map_or(0, |(_, s)| *s);
+                let source = match src {
+                    Source::Local => InputSource::Local,
+                    Source::Peer(p) => match self.sessions.get(p) {
+                        Some(s) => InputSource::Peer {
+                            url: s.peer_url.clone(),
+                        },
+                        None => InputSource::Storage,
+                    },
+                    Source::Storage => InputSource::Storage,
+                };
+                AssignedInput {
+                    uri: self.uris[o.0 as usize].clone(),
+                    size,
+                    version: self.versions[o.0 as usize].clone(),
+                    source,
+                }
+            })
+            .collect();
+        let a = Assignment {
+            task: task.def.id.clone(),
+            attempt,
+            cmd: task.def.cmd.clone(),
+            inputs: assigned,
+            outputs: task.def.outputs.clone(),
+            caching: self.core.caching_enabled(),
+            positions: positions(&task.def.inputs),
+        };
+        let Some(s) = self.sessions.get(&node) else {
+            return;
+        };
+        self.new_attempts
+            .push((task.def.id.clone(), attempt, s.name.clone()));
+        if s.tx.send(ToWorker::Run(a)).is_err() {
+            // The session is gone; its loss is being reported and will requeue the task.
+            tracing::warn!(worker = %s.name, "dispatch to a closed session");
+        }
+        self.tasks.list_as(t, Listed::Running);
+    }
+}

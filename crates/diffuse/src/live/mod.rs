@@ -1,0 +1,147 @@
+//! The live subcommands: `dispatcher`, `worker` ([`serve`]), `run`, `demo` ([`run`]), `submit`,
+//! `status`, `wait` ([`client`]), and what they share: tokens, logging, the runtime, and the
+//! hardening every long-running process applies at start.
+
+pub mod client;
+pub mod run;
+pub mod serve;
+
+use crate::size::parse_size;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use diffuse_core::{CoreConfig, PolicyKind};
+use std::path::{Path, PathBuf};
+
+/// Where clients look for a dispatcher when neither `--dispatcher` nor `DIFFUSE_DISPATCHER` says.
+pub const DEFAULT_DISPATCHER: &str = "http://127.0.0.1:8700";
+
+/// Storage settings shared by `dispatcher`, `worker` and `run`.
+#[derive(Args, Debug, Clone)]
+pub struct StorageArgs {
+    /// S3 endpoint for s3:// URIs (an S3-compatible server); the same as setting
+    /// AWS_ENDPOINT_URL. Credentials and region come from AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY and AWS_DEFAULT_REGION.
+    #[arg(long)]
+    s3_endpoint: Option<String>,
+}
+
+impl StorageArgs {
+    /// Apply to this process (and the workers it starts, which inherit the environment).
+    fn apply(&self) {
+        if let Some(e) = &self.s3_endpoint {
+            std::env::set_var("AWS_ENDPOINT_URL", e);
+            if e.starts_with("http://") {
+                std::env::set_var("AWS_ALLOW_HTTP", "true");
+            }
+        }
+    }
+}
+
+/// Scheduling settings shared by `dispatcher` and `run`.
+#[derive(Args, Debug, Clone)]
+pub struct SchedArgs {
+    /// Dispatch policy: fa, mcu, mch or gcc.
+    #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
+    policy: PolicyKind,
+    /// Scheduling window: how many queued tasks a decision looks at.
+    #[arg(long, default_value_t = 2500, value_parser = clap::value_parser!(u64).range(1..), allow_hyphen_values = true)]
+    window: u64,
+    /// GCC's utilisation threshold, in (0, 1].
+    #[arg(long, default_value_t = 0.9, value_parser = crate::sim::threshold, allow_hyphen_values = true)]
+    threshold: f64,
+    /// A task whose worker is lost (crashed, killed, cut off) while running it this many times
+    /// fails with that reason instead of running again.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    crash_limit: u32,
+}
+
+impl SchedArgs {
+    fn core(&self) -> CoreConfig {
+        CoreConfig {
+            policy: self.policy,
+            window: self.window as usize,
+            threshold: self.threshold,
+            crash_limit: self.crash_limit,
+            ..CoreConfig::default()
+        }
+    }
+}
+
+/// A rate such as `200MB/s` (the `/s` is optional), in bytes per second.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    parse_size(s.strip_suffix("/s").unwrap_or(s)).map(|b| b as f64)
+}
+
+/// Read a token from `file`, or else from the environment variable `env`. A token file that
+/// other users may read is warned about.
+fn read_token(file: &Option<PathBuf>, env: &str, flag: &str) -> Result<String> {
+    let token = match file {
+        Some(f) => {
+            warn_if_exposed(f);
+            std::fs::read_to_string(f)
+                .with_context(|| format!("{flag}: cannot read {}", f.display()))?
+        }
+        None => {
+            std::env::var(env).with_context(|| format!("no token: pass {flag} or set {env}"))?
+        }
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() {
+        bail!("{flag}/{env}: the token is empty");
+    }
+    Ok(token)
+}
+
+fn warn_if_exposed(file: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(file) {
+        if m.permissions().mode() & 0o077 != 0 {
+            eprintln!(
+                "warning: {} is readable by other users (mode {:o}); `chmod 600` it",
+                file.display(),
+                m.permissions().mode() & 0o777
+            );
+        }
+    }
+}
+
+fn logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DIFFUSE_LOG")
+        .unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// What every process holding a token does first: it becomes non-dumpable, so that processes of
+/// the same user (its tasks) cannot read its memory or its environment through `/proc`, or
+/// attach a debugger (no core dumps either); and it raises its open-files limit.
+fn harden() {
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        tracing::warn!("cannot make this process non-dumpable: {e}");
+    }
+    diffuse_runtime::server::raise_open_files_limit();
+}
+
+/// A duration in whole seconds, at least 1.
+fn seconds(s: &str) -> Result<std::time::Duration, String> {
+    let n: u64 = s
+        .trim()
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number of seconds"))?;
+    if n == 0 {
+        return Err("must be at least 1 second".into());
+    }
+    Ok(std::time::Duration::from_secs(n))
+}

@@ -1,0 +1,289 @@
+//! `diffuse run` (the embedded default) and `diffuse demo`.
+
+use super::{harden, parse_rate, SchedArgs, StorageArgs};
+use crate::size::{format_size, parse_size};
+use anyhow::Result;
+use clap::Args;
+use diffuse_core::{EvictionPolicy, PolicyKind};
+use diffuse_runtime::run::{RunConfig, RunError, RunSummary};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `diffuse run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Task file: one JSON object per line (or a JSON array). With --resume, the run's own.
+    #[arg(required_unless_present = "resume")]
+    tasks: Option<PathBuf>,
+    /// Continue an interrupted run from its journal: tasks that ended keep their outcome, the
+    /// others run. The task file is the one the run started with.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["tasks", "run_dir"])]
+    resume: Option<PathBuf>,
+    /// Local worker processes, each with its own cache directory.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    workers: u32,
+    /// Slots per worker.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    slots_per_worker: u32,
+    /// Cache quota per worker, e.g. 1GB.
+    #[arg(long, default_value = "1GB", value_parser = parse_size, allow_hyphen_values = true)]
+    cache_size: u64,
+    /// Eviction policy: random, fifo, lru or lfu.
+    #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
+    eviction: EvictionPolicy,
+    /// Directory for the journal, caches, logs and results [default: a new
+    /// diffuse-runs/run-<UTC date>-<time>].
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Allow file:// inputs only under this directory (repeatable; default: anywhere).
+    #[arg(long = "input-root", value_name = "DIR")]
+    input_roots: Vec<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Workers run no process (dispatcher throughput benchmark).
+    #[arg(long)]
+    noop: bool,
+    /// EMULATION of slow shared storage: serve file:// inputs under --storage-root through one
+    /// link of this total bandwidth, shared by all workers (e.g. 200MB/s).
+    #[arg(long, value_parser = parse_rate, allow_hyphen_values = true, requires = "storage_root")]
+    storage_bandwidth: Option<f64>,
+    /// The directory whose files the emulated shared storage serves (with --storage-bandwidth).
+    #[arg(long, requires = "storage_bandwidth")]
+    storage_root: Option<PathBuf>,
+    #[command(flatten)]
+    sched: SchedArgs,
+    #[command(flatten)]
+    storage: StorageArgs,
+}
+
+/// `diffuse run`.
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    harden();
+    a.storage.apply();
+    let (run_dir, resume) = match (&a.resume, &a.run_dir) {
+        (Some(d), _) => (d.clone(), true),
+        (None, Some(d)) => (d.clone(), false),
+        (None, None) => (
+            diffuse_runtime::run::new_run_dir(std::path::Path::new("diffuse-runs")).map_err(
+                |e| anyhow::anyhow!("cannot create a run directory under diffuse-runs/: {e}"),
+            )?,
+            false,
+        ),
+    };
+    let cfg = RunConfig {
+        tasks: a.tasks.clone().unwrap_or_default(),
+        workers: a.workers,
+        slots_per_worker: a.slots_per_worker,
+        cache_size: a.cache_size,
+        core: a.sched.core(),
+        eviction: a.eviction,
+        run_dir,
+        resume,
+        exe: std::env::current_exe()?,
+        noop: a.noop,
+        progress: !a.json,
+        storage_bandwidth: a.storage_root.clone().zip(a.storage_bandwidth),
+        input_roots: a.input_roots.clone(),
+    };
+    let summary = match super::runtime()?.block_on(diffuse_runtime::run::run(cfg)) {
+        Ok(s) => s,
+        Err(RunError::BadTaskFile { file, error }) => {
+            eprintln!("error: {file}: {error}; nothing was submitted");
+            return Ok(ExitCode::from(2));
+        }
+        Err(RunError::Other(e)) => return Err(e),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(match summary.interrupted.as_deref() {
+        Some("SIGINT") => ExitCode::from(130),
+        Some(_) => ExitCode::from(143),
+        None if summary.tasks_failed > 0 => ExitCode::from(1),
+        None => ExitCode::SUCCESS,
+    })
+}
+
+fn print_summary(summary: &RunSummary) {
+    println!(
+        "tasks         {} ok, {} failed{}",
+        summary.tasks_ok,
+        summary.tasks_failed,
+        if summary.tasks_not_run > 0 {
+            format!(", {} not run", summary.tasks_not_run)
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "makespan      {:.2} s ({:.0} tasks/s)",
+        summary.makespan_s, summary.tasks_per_s
+    );
+    println!(
+        "accesses      {:.1}% local, {:.1}% peer, {:.1}% from storage",
+        summary.hit_local * 100.0,
+        summary.hit_peer * 100.0,
+        summary.miss * 100.0
+    );
+    println!(
+        "bytes         {} local, {} peer, {} storage",
+        format_size(summary.bytes_local),
+        format_size(summary.bytes_peer),
+        format_size(summary.bytes_storage)
+    );
+    println!("results       {}", summary.results.display());
+    if let Some(sig) = &summary.interrupted {
+        println!(
+            "interrupted   by {sig}; continue with: diffuse run --resume {}",
+            summary.run_dir.display()
+        );
+    }
+}
+
+/// Arguments of `diffuse demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Files in the generated dataset.
+    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    files: u32,
+    /// Size of each file.
+    #[arg(long, default_value = "8MB", value_parser = parse_size, allow_hyphen_values = true)]
+    file_size: u64,
+    /// Tasks; each checksums one file chosen at random.
+    #[arg(long, default_value_t = 480, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    tasks: u32,
+    /// Local worker processes.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    workers: u32,
+    /// Slots per worker.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    slots_per_worker: u32,
+    /// Cache quota per worker.
+    #[arg(long, default_value = "200MB", value_parser = parse_size, allow_hyphen_values = true)]
+    cache_size: u64,
+    /// EMULATED shared-storage bandwidth, shared by all workers (the point of the demo: shared
+    /// storage is slow under load).
+    #[arg(long, default_value = "100MB/s", value_parser = parse_rate, allow_hyphen_values = true)]
+    storage_bandwidth: f64,
+    /// Keep everything in this directory [default: a temporary directory, removed at the end].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Print both summaries as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `diffuse demo`.
+pub fn demo(a: DemoArgs) -> Result<ExitCode> {
+    use diffuse_runtime::demo::{generate, run_policy, DemoConfig};
+    harden();
+    let temp;
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => {
+            temp = tempfile::tempdir()?;
+            temp.path().to_path_buf()
+        }
+    };
+    let cfg = DemoConfig {
+        dir,
+        files: a.files,
+        file_size: a.file_size,
+        tasks: a.tasks,
+        workers: a.workers,
+        slots_per_worker: a.slots_per_worker,
+        cache_size: a.cache_size,
+        storage_bandwidth: a.storage_bandwidth,
+        exe: std::env::current_exe()?,
+        seed: 7,
+        progress: !a.json,
+    };
+    let rate = format_size(a.storage_bandwidth as u64);
+    if !a.json {
+        println!(
+            "diffuse demo: {} files of {}, {} tasks (md5sum of a random file), {} workers x {} slots, {} cache each",
+            a.files,
+            format_size(a.file_size),
+            a.tasks,
+            a.workers,
+            a.slots_per_worker,
+            format_size(a.cache_size)
+        );
+        println!(
+            "shared storage EMULATED at {rate}/s in total (--storage-bandwidth), in {}",
+            cfg.dir.display()
+        );
+    }
+    let tasks = generate(&cfg)?;
+    let rt = super::runtime()?;
+    let mut results = Vec::new();
+    for policy in [PolicyKind::Fa, PolicyKind::Gcc] {
+        if !a.json {
+            println!("\n== {} ==", policy.to_string().to_uppercase());
+        }
+        results.push((policy, rt.block_on(run_policy(&cfg, &tasks, policy))?));
+    }
+    let (fa, gcc) = (&results[0].1, &results[1].1);
+    if a.json {
+        println!("{}", serde_json::json!({ "fa": fa, "gcc": gcc }));
+    } else {
+        println!("\n{:<28} {:>14} {:>14}", "", "FA", "GCC");
+        let row = |name: &str, f: String, g: String| println!("{name:<28} {f:>14} {g:>14}");
+        row(
+            "makespan",
+            format!("{:.1} s", fa.makespan_s),
+            format!("{:.1} s", gcc.makespan_s),
+        );
+        row(
+            "tasks/s",
+            format!("{:.1}", fa.tasks_per_s),
+            format!("{:.1}", gcc.tasks_per_s),
+        );
+        row(
+            "read from shared storage",
+            format_size(fa.bytes_storage),
+            format_size(gcc.bytes_storage),
+        );
+        row(
+            "read from peer caches",
+            format_size(fa.bytes_peer),
+            format_size(gcc.bytes_peer),
+        );
+        row(
+            "read from local cache",
+            format_size(fa.bytes_local),
+            format_size(gcc.bytes_local),
+        );
+        row("local / peer / miss", pct(fa), pct(gcc));
+        row(
+            "tasks ok / failed",
+            format!("{} / {}", fa.tasks_ok, fa.tasks_failed),
+            format!("{} / {}", gcc.tasks_ok, gcc.tasks_failed),
+        );
+        println!(
+            "\nWith FA every task reads its file from shared storage, so the run moves at the storage's {rate}/s. \
+             With GCC each file crosses shared storage about once; later reads hit a worker's local cache or a \
+             peer's, and the dispatcher sends each task to the worker that holds its file: {:.1}x faster, with \
+             {:.0}x less traffic on shared storage.",
+            fa.makespan_s / gcc.makespan_s.max(1e-9),
+            fa.bytes_storage as f64 / (gcc.bytes_storage.max(1)) as f64
+        );
+    }
+    Ok(if fa.tasks_failed + gcc.tasks_failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn pct(s: &RunSummary) -> String {
+    format!(
+        "{:.0}/{:.0}/{:.0}%",
+        s.hit_local * 100.0,
+        s.hit_peer * 100.0,
+        s.miss * 100.0
+    )
+}

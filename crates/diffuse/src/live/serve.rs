@@ -1,0 +1,249 @@
+//! `diffuse dispatcher` and `diffuse worker`: the two long-running services of a cluster.
+
+use super::{harden, logging, read_token, runtime, seconds, SchedArgs, StorageArgs};
+use crate::size::parse_size;
+use anyhow::{Context, Result};
+use clap::Args;
+use diffuse_core::EvictionPolicy;
+use diffuse_runtime::dispatcher::{self, DispatcherConfig, Tokens};
+use diffuse_runtime::server::Limits;
+use diffuse_runtime::worker::process::TaskUser;
+use diffuse_runtime::worker::WorkerConfig;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Connection limits shared by `dispatcher` and `worker`.
+#[derive(Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Most HTTP connections open at once; more are closed as they come [default: the
+    /// open-files limit less 256, at most 16384].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_hyphen_values = true)]
+    max_connections: Option<u64>,
+    /// Seconds a client has to send a request's headers; an idle connection is closed after
+    /// this too.
+    #[arg(long, default_value = "10", value_parser = seconds, allow_hyphen_values = true)]
+    header_timeout: Duration,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        let mut l = Limits::standard();
+        if let Some(n) = self.max_connections {
+            l.max_connections = n as usize;
+        }
+        l.header_timeout = self.header_timeout;
+        l
+    }
+}
+
+/// Arguments of `diffuse dispatcher`.
+#[derive(Args, Debug)]
+pub struct DispatcherArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8700")]
+    listen: std::net::SocketAddr,
+    /// Journal file (embedded SQLite); created (with its directory) if missing, replayed if
+    /// present.
+    #[arg(long, default_value = "diffuse-journal.sqlite")]
+    journal: PathBuf,
+    /// File holding the client token [default: $DIFFUSE_CLIENT_TOKEN].
+    #[arg(long)]
+    client_token_file: Option<PathBuf>,
+    /// File holding the worker token [default: $DIFFUSE_WORKER_TOKEN].
+    #[arg(long)]
+    worker_token_file: Option<PathBuf>,
+    /// File holding a read-only token for /metrics and /v1/status, for monitoring
+    /// [default: $DIFFUSE_METRICS_TOKEN, or none: the client token only].
+    #[arg(long)]
+    metrics_token_file: Option<PathBuf>,
+    /// Seconds without a heartbeat after which a worker is given up.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..), allow_hyphen_values = true)]
+    heartbeat_timeout: u64,
+    /// Seconds a worker may take to look up one input's size and version; past it the tasks
+    /// reading that input fail.
+    #[arg(long, default_value = "30", value_parser = seconds, allow_hyphen_values = true)]
+    lookup_timeout: Duration,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    sched: SchedArgs,
+    #[command(flatten)]
+    storage: StorageArgs,
+}
+
+/// `diffuse dispatcher`.
+pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
+    logging();
+    harden();
+    a.storage.apply();
+    let metrics = match (
+        &a.metrics_token_file,
+        std::env::var("DIFFUSE_METRICS_TOKEN"),
+    ) {
+        (None, Err(_)) => None,
+        _ => Some(read_token(
+            &a.metrics_token_file,
+            "DIFFUSE_METRICS_TOKEN",
+            "--metrics-token-file",
+        )?),
+    };
+    let tokens = Tokens {
+        client: read_token(
+            &a.client_token_file,
+            "DIFFUSE_CLIENT_TOKEN",
+            "--client-token-file",
+        )?,
+        worker: read_token(
+            &a.worker_token_file,
+            "DIFFUSE_WORKER_TOKEN",
+            "--worker-token-file",
+        )?,
+        metrics,
+    };
+    let (handle, thread) = dispatcher::start(DispatcherConfig {
+        journal: a.journal.clone(),
+        core: a.sched.core(),
+        tokens,
+        heartbeat: Duration::from_millis(500),
+        heartbeat_timeout: Duration::from_secs(a.heartbeat_timeout),
+        lookup_timeout: a.lookup_timeout,
+        storage_gateway: None,
+    })
+    .with_context(|| format!("cannot start with journal {}", a.journal.display()))?;
+    let limits = a.limits.limits();
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(a.listen)
+            .await
+            .with_context(|| format!("--listen {}", a.listen))?;
+        tracing::info!(
+            "dispatcher listening on http://{} (at most {} connections)",
+            listener.local_addr()?,
+            limits.max_connections
+        );
+        dispatcher::serve(listener, handle, limits, stop_signal()).await?;
+        tracing::info!("stopping: the journal is closed after its last writes");
+        Ok::<_, anyhow::Error>(())
+    })?;
+    // Dropping the runtime ends the worker sessions, the last holders of the scheduler's
+    // channel: it then commits what it has and stops.
+    drop(rt);
+    let _ = thread.join();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGINT or SIGTERM.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Arguments of `diffuse worker`.
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// Dispatcher URL.
+    #[arg(long, default_value = super::DEFAULT_DISPATCHER)]
+    dispatcher: String,
+    /// Cache directory (created if missing). Task directories go under <cache-dir>/work,
+    /// captured stdout/stderr under <cache-dir>/logs.
+    #[arg(long)]
+    cache_dir: PathBuf,
+    /// Cache quota, e.g. 10GB (lowered at start to what the disk has free, with a warning).
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
+    cache_size: u64,
+    /// Task slots.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    slots: u32,
+    /// Name shown by the dispatcher [default: host name and pid].
+    #[arg(long)]
+    name: Option<String>,
+    /// Address of this worker's peer data server (port 0: any free port).
+    #[arg(long, default_value = "0.0.0.0:0")]
+    listen: std::net::SocketAddr,
+    /// Host name or address other workers reach this one at [default: the --listen address,
+    /// or, when that is 0.0.0.0 or ::, this host's address on the route to the dispatcher].
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Eviction policy: random, fifo, lru or lfu.
+    #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
+    eviction: EvictionPolicy,
+    /// File holding the worker token [default: $DIFFUSE_WORKER_TOKEN].
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Allow file:// inputs only under this directory (repeatable; default: anywhere the
+    /// worker may read). Paths are resolved beneath the root: neither `..` nor a symbolic link
+    /// leads out of it.
+    #[arg(long = "input-root", value_name = "DIR")]
+    input_roots: Vec<PathBuf>,
+    /// Run tasks as this user (NAME, UID or UID:GID); the worker must run as root. Tasks then
+    /// cannot read the worker's token file, its memory or its cache, and file:// inputs and
+    /// outputs must be readable/writable by that user.
+    #[arg(long)]
+    task_user: Option<String>,
+    /// An environment variable not to pass to tasks (repeatable), besides every DIFFUSE_*
+    /// variable, which tasks never see.
+    #[arg(long = "task-env-drop", value_name = "NAME")]
+    task_env_drop: Vec<String>,
+    /// Run no process: report every task done at once (dispatcher benchmarks).
+    #[arg(long)]
+    noop: bool,
+    /// EMULATION: read file:// inputs through this dispatcher's bandwidth-limited storage
+    /// gateway (set up by `diffuse run --storage-bandwidth`).
+    #[arg(long)]
+    storage_gateway: Option<String>,
+    /// Seconds to keep trying to reach the dispatcher, at start or after losing it, before
+    /// exiting. A lost connection stops the running tasks (the dispatcher runs them again);
+    /// the cache is kept.
+    #[arg(long, default_value_t = 60)]
+    reconnect_timeout: u64,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    storage: StorageArgs,
+}
+
+/// `diffuse worker`.
+pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
+    logging();
+    harden();
+    a.storage.apply();
+    let token = read_token(&a.token_file, "DIFFUSE_WORKER_TOKEN", "--token-file")?;
+    let task_user = match &a.task_user {
+        Some(u) => Some(TaskUser::parse(u).map_err(|e| anyhow::anyhow!("--task-user: {e}"))?),
+        None => None,
+    };
+    let name = a.name.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "worker".into());
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    // One thread: a worker mostly waits on processes and sockets, and cross-thread wake-ups cost
+    // more than they save on a busy node.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(diffuse_runtime::worker::run(WorkerConfig {
+        dispatcher: a.dispatcher.trim_end_matches('/').to_string(),
+        token,
+        cache_dir: a.cache_dir,
+        cache_size: a.cache_size,
+        slots: a.slots,
+        name,
+        listen: a.listen,
+        advertise: a.advertise,
+        eviction: a.eviction,
+        noop: a.noop,
+        storage_gateway: a.storage_gateway,
+        reconnect_timeout: Duration::from_secs(a.reconnect_timeout),
+        input_roots: a.input_roots,
+        task_user,
+        task_env_drop: a.task_env_drop,
+        exe: Some(std::env::current_exe()?),
+        limits: a.limits.limits(),
+    }))?;
+    Ok(ExitCode::SUCCESS)
+}
