@@ -109,24 +109,29 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let mut builder = Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout);
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Some(limits.header_timeout));
-        let conn = builder
-            .serve_connection_with_upgrades(
-                TokioIo::new(stream),
-                TowerToHyperService::new(service.clone()),
-            )
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let service = service.clone();
+        let watcher = graceful.watcher();
+        let limits = limits.clone();
         tokio::spawn(async move {
-            let _ = conn.await;
+            // hyper's header timeout starts at the first byte: a connection that never sends
+            // one is closed here.
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(limits.header_timeout, stream.peek(&mut first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+            // HTTP/1.1 only: the automatic HTTP/2 detection reads the connection's first bytes
+            // with no timeout of its own.
+            let mut builder = Builder::new(TokioExecutor::new()).http1_only();
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout);
+            let conn = builder.serve_connection_with_upgrades(
+                TokioIo::new(stream),
+                TowerToHyperService::new(service),
+            );
+            let _ = watcher.watch(conn.into_owned()).await;
             drop(place);
         });
     }

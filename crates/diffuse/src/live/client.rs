@@ -249,12 +249,18 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
     let c = Client::new(&a.client)?;
     let rt = runtime()?;
     let mut sent: Vec<(usize, usize, u64, u64)> = Vec::new(); // first line, last line, batch, tasks
-    for chunk in chunks(&tasks) {
+    let lines: Vec<(usize, String)> = tasks
+        .iter()
+        .map(|(n, d)| {
+            (
+                *n,
+                serde_json::to_string(d).expect("task serializes") + "\n",
+            )
+        })
+        .collect();
+    for chunk in chunks(&lines) {
         let (first, last) = (chunk[0].0, chunk[chunk.len() - 1].0);
-        let body: String = chunk
-            .iter()
-            .map(|(_, d)| serde_json::to_string(d).expect("task serializes") + "\n")
-            .collect();
+        let body: String = chunk.iter().map(|(_, l)| l.as_str()).collect();
         let answer = rt.block_on(
             c.call(
                 c.http
@@ -311,21 +317,20 @@ fn batch_list(sent: &[(usize, usize, u64, u64)]) -> String {
     }
 }
 
-/// Consecutive runs of tasks of at most [`BATCH_TASKS`] tasks and about [`BATCH_BYTES`] bytes.
-fn chunks(tasks: &[(usize, TaskDef)]) -> Vec<&[(usize, TaskDef)]> {
+/// Consecutive runs of lines of at most [`BATCH_TASKS`] tasks and [`BATCH_BYTES`] bytes.
+fn chunks(lines: &[(usize, String)]) -> Vec<&[(usize, String)]> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut bytes = 0;
-    for (i, (_, d)) in tasks.iter().enumerate() {
-        let size = d.id.len() + 200 + d.inputs.iter().map(String::len).sum::<usize>();
-        if i > start && (i - start >= BATCH_TASKS || bytes + size > BATCH_BYTES) {
-            out.push(&tasks[start..i]);
+    for (i, (_, line)) in lines.iter().enumerate() {
+        if i > start && (i - start >= BATCH_TASKS || bytes + line.len() > BATCH_BYTES) {
+            out.push(&lines[start..i]);
             start = i;
             bytes = 0;
         }
-        bytes += size;
+        bytes += line.len();
     }
-    out.push(&tasks[start..]);
+    out.push(&lines[start..]);
     out
 }
 

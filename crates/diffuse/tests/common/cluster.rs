@@ -188,6 +188,8 @@ pub struct Cluster {
     pub extra: Vec<Proc>,
     /// Extra arguments of every `diffuse dispatcher` this cluster starts.
     pub dispatcher_args: Vec<String>,
+    /// A command the dispatcher is started under (e.g. `prlimit --nofile=1024:1024 --`).
+    pub dispatcher_prefix: Vec<String>,
     pub dir: tempfile::TempDir,
 }
 
@@ -195,6 +197,11 @@ impl Cluster {
     /// Start a dispatcher (extra environment for it and its workers: `env`) and wait until its
     /// API answers.
     pub fn start(env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with(env, &[], &[])
+    }
+
+    /// [`Cluster::start`] with extra dispatcher arguments, under `prefix` (may be empty).
+    pub fn start_with(env: &[(&str, &str)], args: &[&str], prefix: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
         let mut c = Cluster {
@@ -209,7 +216,8 @@ impl Cluster {
             dispatcher: None,
             workers: Vec::new(),
             extra: Vec::new(),
-            dispatcher_args: Vec::new(),
+            dispatcher_args: args.iter().map(|a| a.to_string()).collect(),
+            dispatcher_prefix: prefix.iter().map(|a| a.to_string()).collect(),
             dir,
         };
         c.spawn_dispatcher();
@@ -227,7 +235,14 @@ impl Cluster {
         // The port may be taken between picking and binding: try a few.
         for attempt in 0..5 {
             let port = port.unwrap_or_else(free_port);
-            let mut cmd = Command::new(BIN);
+            let mut cmd = match self.dispatcher_prefix.split_first() {
+                Some((program, args)) => {
+                    let mut c = Command::new(program);
+                    c.args(args).arg(BIN);
+                    c
+                }
+                None => Command::new(BIN),
+            };
             cmd.arg("dispatcher")
                 .args(["--listen", &format!("127.0.0.1:{port}")])
                 .arg("--journal")
@@ -345,12 +360,23 @@ impl Cluster {
 
     /// A `diffuse worker` command against this dispatcher, with its peer server on a known port.
     pub fn worker_cmd(&self, name: &str, slots: u32, cache_size: &str) -> (Command, String) {
+        self.worker_cmd_in(name, slots, cache_size, &self.path(&format!("w{name}")))
+    }
+
+    /// [`Cluster::worker_cmd`] with its cache in `cache_dir`.
+    pub fn worker_cmd_in(
+        &self,
+        name: &str,
+        slots: u32,
+        cache_size: &str,
+        cache_dir: &Path,
+    ) -> (Command, String) {
         let port = free_port();
         let mut cmd = Command::new(BIN);
         cmd.arg("worker")
             .args(["--dispatcher", &self.url])
             .arg("--cache-dir")
-            .arg(self.path(&format!("w{name}")))
+            .arg(cache_dir)
             .args(["--cache-size", cache_size])
             .args(["--slots", &slots.to_string()])
             .args(["--name", name])

@@ -1,6 +1,7 @@
 //! What the `diffuse` binary's integration tests share: running the binary to completion.
 
 pub mod cluster;
+pub mod host;
 
 use std::io::Read;
 use std::path::Path;
