@@ -21,6 +21,16 @@ pub fn skip(why: &str) {
 
 /// The pids of every process whose command line contains `marker`.
 pub fn processes_with(marker: &str) -> Vec<u32> {
+    processes_where(|cmdline| cmdline.contains(marker))
+}
+
+/// The pids of every process whose command line (arguments joined by spaces) starts with
+/// `prefix`.
+pub fn processes_starting(prefix: &str) -> Vec<u32> {
+    processes_where(|cmdline| cmdline.starts_with(prefix))
+}
+
+fn processes_where(matches: impl Fn(&str) -> bool) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
@@ -33,7 +43,7 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
             continue;
         };
         let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if text.contains(marker) {
+        if matches(&text) {
             pids.push(pid);
         }
     }

@@ -1,0 +1,105 @@
+//! Several hosts on one machine: each host a network namespace with its own address on one
+//! bridge, so processes talk over real TCP between different addresses, as on a cluster, and a
+//! process that advertises a wrong address (0.0.0.0, 127.0.0.1) is not reachable by the others.
+//! The test process reaches every host through the bridge's own address. Needs root and `ip`.
+//! Everything is removed when the [`Testbed`] is dropped.
+
+#![allow(dead_code)] // each test crate uses a different part
+
+use std::process::Command;
+
+/// Hosts on a bridge.
+pub struct Testbed {
+    tag: String,
+    hosts: usize,
+    subnet: u8,
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Testbed {
+    /// `hosts` hosts at 10.213.S.1, 10.213.S.2, ...; the test process is 10.213.S.254. None if
+    /// namespaces cannot be made here (not root, no `ip`).
+    pub fn up(hosts: usize) -> Option<Testbed> {
+        if !super::host::is_root() || !ip(&["-V"]) {
+            return None;
+        }
+        let r = super::cluster::random_u64();
+        let tag = format!("{:06x}", r & 0xff_ffff);
+        let subnet = (r >> 24) as u8 % 250 + 1;
+        let bed = Testbed { tag, hosts, subnet };
+        let br = bed.bridge();
+        assert!(
+            ip(&["link", "add", &br, "type", "bridge"]),
+            "add bridge {br}"
+        );
+        assert!(ip(&[
+            "addr",
+            "add",
+            &format!("10.213.{subnet}.254/24"),
+            "dev",
+            &br
+        ]));
+        assert!(ip(&["link", "set", &br, "up"]));
+        for i in 0..hosts {
+            let ns = bed.ns(i);
+            let (outer, inner) = (format!("dfv{}{i}", bed.tag), format!("dfp{}{i}", bed.tag));
+            assert!(ip(&["netns", "add", &ns]), "add netns {ns}");
+            assert!(ip(&[
+                "link", "add", &outer, "type", "veth", "peer", "name", &inner
+            ]));
+            assert!(ip(&["link", "set", &inner, "netns", &ns]));
+            assert!(ip(&["link", "set", &outer, "master", &br, "up"]));
+            assert!(ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"]));
+            assert!(ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", bed.addr(i)),
+                "dev",
+                "eth0"
+            ]));
+            assert!(ip(&["-n", &ns, "link", "set", "eth0", "up"]));
+            assert!(ip(&["-n", &ns, "link", "set", "lo", "up"]));
+        }
+        Some(bed)
+    }
+
+    fn bridge(&self) -> String {
+        format!("dfb{}", self.tag)
+    }
+
+    /// The namespace of host `i`.
+    pub fn ns(&self, i: usize) -> String {
+        format!("dfn{}-{i}", self.tag)
+    }
+
+    /// The address of host `i`.
+    pub fn addr(&self, i: usize) -> String {
+        format!("10.213.{}.{}", self.subnet, i + 1)
+    }
+
+    /// A command that runs `program` on host `i`.
+    pub fn command(&self, i: usize, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns(i), program]);
+        c
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        for i in 0..self.hosts {
+            // Processes still in the namespace keep it alive until they die; the guards of the
+            // test kill them first.
+            ip(&["netns", "del", &self.ns(i)]);
+        }
+        ip(&["link", "del", &self.bridge()]);
+    }
+}
