@@ -4,9 +4,19 @@
 #   - all unit, integration and property tests (cargo test --workspace)
 #   - the paper-reproduction acceptance checks (diffuse sim paper exits 1 if any check fails)
 # The live-runtime tests need a real S3-compatible server: moto's server mode, from PyPI, which
-# the S3 test starts and stops itself.
+# the S3 test starts and stops itself. Tests that need several hosts, other users, resource
+# limits or a small file system use iproute2 (network namespaces), util-linux (setpriv, prlimit,
+# mount) and run as root; as another user they say SKIPPED and pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+missing=()
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+{ command -v setpriv && command -v prlimit && command -v mount; } >/dev/null 2>&1 || missing+=(util-linux mount)
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing ${missing[*]} =="
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
 
 if ! python3 -c "import moto.server" >/dev/null 2>&1; then
     echo "== installing moto[server] (S3-compatible test server) =="
