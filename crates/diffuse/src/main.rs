@@ -39,9 +39,7 @@ enum Command {
     Status(live::client::StatusArgs),
     /// Wait until the tasks you submitted have ended (exit 1 if one of them failed).
     Wait(live::client::WaitArgs),
-    /// (internal) A worker's guard: kills its tasks' process groups when the worker dies.
-    #[command(hide = true)]
-    Guard,
+
     /// Simulate a workload on a model of the paper's testbeds (same scheduling code as live).
     Sim(sim::SimArgs),
 }
@@ -57,10 +55,6 @@ fn main() -> ExitCode {
         Command::Submit(args) => live::client::submit(args),
         Command::Status(args) => live::client::status(args),
         Command::Wait(args) => live::client::wait(args),
-        Command::Guard => {
-            diffuse_runtime::worker::process::guard_main();
-            Ok(ExitCode::SUCCESS)
-        }
     };
     match result {
         Ok(code) => code,

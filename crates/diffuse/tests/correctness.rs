@@ -104,12 +104,43 @@ fn a_killed_workers_task_processes_die_with_it() {
     c.wait_workers(1);
     let tag = format!("{}", random_u64() % 1_000_000 + 1);
     let marker = c.path("side-effect");
-    c.submit(&[lingering("t", &tag, 4, &marker)]);
+    // One process even leaves the task's process group (and session).
+    c.submit(&[json!({"id": "t", "cmd": format!(
+        "setsid sleep 1001.{tag} & sleep 1000.{tag} & sleep 4.{tag}; touch {}",
+        marker.display())})]);
     wait_running(&tag);
+    poll("the process in its own session", || {
+        (!processes_with(&format!("1001.{tag}")).is_empty()).then_some(())
+    });
     c.kill_worker(0);
     assert_gone(&tag);
     std::thread::sleep(Duration::from_secs(5));
     assert!(!marker.exists(), "the task went on after its worker died");
+}
+
+#[test]
+fn a_killed_guard_makes_its_worker_stop_its_tasks_and_leave() {
+    // With a crash limit of 1, a crash would fail the task at once.
+    let mut c = Cluster::start_with(&[], &["--crash-limit", "1"], &[]);
+    c.worker("A", 1, "10MB");
+    c.wait_workers(1);
+    let tag = format!("{}", random_u64() % 1_000_000 + 1);
+    let marker = c.path("side-effect");
+    c.submit(&[lingering("t", &tag, 30, &marker)]);
+    wait_running(&tag);
+    let worker = c.workers[0].worker_pid();
+    // SIGKILL the process that was started (the guard), not the worker under it.
+    let _ = c.workers[0].child.kill();
+    assert_gone(&tag);
+    poll("the worker to exit", || {
+        (!std::path::Path::new(&format!("/proc/{worker}")).exists()).then_some(())
+    });
+    // It left cleanly: its cache is marked clean, and the task is queued again, no crash counted.
+    assert!(c.path("wA/CLEAN").exists());
+    c.worker("B", 1, "10MB");
+    let t = c.wait_state("t", "running");
+    assert_eq!(t["node"], "B", "{t}");
+    assert_eq!(t["attempt"], 2, "{t}");
 }
 
 #[test]

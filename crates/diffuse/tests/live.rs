@@ -77,8 +77,8 @@ fn after_an_unclean_stop_a_corrupted_cached_object_is_dropped_and_fetched_again(
     c.wait_succeeded("t1");
 
     let mut a = c.workers.pop().expect("worker A");
-    a.child.kill().expect("kill -9 worker A");
-    a.child.wait().expect("reap worker A");
+    a.kill_worker_proper();
+    a.child.wait().expect("reap worker A's guard");
     c.wait_workers(0);
     let objects = c.path("wA").join("objects");
     let object = std::fs::read_dir(&objects)

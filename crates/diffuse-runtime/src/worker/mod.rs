@@ -21,10 +21,12 @@
 //! |---|---|
 //! | this one | settings, the connection to the dispatcher, the session loop |
 //! | `task` | one assignment: task directory, staged inputs, outputs |
-//! | [`process`] | the task's process group, its environment and user, the guard process |
+//! | [`process`] | the task's process group, its environment and user |
+//! | [`guard`] | the worker's parent process, which kills what its tasks left if it dies |
 //! | `stage` | inputs: local hits, single-flight fetches from peers or storage |
 //! | `peer` | the peer data server |
 
+pub mod guard;
 mod peer;
 pub mod process;
 mod stage;
@@ -37,7 +39,7 @@ use crate::storage::Storage;
 use axum::http::HeaderValue;
 use diffuse_core::EvictionPolicy;
 use futures_util::{SinkExt, StreamExt};
-use process::{Guard, Launch, Stop, TaskUser};
+use process::{Launch, Stop, TaskUser};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -84,9 +86,6 @@ pub struct WorkerConfig {
     pub task_user: Option<TaskUser>,
     /// Environment variables not passed to tasks, besides every `DIFFUSE_*`.
     pub task_env_drop: Vec<String>,
-    /// The `diffuse` executable, to start the guard process that kills task processes if the
-    /// worker dies (None: no guard).
-    pub exe: Option<PathBuf>,
     /// Limits of the peer data server.
     pub limits: crate::server::Limits,
 }
@@ -113,7 +112,6 @@ pub(crate) struct Ctx {
     /// Captured stdout and stderr of tasks.
     logs: PathBuf,
     launch: Launch,
-    guard: Option<Guard>,
     /// The running attempts, and how to stop each.
     running: Mutex<HashMap<Attempt, watch::Sender<Option<Stop>>>>,
     /// Input lookups under way at once, at most.
@@ -163,15 +161,6 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     if cfg.task_user.is_some() {
         confine_cache_dir(&cfg.cache_dir)?;
     }
-    let guard = match &cfg.exe {
-        Some(exe) => Some(Guard::start(exe).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot start the guard process ({} guard): {e}",
-                exe.display()
-            )
-        })?),
-        None => None,
-    };
     let storage = Storage::new(files);
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx {
@@ -187,7 +176,6 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         work,
         logs,
         launch: Launch::new(&cfg.task_env_drop, cfg.task_user.clone()),
-        guard,
         running: Mutex::new(HashMap::new()),
         lookups: tokio::sync::Semaphore::new(LOOKUPS_AT_ONCE),
     });
@@ -269,9 +257,6 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     };
     let _ = stop_peer.send(());
     let _ = peer_server.await;
-    if let Some(g) = &ctx.guard {
-        g.close();
-    }
     // Everything cached so far reaches the disk before the cache is marked clean.
     let dir = cfg.cache_dir.clone();
     tokio::task::spawn_blocking(move || -> std::io::Result<()> {

@@ -8,12 +8,8 @@
 //!   SIGKILL after [`STOP_GRACE`].
 //! * If the worker loses a task (its connection to the dispatcher dropped, and the future running
 //!   the task is dropped), the group is killed at once.
-//! * If the worker itself dies, even by SIGKILL, its **guard** kills every group still running:
-//!   a small process (`diffuse guard`) started with the worker, in its own process group, that
-//!   learns each task group through a pipe and kills them all when the pipe closes, which the
-//!   kernel does when the worker dies. (A task started in the few microseconds between its spawn
-//!   and its registration is not covered; a process that leaves its group with `setsid` is not
-//!   either: docs/runtime.md.)
+//! * If the worker itself dies, even by SIGKILL, its **guard** (its parent, a child subreaper:
+//!   [`super::guard`]) kills every process the tasks left, in their groups or not.
 //! * A task's **environment** is the worker's without diffuse's own variables (every `DIFFUSE_*`,
 //!   which is where tokens live) and without the names given with `--task-env-drop`.
 //! * With `--task-user`, a worker running as root runs tasks as that user (its uid, its primary
@@ -24,7 +20,6 @@ use crate::spec::Cmd;
 use rustix::process::{Pid, Signal};
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -143,97 +138,20 @@ impl Launch {
     }
 }
 
-/// The worker's guard process: kills every task group it was told of when the worker dies.
-pub struct Guard {
-    pipe: Mutex<Option<std::process::ChildStdin>>,
-    child: Mutex<std::process::Child>,
-}
-
-impl Guard {
-    /// Start `exe guard` in its own process group, with an empty environment.
-    pub fn start(exe: &Path) -> std::io::Result<Guard> {
-        use std::os::unix::process::CommandExt;
-        let mut child = std::process::Command::new(exe)
-            .arg("guard")
-            .env_clear()
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .process_group(0)
-            .spawn()?;
-        let pipe = child.stdin.take();
-        Ok(Guard {
-            pipe: Mutex::new(pipe),
-            child: Mutex::new(child),
-        })
-    }
-
-    fn tell(&self, line: String) {
-        let mut pipe = self.pipe.lock().expect("guard pipe");
-        if let Some(p) = pipe.as_mut() {
-            if let Err(e) = p.write_all(line.as_bytes()) {
-                tracing::error!("the guard process is gone ({e}): task processes will not be killed if this worker dies");
-                *pipe = None;
-            }
-        }
-    }
-
-    fn watch(&self, pgid: i32) {
-        self.tell(format!("+{pgid}\n"));
-    }
-
-    fn unwatch(&self, pgid: i32) {
-        self.tell(format!("-{pgid}\n"));
-    }
-
-    /// Close the pipe (the guard kills what is left and exits) and reap it.
-    pub fn close(&self) {
-        self.pipe.lock().expect("guard pipe").take();
-        let _ = self.child.lock().expect("guard child").wait();
-    }
-}
-
-/// `diffuse guard`: read `+PGID` and `-PGID` lines from standard input; at its end, SIGKILL every
-/// group still listed.
-pub fn guard_main() {
-    use std::io::BufRead;
-    let mut groups = std::collections::BTreeSet::new();
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        let (sign, n) = line.split_at(line.len().min(1));
-        match (sign, n.parse::<i32>()) {
-            ("+", Ok(g)) if g > 1 => {
-                groups.insert(g);
-            }
-            ("-", Ok(g)) => {
-                groups.remove(&g);
-            }
-            _ => {}
-        }
-    }
-    for g in groups {
-        kill_group(g, Signal::KILL);
-    }
-}
-
 fn kill_group(pgid: i32, signal: Signal) {
     if let Some(pid) = Pid::from_raw(pgid) {
         let _ = rustix::process::kill_process_group(pid, signal);
     }
 }
 
-/// A running task's process group: killed (SIGKILL) when dropped, whatever happened, and
-/// unregistered from the guard.
-struct Group<'a> {
+/// A running task's process group: killed (SIGKILL) when dropped, whatever happened.
+struct Group {
     pgid: i32,
-    guard: Option<&'a Guard>,
 }
 
-impl Drop for Group<'_> {
+impl Drop for Group {
     fn drop(&mut self) {
         kill_group(self.pgid, Signal::KILL);
-        if let Some(g) = self.guard {
-            g.unwatch(self.pgid);
-        }
     }
 }
 
@@ -292,7 +210,6 @@ pub struct Job<'a> {
 pub async fn execute(
     job: Job<'_>,
     launch: &Launch,
-    guard: Option<&Guard>,
     mut stop: watch::Receiver<Option<Stop>>,
 ) -> Result<Exit, String> {
     let mut command = match job.cmd {
@@ -342,10 +259,7 @@ pub async fn execute(
         format!("exec {program}: {e}")
     })?;
     let pgid = child.id().map_or(0, |p| p as i32);
-    if let Some(g) = guard {
-        g.watch(pgid);
-    }
-    let group = Group { pgid, guard };
+    let group = Group { pgid };
     let (out_path, err_path) = job.logs;
     let out = tokio::spawn(capture(child.stdout.take(), out_path));
     let err = tokio::spawn(capture(child.stderr.take(), err_path));

@@ -185,7 +185,7 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
         logs: (PathBuf::from(&report.stdout), PathBuf::from(&report.stderr)),
         env: Vec::new(),
     };
-    let exit = execute(job, &ctx.launch, ctx.guard.as_ref(), stop_rx).await;
+    let exit = execute(job, &ctx.launch, stop_rx).await;
     if needs_dir {
         let _ = std::fs::remove_dir_all(&inputs_dir);
     }

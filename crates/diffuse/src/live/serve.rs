@@ -207,10 +207,17 @@ pub struct WorkerArgs {
     storage: StorageArgs,
 }
 
-/// `diffuse worker`.
+/// `diffuse worker`: the guard, which runs the worker proper as its child (see
+/// `diffuse_runtime::worker::guard`), or, in that child, the worker.
 pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
-    logging();
+    use diffuse_runtime::worker::guard;
     harden();
+    if !guard::under_guard()? {
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+        let code = guard::guard(&std::env::current_exe()?, &args)?;
+        return Ok(ExitCode::from(code));
+    }
+    logging();
     a.storage.apply();
     let token = read_token(&a.token_file, "DIFFUSE_WORKER_TOKEN", "--token-file")?;
     let task_user = match &a.task_user {
@@ -242,7 +249,6 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         input_roots: a.input_roots,
         task_user,
         task_env_drop: a.task_env_drop,
-        exe: Some(std::env::current_exe()?),
         limits: a.limits.limits(),
     }))?;
     Ok(ExitCode::SUCCESS)

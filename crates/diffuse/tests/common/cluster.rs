@@ -118,6 +118,24 @@ impl Proc {
         }
     }
 
+    /// For a `diffuse worker`: the pid of the worker proper, the child of the process started
+    /// (its guard; see `diffuse_runtime::worker::guard`).
+    pub fn worker_pid(&self) -> u32 {
+        let guard = self.child.id();
+        poll("the worker under its guard", || {
+            let children =
+                std::fs::read_to_string(format!("/proc/{guard}/task/{guard}/children")).ok()?;
+            children.split_whitespace().next()?.parse().ok()
+        })
+    }
+
+    /// SIGKILL the worker proper (as a crash would); its guard then kills what its tasks left
+    /// and exits.
+    pub fn kill_worker_proper(&mut self) {
+        let pid = self.worker_pid().to_string();
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    }
+
     /// Its exit status, if it has exited.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().expect("try_wait")
@@ -323,14 +341,15 @@ impl Cluster {
     /// for a restart.
     pub fn kill_worker(&mut self, i: usize) {
         let mut w = self.workers.remove(i);
-        let _ = w.child.kill();
+        w.kill_worker_proper();
         let _ = w.child.wait();
         self.extra.push(w);
     }
 
-    /// Send `signal` (e.g. "STOP", "CONT") to live worker number `i`.
+    /// Send `signal` (e.g. "STOP", "CONT") to live worker number `i` (the worker proper, not its
+    /// guard).
     pub fn signal_worker(&self, i: usize, signal: &str) {
-        let pid = self.workers[i].child.id().to_string();
+        let pid = self.workers[i].worker_pid().to_string();
         let st = Command::new("kill")
             .args([&format!("-{signal}"), &pid])
             .status()
