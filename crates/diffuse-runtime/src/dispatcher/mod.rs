@@ -392,11 +392,19 @@ async fn list(
         })
         .await?;
     let views = h.with_outcomes(views).await?;
-    Ok(Json(serde_json::json!({
-        "tasks": views,
-        "next": next.map(|n| n.to_string()),
-    }))
+    Ok(Json(Page {
+        tasks: views,
+        next: next.map(|n| n.to_string()),
+    })
     .into_response())
+}
+
+/// A page of a task listing.
+#[derive(serde::Serialize)]
+struct Page {
+    tasks: Vec<TaskView>,
+    /// The cursor of the next page (`after=`), or null on the last one.
+    next: Option<String>,
 }
 
 async fn task(
