@@ -90,6 +90,19 @@ fn assert_gone(tag: &str) {
     }
 }
 
+/// A cluster (dispatcher `args`) with one one-slot worker running task "t", a [`lingering`] task
+/// of `secs` seconds; returns the cluster, the task's tag and its side-effect file.
+fn lingering_on_one_worker(args: &[&str], secs: u32) -> (Cluster, String, std::path::PathBuf) {
+    let mut c = Cluster::start_with(&[], args, &[]);
+    c.worker("A", 1, "10MB");
+    c.wait_workers(1);
+    let tag = format!("{}", random_u64() % 1_000_000 + 1);
+    let marker = c.path("side-effect");
+    c.submit(&[lingering("t", &tag, secs, &marker)]);
+    wait_running(&tag);
+    (c, tag, marker)
+}
+
 /// Until the task's shell and its background `sleep` both run.
 fn wait_running(tag: &str) {
     poll("the task's processes to start", || {
@@ -121,13 +134,7 @@ fn a_killed_workers_task_processes_die_with_it() {
 #[test]
 fn a_killed_guard_makes_its_worker_stop_its_tasks_and_leave() {
     // With a crash limit of 1, a crash would fail the task at once.
-    let mut c = Cluster::start_with(&[], &["--crash-limit", "1"], &[]);
-    c.worker("A", 1, "10MB");
-    c.wait_workers(1);
-    let tag = format!("{}", random_u64() % 1_000_000 + 1);
-    let marker = c.path("side-effect");
-    c.submit(&[lingering("t", &tag, 30, &marker)]);
-    wait_running(&tag);
+    let (mut c, tag, _) = lingering_on_one_worker(&["--crash-limit", "1"], 30);
     let worker = c.workers[0].worker_pid();
     // SIGKILL the process that was started (the guard), not the worker under it.
     let _ = c.workers[0].child.kill();
@@ -145,13 +152,7 @@ fn a_killed_guard_makes_its_worker_stop_its_tasks_and_leave() {
 
 #[test]
 fn a_lost_dispatcher_stops_the_whole_task() {
-    let mut c = Cluster::start(&[]);
-    c.worker("A", 1, "10MB");
-    c.wait_workers(1);
-    let tag = format!("{}", random_u64() % 1_000_000 + 1);
-    let marker = c.path("side-effect");
-    c.submit(&[lingering("t", &tag, 30, &marker)]);
-    wait_running(&tag);
+    let (mut c, tag, _) = lingering_on_one_worker(&[], 30);
     let d = c.dispatcher.as_mut().unwrap();
     let _ = d.child.kill();
     let _ = d.child.wait();
@@ -160,13 +161,7 @@ fn a_lost_dispatcher_stops_the_whole_task() {
 
 #[test]
 fn cancelling_a_running_task_stops_its_processes() {
-    let mut c = Cluster::start(&[]);
-    c.worker("A", 1, "10MB");
-    c.wait_workers(1);
-    let tag = format!("{}", random_u64() % 1_000_000 + 1);
-    let marker = c.path("side-effect");
-    c.submit(&[lingering("t", &tag, 30, &marker)]);
-    wait_running(&tag);
+    let (c, tag, marker) = lingering_on_one_worker(&[], 30);
     let r = c
         .http
         .post(format!("{}/v1/tasks/t/cancel", c.url))

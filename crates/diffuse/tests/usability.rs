@@ -10,6 +10,19 @@ use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+/// `diffuse run FILE --run-dir DIR`, to completion.
+fn run_in(file: &std::path::Path, run_dir: &std::path::Path) -> common::Output {
+    diffuse(
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+        ],
+        DEADLINE,
+    )
+}
+
 fn write_tasks(path: &std::path::Path, tasks: &[Value]) {
     let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
     std::fs::write(path, text).expect("write tasks");
@@ -93,15 +106,7 @@ fn ctrl_c_stops_a_run_and_resume_finishes_it() {
         }
     }
     // A second run in the same directory is refused, with the way to continue it.
-    let out = diffuse(
-        &[
-            "run",
-            file.to_str().unwrap(),
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-        ],
-        DEADLINE,
-    );
+    let out = run_in(&file, &run_dir);
     assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains("--resume"), "{}", out.stderr);
 }
@@ -127,15 +132,7 @@ fn placeholders_are_shell_quoted_and_checked_at_submission() {
         ],
     );
     let run_dir = base.join("run one");
-    let out = diffuse(
-        &[
-            "run",
-            file.to_str().unwrap(),
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-        ],
-        DEADLINE,
-    );
+    let out = run_in(&file, &run_dir);
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
     assert_eq!(std::fs::read_to_string(&output).unwrap(), "a\nb\nc\n");
 
