@@ -18,6 +18,7 @@ use crate::index::LocationIndex;
 use crate::locality::Locality;
 use crate::provision::{Allocator, Demand, Provisioning};
 use crate::queue::WaitQueue;
+use crate::resources::Resources;
 use crate::task::{Input, Outcome, TaskSpec, TaskState};
 use crate::time::Time;
 use rustc_hash::FxHashMap;
@@ -116,11 +117,21 @@ struct TaskEntry {
     attempt: u32,
     /// Times its node was lost under it.
     crashes: u32,
+    /// What it holds of a node while it runs.
+    resources: Resources,
+    priority: i16,
+    /// Retryable failures it may still have.
+    retries_left: u32,
+    /// The node of its last failed attempt: another node is preferred for the next one.
+    avoid: Option<NodeId>,
 }
 
 #[derive(Clone, Debug)]
 struct NodeEntry {
-    slots: u32,
+    /// What it has.
+    capacity: Resources,
+    /// What its running tasks hold.
+    used: Resources,
     running: Vec<TaskId>,
     /// Peer reads from this node that running tasks were told to make.
     serving: u32,
@@ -174,8 +185,11 @@ pub struct Core {
     incoming: FxHashMap<(NodeId, ObjectId), u32>,
     locality: Locality,
     nodes: BTreeMap<NodeId, NodeEntry>,
-    /// Nodes with at least one free slot.
+    /// Nodes with at least one free core.
     free: BTreeSet<NodeId>,
+    /// Queued tasks that ask for more than one core, or anything else (the ones that may fit no
+    /// node).
+    demanding: BTreeSet<TaskId>,
     actions: VecDeque<Action>,
     /// Something changed that may allow a dispatch.
     dirty: bool,
@@ -208,6 +222,7 @@ impl Core {
             locality: Locality::new(),
             nodes: BTreeMap::new(),
             free: BTreeSet::new(),
+            demanding: BTreeSet::new(),
             actions: VecDeque::new(),
             dirty: false,
             allocator,
@@ -285,6 +300,10 @@ impl Core {
             phase: Phase::Queued { seq: 0 },
             attempt: attempts,
             crashes: 0,
+            resources: spec.resources,
+            priority: spec.priority,
+            retries_left: spec.retries,
+            avoid: None,
         };
         self.tasks.insert(spec.id, entry);
         self.enqueue(spec.id);
@@ -292,9 +311,12 @@ impl Core {
     }
 
     fn enqueue(&mut self, task: TaskId) {
-        let seq = self.queue.push(task);
         let entry = self.tasks.get_mut(&task).expect("task exists");
+        let seq = self.queue.push_at(task, entry.priority);
         entry.phase = Phase::Queued { seq };
+        if !entry.resources.is_one_core() {
+            self.demanding.insert(task);
+        }
         if self.policy.uses_locality() {
             self.locality
                 .enqueue(task, seq, &entry.inputs, &self.effective);
@@ -305,6 +327,7 @@ impl Core {
 
     fn dequeue(&mut self, task: TaskId, seq: u64) {
         self.queue.remove(seq);
+        self.demanding.remove(&task);
         self.locality.dequeue(task, &self.effective);
         self.counts.queued -= 1;
     }
@@ -337,23 +360,40 @@ impl Core {
         }
     }
 
-    /// A node joined with `slots` slots and an empty cache.
+    /// A node joined with `slots` cores (memory and disk not counted, no GPU) and an empty
+    /// cache.
     pub fn handle_node_joined(
         &mut self,
         node: NodeId,
         slots: u32,
         now: Time,
     ) -> Result<(), CoreError> {
+        self.handle_node_joined_with(node, Resources::cores_only(slots), now)
+    }
+
+    /// A node joined with `capacity` and an empty cache.
+    pub fn handle_node_joined_with(
+        &mut self,
+        node: NodeId,
+        capacity: Resources,
+        now: Time,
+    ) -> Result<(), CoreError> {
         if self.nodes.contains_key(&node) {
             return Err(CoreError::DuplicateNode(node));
         }
-        if slots == 0 {
+        if capacity.cores == 0 {
             return Err(CoreError::NoSlots(node));
         }
         self.nodes.insert(
             node,
             NodeEntry {
-                slots,
+                capacity,
+                used: Resources {
+                    cores: 0,
+                    memory: 0,
+                    gpus: 0,
+                    disk: 0,
+                },
                 running: Vec::new(),
                 serving: 0,
                 idle_since: Some(now),
@@ -361,7 +401,7 @@ impl Core {
         );
         self.free.insert(node);
         self.counts.nodes += 1;
-        self.counts.slots += slots as u64;
+        self.counts.slots += capacity.cores as u64;
         self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(1);
         self.dirty = true;
         Ok(())
@@ -447,7 +487,7 @@ impl Core {
         let entry = self.nodes.remove(&node).expect("node exists");
         self.free.remove(&node);
         self.counts.nodes -= 1;
-        self.counts.slots -= entry.slots as u64;
+        self.counts.slots -= entry.capacity.cores as u64;
         self.index.remove_node(node);
         self.incoming.retain(|(n, _), _| *n != node);
         for object in self.effective.remove_node(node) {
@@ -485,19 +525,36 @@ impl Core {
                 n.idle_since = Some(now);
             }
         }
-        self.tasks.remove(&task);
         self.counts.running -= 1;
+        self.dirty = true;
+        if let Outcome::Retryable(reason) = &outcome {
+            let t = self.tasks.get_mut(&task).expect("running task exists");
+            if !cancelled && t.retries_left > 0 {
+                t.retries_left -= 1;
+                t.avoid = Some(node);
+                self.enqueue(task);
+                return Ok(TaskState::Queued);
+            }
+            let reason = reason.clone();
+            self.tasks.remove(&task);
+            if cancelled {
+                self.counts.cancelled += 1;
+                return Ok(TaskState::Cancelled);
+            }
+            self.counts.failed += 1;
+            return Ok(TaskState::Finished(Outcome::Failed(reason)));
+        }
+        self.tasks.remove(&task);
         let state = if cancelled {
             self.counts.cancelled += 1;
             TaskState::Cancelled
         } else {
             match &outcome {
                 Outcome::Succeeded => self.counts.succeeded += 1,
-                Outcome::Failed(_) => self.counts.failed += 1,
+                Outcome::Failed(_) | Outcome::Retryable(_) => self.counts.failed += 1,
             }
             TaskState::Finished(outcome)
         };
-        self.dirty = true;
         Ok(state)
     }
 
@@ -523,10 +580,12 @@ impl Core {
                 pe.serving = pe.serving.saturating_sub(1);
             }
         }
+        let held = self.tasks[&task].resources;
         if let Some(n) = self.nodes.get_mut(&node) {
             if let Some(pos) = n.running.iter().position(|t| *t == task) {
                 n.running.swap_remove(pos);
-                self.counts.busy_slots -= 1;
+                n.used = n.used.minus(&held);
+                self.counts.busy_slots -= held.cores as u64;
                 self.free.insert(node);
             }
         }
@@ -670,6 +729,16 @@ impl Core {
                 let free: Vec<NodeId> = self.free.iter().copied().collect();
                 for node in free {
                     while self.has_free_slot(node) && !self.queue.is_empty() {
+                        let n = &self.nodes[&node];
+                        let room = n.capacity.minus(&n.used);
+                        // A retried task avoids the node it failed on while another has room.
+                        let elsewhere = self.free.len() > 1;
+                        let tasks = &self.tasks;
+                        let fits = |t: TaskId| {
+                            let e = &tasks[&t];
+                            (e.resources.is_one_core() || e.resources.fits_in(&room))
+                                && !(elsewhere && e.avoid == Some(node))
+                        };
                         let view = SchedView {
                             queue: &self.queue,
                             locality: &self.locality,
@@ -677,6 +746,7 @@ impl Core {
                             window_bound: self.queue.window_bound(self.cfg.window),
                             busy_slots: self.counts.busy_slots,
                             total_slots: self.counts.slots,
+                            fits: &fits,
                         };
                         let choice = if local_pass {
                             self.policy.choose_local(&view, node, now)
@@ -701,7 +771,23 @@ impl Core {
     fn has_free_slot(&self, node: NodeId) -> bool {
         self.nodes
             .get(&node)
-            .is_some_and(|n| (n.running.len() as u32) < n.slots)
+            .is_some_and(|n| n.used.cores < n.capacity.cores)
+    }
+
+    /// Queued tasks whose request no node of the pool could ever hold (no node has that much of
+    /// a resource), in queue order. Empty while no node has joined.
+    pub fn unschedulable(&self) -> Vec<TaskId> {
+        if self.nodes.is_empty() {
+            return Vec::new();
+        }
+        self.demanding
+            .iter()
+            .copied()
+            .filter(|t| {
+                let want = self.tasks[t].resources;
+                !self.nodes.values().any(|n| want.fits_in(&n.capacity))
+            })
+            .collect()
     }
 
     fn assign(&mut self, task: TaskId, node: NodeId, now: Time) {
@@ -759,14 +845,16 @@ impl Core {
             cancelled: false,
         };
         let attempt = t.attempt;
+        let held = t.resources;
         let n = self.nodes.get_mut(&node).expect("node exists");
         n.running.push(task);
+        n.used = n.used.plus(&held);
         n.idle_since = None;
-        if n.running.len() as u32 >= n.slots {
+        if n.used.cores >= n.capacity.cores {
             self.free.remove(&node);
         }
         self.counts.running += 1;
-        self.counts.busy_slots += 1;
+        self.counts.busy_slots += held.cores as u64;
         self.actions.push_back(Action::Dispatch(Dispatch {
             task,
             attempt,
@@ -820,18 +908,37 @@ impl Core {
         let mut busy = 0u64;
         let mut slots = 0u64;
         for (id, n) in &self.nodes {
-            if n.running.len() as u32 > n.slots {
-                return Err(format!(
-                    "{id} runs {} tasks on {} slots",
-                    n.running.len(),
-                    n.slots
-                ));
+            let mut held = Resources {
+                cores: 0,
+                memory: 0,
+                gpus: 0,
+                disk: 0,
+            };
+            for t in &n.running {
+                held = held.plus(&self.tasks[t].resources);
             }
-            if ((n.running.len() as u32) < n.slots) != self.free.contains(id) {
-                return Err(format!("{id}: free set disagrees with its slots"));
+            if held != n.used {
+                return Err(format!("{id}: holds {held:?}, counted {:?}", n.used));
             }
-            busy += n.running.len() as u64;
-            slots += n.slots as u64;
+            if !n.used.fits_in(&n.capacity) {
+                return Err(format!("{id}: tasks hold {:?} of {:?}", n.used, n.capacity));
+            }
+            if (n.used.cores < n.capacity.cores) != self.free.contains(id) {
+                return Err(format!("{id}: free set disagrees with its cores"));
+            }
+            busy += n.used.cores as u64;
+            slots += n.capacity.cores as u64;
+        }
+        for t in &self.demanding {
+            match self.tasks.get(t) {
+                Some(e)
+                    if matches!(e.phase, Phase::Queued { .. }) && !e.resources.is_one_core() => {}
+                _ => {
+                    return Err(format!(
+                        "{t} listed as demanding but not a queued demanding task"
+                    ))
+                }
+            }
         }
         if busy != self.counts.busy_slots || slots != self.counts.slots {
             return Err("slot counters disagree with nodes".into());

@@ -36,6 +36,9 @@ pub struct SchedView<'a> {
     pub(crate) window_bound: u64,
     pub(crate) busy_slots: u64,
     pub(crate) total_slots: u64,
+    /// Whether a task can run on the node deciding now (its resources fit what is free there,
+    /// and it is not avoiding that node).
+    pub(crate) fits: &'a dyn Fn(TaskId) -> bool,
 }
 
 impl SchedView<'_> {
@@ -48,9 +51,18 @@ impl SchedView<'_> {
         }
     }
 
-    /// The oldest queued task.
+    /// The first queued task that can run on this node: the oldest of the highest priority,
+    /// unless it does not fit here, then the next one within the window.
     pub fn oldest(&self) -> Option<TaskId> {
-        self.queue.first().map(|(_, t)| t)
+        let (_, first) = self.queue.first()?;
+        if (self.fits)(first) {
+            return Some(first);
+        }
+        self.queue
+            .iter()
+            .take_while(|(o, _)| *o < self.window_bound)
+            .map(|(_, t)| t)
+            .find(|t| (self.fits)(*t))
     }
 
     /// The task in the window with the highest local-hit fraction on `node` (ties: oldest), and
@@ -58,6 +70,9 @@ impl SchedView<'_> {
     /// data (MCH: it waits for that node).
     pub fn best_local(&self, node: NodeId, only_where_most: bool) -> Option<(TaskId, Score)> {
         for (task, score) in self.locality.candidates_within(node, self.window_bound) {
+            if !(self.fits)(task) {
+                continue;
+            }
             if only_where_most && score < FULL {
                 let here = self.locality.local_bytes(task, node);
                 if self.locality.max_local_bytes(task, self.index) > here {
@@ -73,9 +88,9 @@ impl SchedView<'_> {
     pub fn oldest_cold(&self) -> Option<TaskId> {
         self.locality
             .cold()
-            .next()
-            .filter(|(seq, _)| *seq < self.window_bound)
+            .take_while(|(seq, _)| *seq < self.window_bound)
             .map(|(_, t)| t)
+            .find(|t| (self.fits)(*t))
     }
 }
 

@@ -10,7 +10,8 @@
 //! | [`core`] | [`Core`]: tasks, nodes, slots; `handle_*` in, `poll_*` out | dispatcher |
 //! | [`dispatch`] | FA, MCU, MCH, GCC behind the [`DispatchPolicy`] trait | data-aware scheduler |
 //! | [`locality`] | per-node candidate sets that make a decision O(\|Ti\| + log \|Q\|) | scheduling window |
-//! | [`queue`] | the wait queue and its window boundary | wait queue, window W |
+//! | [`queue`] | the wait queue by priority and its window boundary | wait queue, window W |
+//! | [`resources`] | cores, memory, GPUs, disk: asked by tasks, had by nodes | executor = core |
 //! | [`index`] | object <-> node location index | centralized index |
 //! | [`cache`] | a node's cache with Random/FIFO/LRU/LFU eviction | store, eviction policy |
 //! | [`provision`] | static and dynamic provisioning | DRP |
@@ -28,6 +29,7 @@ pub mod locality;
 pub mod model;
 pub mod provision;
 pub mod queue;
+pub mod resources;
 pub mod task;
 pub mod time;
 
@@ -37,5 +39,6 @@ pub use crate::core::{Core, CoreConfig, CoreError, Counts, LostTasks};
 pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
 pub use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 pub use crate::provision::{DynamicConfig, Provisioning, StepPolicy};
+pub use crate::resources::Resources;
 pub use crate::task::{Input, Outcome, TaskSpec, TaskState};
 pub use crate::time::Time;

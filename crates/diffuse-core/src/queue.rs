@@ -1,24 +1,33 @@
-//! The wait queue: tasks in submission order, with removal from anywhere and a fast answer to
-//! "is this task within the first W queued?" (the scheduling window of section 2.2).
+//! The wait queue: tasks by priority (higher first) and in submission order within a priority,
+//! with removal from anywhere and a fast answer to "is this task within the first W queued?"
+//! (the scheduling window of section 2.2).
 //!
-//! Each queued task holds a sequence number. Slots are grouped in blocks with live counts, so the
-//! window boundary (the sequence number of the W-th queued task) costs O(W / BLOCK) block reads
-//! plus one block scan, and removal costs O(1). Fully drained blocks at the front are dropped.
+//! Each queued task holds an *order number*: its priority level in the top 16 bits (the highest
+//! priority lowest), its sequence number within the level in the low 48. Order numbers compare as
+//! the queue orders tasks, so the rest of the core (the candidate sets of `crate::locality`)
+//! orders by them without knowing about priorities. Within a level, slots are grouped in blocks
+//! with live counts, so the window boundary (the order number of the W-th queued task) costs
+//! O(levels + W / BLOCK) block reads plus one block scan, and removal costs O(1). Fully drained
+//! blocks at the front of a level are dropped.
 
 use crate::ids::TaskId;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 const BLOCK: usize = 256;
 
-/// Submission-ordered queue of tasks keyed by sequence number.
+/// Bits of an order number that hold the sequence number within a priority level.
+const SEQ_BITS: u32 = 48;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+/// The level of a priority: 0 for the highest (`i16::MAX`).
+fn level_of(priority: i16) -> u64 {
+    (i16::MAX as i64 - priority as i64) as u64
+}
+
+/// Tasks by priority, then in submission order, keyed by order number.
 #[derive(Clone, Debug, Default)]
 pub struct WaitQueue {
-    /// `slots[i]` holds sequence number `base + i`, or `None` once removed.
-    slots: VecDeque<Option<TaskId>>,
-    /// Live entries per block of `BLOCK` slots, aligned with `slots`.
-    counts: VecDeque<u32>,
-    /// Sequence number of `slots[0]`; always a multiple of `BLOCK`.
-    base: u64,
+    levels: BTreeMap<u64, Level>,
     len: usize,
 }
 
@@ -38,8 +47,80 @@ impl WaitQueue {
         self.len == 0
     }
 
-    /// Append `task`; returns its sequence number.
+    /// Append `task` at priority 0; returns its order number.
     pub fn push(&mut self, task: TaskId) -> u64 {
+        self.push_at(task, 0)
+    }
+
+    /// Append `task` behind the tasks of its `priority`; returns its order number.
+    pub fn push_at(&mut self, task: TaskId, priority: i16) -> u64 {
+        let level = level_of(priority);
+        let seq = self.levels.entry(level).or_default().push(task);
+        assert!(seq <= SEQ_MASK, "2^48 tasks queued at one priority");
+        self.len += 1;
+        (level << SEQ_BITS) | seq
+    }
+
+    /// The task at order number `ord`, if still queued.
+    pub fn get(&self, ord: u64) -> Option<TaskId> {
+        self.levels.get(&(ord >> SEQ_BITS))?.get(ord & SEQ_MASK)
+    }
+
+    /// Remove the task at `ord`; returns it if it was queued.
+    pub fn remove(&mut self, ord: u64) -> Option<TaskId> {
+        let task = self
+            .levels
+            .get_mut(&(ord >> SEQ_BITS))?
+            .remove(ord & SEQ_MASK)?;
+        self.len -= 1;
+        Some(task)
+    }
+
+    /// The first queued task and its order number.
+    pub fn first(&self) -> Option<(u64, TaskId)> {
+        self.iter().next()
+    }
+
+    /// Order numbers strictly below the returned bound are within the first `w` queued tasks.
+    /// If fewer than `w` tasks are queued, every queued task is within the window.
+    pub fn window_bound(&self, w: usize) -> u64 {
+        if w >= self.len {
+            return u64::MAX;
+        }
+        let mut remaining = w;
+        for (&level, l) in &self.levels {
+            if remaining < l.len {
+                return (level << SEQ_BITS) | l.window_bound(remaining);
+            }
+            remaining -= l.len;
+        }
+        u64::MAX
+    }
+
+    /// Queued tasks in order, with their order numbers.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, TaskId)> + '_ {
+        self.levels
+            .iter()
+            .flat_map(|(&level, l)| l.iter().map(move |(seq, t)| ((level << SEQ_BITS) | seq, t)))
+    }
+}
+
+/// The tasks of one priority in submission order, keyed by sequence number. A level is kept
+/// when it empties, so its sequence numbers only grow.
+#[derive(Clone, Debug, Default)]
+struct Level {
+    /// `slots[i]` holds sequence number `base + i`, or `None` once removed.
+    slots: VecDeque<Option<TaskId>>,
+    /// Live entries per block of `BLOCK` slots, aligned with `slots`.
+    counts: VecDeque<u32>,
+    /// Sequence number of `slots[0]`; always a multiple of `BLOCK`.
+    base: u64,
+    len: usize,
+}
+
+impl Level {
+    /// Append `task`; returns its sequence number.
+    fn push(&mut self, task: TaskId) -> u64 {
         let seq = self.base + self.slots.len() as u64;
         if self.slots.len().is_multiple_of(BLOCK) {
             self.counts.push_back(0);
@@ -51,13 +132,13 @@ impl WaitQueue {
     }
 
     /// The task at `seq`, if still queued.
-    pub fn get(&self, seq: u64) -> Option<TaskId> {
+    fn get(&self, seq: u64) -> Option<TaskId> {
         let i = seq.checked_sub(self.base)? as usize;
         self.slots.get(i).copied().flatten()
     }
 
     /// Remove the task at `seq`; returns it if it was queued.
-    pub fn remove(&mut self, seq: u64) -> Option<TaskId> {
+    fn remove(&mut self, seq: u64) -> Option<TaskId> {
         let i = seq.checked_sub(self.base)? as usize;
         let task = self.slots.get_mut(i)?.take()?;
         self.counts[i / BLOCK] -= 1;
@@ -80,14 +161,9 @@ impl WaitQueue {
         }
     }
 
-    /// The oldest queued task and its sequence number.
-    pub fn first(&self) -> Option<(u64, TaskId)> {
-        self.iter().next()
-    }
-
-    /// Sequence numbers strictly below the returned bound are within the first `w` queued tasks.
-    /// If fewer than `w` tasks are queued, every queued task is within the window.
-    pub fn window_bound(&self, w: usize) -> u64 {
+    /// Sequence numbers strictly below the returned bound are within the first `w` queued tasks
+    /// of the level (`w` < its length).
+    fn window_bound(&self, w: usize) -> u64 {
         if w >= self.len {
             return u64::MAX;
         }
@@ -114,7 +190,7 @@ impl WaitQueue {
     }
 
     /// Queued tasks in order, with their sequence numbers.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, TaskId)> + '_ {
+    fn iter(&self) -> impl Iterator<Item = (u64, TaskId)> + '_ {
         self.slots
             .iter()
             .enumerate()
@@ -131,18 +207,49 @@ mod tests {
         let mut q = WaitQueue::new();
         let seqs: Vec<u64> = (0..1000).map(|i| q.push(TaskId(i))).collect();
         assert_eq!(q.window_bound(10), seqs[10]);
-        for s in &seqs[0..600] {
-            if s % 2 == 0 {
-                q.remove(*s);
-            }
+        for s in seqs[0..600].iter().step_by(2) {
+            q.remove(*s);
         }
-        // live: odd numbers below 600, then 600..1000
+        // live: the odd ones below 600, then 600..1000
         assert_eq!(q.len(), 700);
-        assert_eq!(q.window_bound(0), 1);
-        assert_eq!(q.window_bound(10), 21);
-        assert_eq!(q.window_bound(300), 600);
+        assert_eq!(q.window_bound(0), seqs[1]);
+        assert_eq!(q.window_bound(10), seqs[21]);
+        assert_eq!(q.window_bound(300), seqs[600]);
         assert_eq!(q.window_bound(700), u64::MAX);
-        assert_eq!(q.first(), Some((1, TaskId(1))));
+        assert_eq!(q.first(), Some((seqs[1], TaskId(1))));
+    }
+
+    #[test]
+    fn higher_priorities_come_first_and_share_the_window() {
+        let mut q = WaitQueue::new();
+        let low: Vec<u64> = (0..3).map(|i| q.push_at(TaskId(i), -5)).collect();
+        let mid: Vec<u64> = (10..13).map(|i| q.push(TaskId(i))).collect();
+        let high = q.push_at(TaskId(20), 7);
+        let order: Vec<TaskId> = q.iter().map(|(_, t)| t).collect();
+        assert_eq!(
+            order,
+            [20, 10, 11, 12, 0, 1, 2].map(TaskId).to_vec(),
+            "priority first, then submission order"
+        );
+        assert!(
+            high < mid[0] && mid[2] < low[0],
+            "order numbers compare as the queue"
+        );
+        assert_eq!(q.first(), Some((high, TaskId(20))));
+        assert_eq!(q.window_bound(1), mid[0]);
+        assert_eq!(q.window_bound(4), low[0]);
+        assert_eq!(q.window_bound(5), low[1]);
+        assert_eq!(q.window_bound(7), u64::MAX);
+        assert_eq!(q.remove(mid[1]), Some(TaskId(11)));
+        assert_eq!(q.window_bound(3), low[0]);
+        assert_eq!(q.get(high), Some(TaskId(20)));
+        assert_eq!(q.get(mid[1]), None);
+        assert_eq!(q.len(), 6);
+        // i16's whole range keeps its order.
+        let top = q.push_at(TaskId(30), i16::MAX);
+        let bottom = q.push_at(TaskId(31), i16::MIN);
+        assert_eq!(q.first(), Some((top, TaskId(30))));
+        assert_eq!(q.iter().last(), Some((bottom, TaskId(31))));
     }
 
     #[test]

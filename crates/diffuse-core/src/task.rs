@@ -1,6 +1,7 @@
 //! What a task is to the scheduler: its inputs (objects of known size), its job, its state.
 
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
+use crate::resources::Resources;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 
@@ -22,16 +23,43 @@ pub struct TaskSpec {
     pub job: JobId,
     /// Objects it reads. The same object listed twice is read once.
     pub inputs: Vec<Input>,
+    /// What it needs of a node while it runs.
+    pub resources: Resources,
+    /// Higher first; equal priorities in submission order.
+    pub priority: i16,
+    /// How many more attempts a retryable failure ([`Outcome::Retryable`]) may have.
+    pub retries: u32,
 }
 
 impl TaskSpec {
-    /// A task of the default job.
+    /// A task of the default job: one core, priority 0, no retries.
     pub fn new(id: TaskId, inputs: Vec<Input>) -> Self {
         TaskSpec {
             id,
             job: JobId(0),
             inputs,
+            resources: Resources::ONE_CORE,
+            priority: 0,
+            retries: 0,
         }
+    }
+
+    /// The same task asking for `resources`.
+    pub fn with_resources(mut self, resources: Resources) -> Self {
+        self.resources = resources;
+        self
+    }
+
+    /// The same task with `priority`.
+    pub fn with_priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The same task with `retries`.
+    pub fn with_retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
     }
 
     /// Total bytes over its distinct inputs.
@@ -53,14 +81,19 @@ impl TaskSpec {
 pub enum Outcome {
     /// The process exited 0 (or the simulated task completed).
     Succeeded,
-    /// The task itself failed (non-zero exit, missing input); it is not retried.
+    /// The task itself failed in a way another attempt would repeat (missing input, a program
+    /// that cannot be started): it is not retried.
     Failed(String),
+    /// The task failed in a way another attempt may not (a non-zero exit, a time-out): it runs
+    /// again, preferably on another node, while it has retries left, and else ends as
+    /// [`Outcome::Failed`].
+    Retryable(String),
 }
 
 /// Where a task is in its life.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskState {
-    /// In the wait queue.
+    /// In the wait queue (also: queued again after a retryable failure).
     Queued,
     /// Dispatched to a node; `attempt` fences results of older attempts.
     Running {

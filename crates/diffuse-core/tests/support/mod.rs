@@ -6,7 +6,8 @@
 
 use diffuse_core::{
     Action, Core, CoreConfig, CoreError, Counts, Dispatch, DynamicConfig, Input, NodeId, ObjectId,
-    Outcome, PolicyKind, Provisioning, Source, StepPolicy, TaskId, TaskSpec, TaskState, Time,
+    Outcome, PolicyKind, Provisioning, Resources, Source, StepPolicy, TaskId, TaskSpec, TaskState,
+    Time,
 };
 use std::time::Duration;
 
@@ -118,6 +119,22 @@ impl TestEnv {
         self.core
             .handle_node_joined(NodeId(id), slots, self.now)
             .unwrap();
+        self.check();
+        self
+    }
+
+    /// A node with `capacity` joins.
+    pub fn node_with(&mut self, id: u32, capacity: Resources) -> &mut Self {
+        self.core
+            .handle_node_joined_with(NodeId(id), capacity, self.now)
+            .unwrap();
+        self.check();
+        self
+    }
+
+    /// `spec` is submitted.
+    pub fn submit(&mut self, spec: TaskSpec) -> &mut Self {
+        self.core.handle_submit(spec, self.now).unwrap();
         self.check();
         self
     }
