@@ -265,7 +265,7 @@ mod random {
             let mut caps: BTreeMap<NodeId, Resources> = BTreeMap::new();
             let mut running: Vec<(TaskId, u32, NodeId)> = Vec::new();
             let (mut next_task, mut next_node) = (0u64, 0u32);
-            let mut drain = |core: &mut Core, running: &mut Vec<(TaskId, u32, NodeId)>,
+            let drain = |core: &mut Core, running: &mut Vec<(TaskId, u32, NodeId)>,
                              want: &BTreeMap<TaskId, Resources>, caps: &BTreeMap<NodeId, Resources>| {
                 while let Some(a) = core.poll_action(now) {
                     if let Action::Dispatch(d) = a {
