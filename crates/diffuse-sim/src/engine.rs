@@ -13,7 +13,8 @@ use crate::workload::{Arrival, Workload};
 use diffuse_core::model::{predict, ModelInput};
 use diffuse_core::{
     Action, Admission, Core, CoreConfig, DynamicConfig, EvictionPolicy, Input, NodeCache, NodeId,
-    ObjectId, Outcome, PolicyKind, Provisioning, Source, StepPolicy, TaskId, TaskSpec, Time,
+    ObjectId, Outcome, PolicyKind, Provisioning, Resources, Source, StepPolicy, TaskId, TaskSpec,
+    Time,
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -399,8 +400,12 @@ impl Simulation {
                         .collect();
                     self.current.demand_bytes +=
                         a.inputs.iter().map(|(_, s)| *s as f64).sum::<f64>();
+                    let spec = TaskSpec::new(id, inputs).with_resources(Resources {
+                        cores: a.cores,
+                        ..Resources::ONE_CORE
+                    });
                     self.core
-                        .handle_submit(TaskSpec::new(id, inputs), self.now)
+                        .handle_submit(spec, self.now)
                         .map_err(|e| self.core_err(e))?;
                     self.waiting.insert(id, a);
                 }

@@ -21,6 +21,8 @@ pub struct Arrival {
     pub inputs: Vec<(ObjectId, u64)>,
     /// Compute time, seconds.
     pub compute_s: f64,
+    /// Cores it holds while it runs (1 in the paper's workloads).
+    pub cores: u32,
 }
 
 /// Which workload to generate.
@@ -180,6 +182,7 @@ impl Workload {
                         (ObjectId(AP_SIDE + k % AP_SIDE), AP_ITEM),
                     ],
                     compute_s: c,
+                    cores: 1,
                 }))
             }
             Workload::Custom(list) => Box::new(list.clone().into_iter()),
@@ -192,6 +195,7 @@ fn one_file(time: f64, file: u64, compute_s: f64) -> Arrival {
         time,
         inputs: vec![(ObjectId(file), 10 * MB)],
         compute_s,
+        cores: 1,
     }
 }
 

@@ -43,6 +43,7 @@ fn at(time: f64, inputs: &[(u64, u64)], compute_s: f64) -> Arrival {
         time,
         inputs: inputs.iter().map(|&(o, s)| (ObjectId(o), s)).collect(),
         compute_s,
+        cores: 1,
     }
 }
 
@@ -199,6 +200,23 @@ fn latencies_add_to_access_and_response_times() {
     close(s.model.measured_r_storage_s, 1.5, "storage access time");
     // Task time counts from delivery (0.25) to completion (2.75).
     close(s.model.measured_task_time_s, 2.5, "task time");
+}
+
+#[test]
+fn two_core_tasks_share_a_two_core_node_one_at_a_time() {
+    // One node, 2 cores. Four 2-core tasks of 10 s compute, no inputs: each holds both cores,
+    // so they run one after another: 40 s. Four 1-core tasks run two at a time: 20 s.
+    let wide: Vec<Arrival> = (0..4)
+        .map(|_| Arrival {
+            cores: 2,
+            ..at(0.0, &[], 10.0)
+        })
+        .collect();
+    let s = summary(config(testbed(1, 2), wide, 0));
+    close(s.makespan_s, 40.0, "four 2-core tasks in series");
+    let narrow: Vec<Arrival> = (0..4).map(|_| at(0.0, &[], 10.0)).collect();
+    let s = summary(config(testbed(1, 2), narrow, 0));
+    close(s.makespan_s, 20.0, "four 1-core tasks two at a time");
 }
 
 #[test]
@@ -675,6 +693,7 @@ fn mi_like(tasks: usize, files: u64, seed: u64) -> Vec<Arrival> {
                 time,
                 inputs,
                 compute_s: 0.01 + rng.below(10) as f64 * 0.01,
+                cores: 1,
             });
         }
         sec += 1;
