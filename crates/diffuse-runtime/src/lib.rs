@@ -23,6 +23,7 @@ pub mod placeholder;
 pub mod proto;
 pub mod run;
 pub mod server;
+pub mod size;
 pub mod spec;
 pub mod storage;
 pub mod uri;

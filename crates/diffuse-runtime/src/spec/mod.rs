@@ -1,59 +1,11 @@
 //! Task files: one JSON object per line (`.jsonl`) or a JSON array, with the fields of
-//! `shared/design/brief.md`. Parsing is all-or-nothing: an error names the line and the field, and
-//! no task of the batch is accepted.
+//! `shared/design/brief.md` and docs/runtime.md ("Task fields"). Parsing is all-or-nothing: an
+//! error names the line and the field, and no task of the batch is accepted.
 
-use serde::{Deserialize, Serialize};
+mod def;
+
+pub use def::{Cmd, Hint, TaskDef, TaskMore};
 use std::fmt;
-
-/// How a task's program is given.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Cmd {
-    /// An argv list, run directly.
-    Argv(Vec<String>),
-    /// A string, run by `sh -c`.
-    Shell(String),
-}
-
-/// A placement hint (accepted and recorded; placement by hint is not implemented yet).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Hint {
-    /// Node name.
-    pub node: String,
-    /// Hard (true) or soft (false).
-    #[serde(default)]
-    pub strict: bool,
-}
-
-/// One task as a user writes it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TaskDef {
-    /// Unique id.
-    pub id: String,
-    /// Program: argv list or shell string. `{inputs[i]}` and `{outputs[i]}` expand to local paths.
-    pub cmd: Cmd,
-    /// Input URIs: `file://`, `s3://`, `http(s)://`.
-    #[serde(default)]
-    pub inputs: Vec<String>,
-    /// Output URIs: `file://` (copied there after success).
-    #[serde(default)]
-    pub outputs: Vec<String>,
-    /// Job name.
-    #[serde(default = "default_job")]
-    pub job: String,
-    /// Expected compute time, seconds (informational).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compute_s: Option<f64>,
-    /// Placement hint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hint: Option<Hint>,
-}
-
-fn default_job() -> String {
-    "default".into()
-}
 
 /// A malformed task: where, which field, what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,79 +34,9 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
-impl TaskDef {
-    /// Check the task and put its URIs in canonical form ([`crate::uri`]).
-    fn check(&mut self, line: usize) -> Result<(), SpecError> {
-        let err = |field: String, message: String| {
-            Err(SpecError {
-                line,
-                field,
-                message,
-            })
-        };
-        if self.id.is_empty() || self.id.len() > 256 || self.id.chars().any(char::is_control) {
-            return err(
-                "id".into(),
-                "must be 1-256 characters without control characters".into(),
-            );
-        }
-        match &self.cmd {
-            Cmd::Argv(v) if v.is_empty() || v[0].is_empty() => {
-                return err("cmd".into(), "argv list must name a program".into())
-            }
-            Cmd::Shell(s) if s.trim().is_empty() => {
-                return err("cmd".into(), "command string is empty".into())
-            }
-            _ => {}
-        }
-        for (i, uri) in self.inputs.iter_mut().enumerate() {
-            match crate::uri::canonical(uri) {
-                Ok(c) => *uri = c,
-                Err(e) => return err(format!("inputs[{i}]"), e),
-            }
-        }
-        for (i, uri) in self.outputs.iter_mut().enumerate() {
-            match crate::uri::canonical(uri) {
-                Ok(c) if crate::uri::scheme(&c) == Some(crate::uri::Scheme::File) => *uri = c,
-                Ok(_) => {
-                    return err(
-                        format!("outputs[{i}]"),
-                        format!("'{uri}': outputs must be file:// URIs with an absolute path"),
-                    )
-                }
-                Err(e) => return err(format!("outputs[{i}]"), e),
-            }
-        }
-        let texts: Vec<&str> = match &self.cmd {
-            Cmd::Argv(v) => v.iter().map(String::as_str).collect(),
-            Cmd::Shell(s) => vec![s.as_str()],
-        };
-        for text in texts {
-            for (kind, index, _) in crate::placeholder::find(text) {
-                let (name, len) = match kind {
-                    crate::placeholder::Kind::Input => ("inputs", self.inputs.len()),
-                    crate::placeholder::Kind::Output => ("outputs", self.outputs.len()),
-                };
-                if index >= len {
-                    return err(
-                        "cmd".into(),
-                        format!("{{{name}[{index}]}} is out of range: the task has {len} {name}"),
-                    );
-                }
-            }
-        }
-        if let Some(c) = self.compute_s {
-            if !c.is_finite() || c < 0.0 {
-                return err("compute_s".into(), "must be a non-negative number".into());
-            }
-        }
-        Ok(())
-    }
-}
-
 fn parse_one(text: &str, line: usize) -> Result<TaskDef, SpecError> {
     let de = &mut serde_json::Deserializer::from_str(text);
-    let mut def: TaskDef = serde_path_to_error::deserialize(de).map_err(|e| {
+    let wire: def::TaskWire = serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
         SpecError {
             line,
@@ -162,8 +44,7 @@ fn parse_one(text: &str, line: usize) -> Result<TaskDef, SpecError> {
             message: e.into_inner().to_string(),
         }
     })?;
-    def.check(line)?;
-    Ok(def)
+    wire.check(line)
 }
 
 /// Parse a whole batch: JSON Lines, or a JSON array when the text starts with `[`. Blank lines
@@ -266,7 +147,8 @@ mod tests {
             t[0].cmd,
             Cmd::Argv(vec!["wc".into(), "-c".into(), "{inputs[0]}".into()])
         );
-        assert_eq!(t[0].job, "default");
+        assert_eq!(t[0].job(), "default");
+        assert_eq!(t[1].job(), "j");
         assert_eq!(t[1].cmd, Cmd::Shell("echo hi > {outputs[0]}".into()));
     }
 
@@ -338,6 +220,54 @@ mod tests {
         assert_eq!(t[0].outputs, ["file:///o"]);
         let e = parse_tasks(r#"{"id":"a","cmd":"true","outputs":["s3://b/k"]}"#).unwrap_err();
         assert_eq!(e.field, "outputs[0]");
+    }
+
+    #[test]
+    fn optional_fields_are_checked_and_kept_apart() {
+        let t = parse_tasks(
+            r#"{"id":"a","cmd":"true","cores":2,"memory":"4GB","gpus":1,"disk":1000,"timeout_s":1.5,"retries":2,"env":{"X":"1"},"priority":-3,"stdout":"file:///logs/{id}.{attempt}.out","stderr":"s3://b/{id}.err"}"#,
+        )
+        .unwrap();
+        let m = t[0].more.as_ref().expect("fields kept");
+        assert_eq!(
+            (m.cores, m.memory, m.gpus, m.disk, m.retries, m.priority),
+            (
+                Some(2),
+                Some(4_000_000_000),
+                Some(1),
+                Some(1000),
+                Some(2),
+                -3
+            )
+        );
+        assert_eq!(m.timeout_s, Some(1.5));
+        assert_eq!(m.env["X"], "1");
+        // A task of defaults keeps nothing extra.
+        let t = parse_tasks(r#"{"id":"a","cmd":"true","job":"default","gpus":0}"#).unwrap();
+        assert!(t[0].more.is_none());
+        // Through the journal's form and back.
+        let def = parse_tasks(r#"{"id":"a","cmd":"x","memory":"1KiB","priority":4}"#).unwrap();
+        let json = serde_json::to_string(&def[0]).unwrap();
+        let back: TaskDef = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, def[0]);
+        for (task, field) in [
+            (r#"{"id":"a","cmd":"x","cores":0}"#, "cores"),
+            (r#"{"id":"a","cmd":"x","memory":"4XB"}"#, "memory"),
+            (r#"{"id":"a","cmd":"x","memory":-1}"#, "memory"),
+            (r#"{"id":"a","cmd":"x","timeout_s":0}"#, "timeout_s"),
+            (r#"{"id":"a","cmd":"x","retries":-1}"#, "retries"),
+            (r#"{"id":"a","cmd":"x","priority":40000}"#, "priority"),
+            (r#"{"id":"a","cmd":"x","env":{"A=B":"1"}}"#, "env.A=B"),
+            (
+                r#"{"id":"a","cmd":"x","env":{"DIFFUSE_X":"1"}}"#,
+                "env.DIFFUSE_X",
+            ),
+            (r#"{"id":"a","cmd":"x","env":{"A":1}}"#, "env.A"),
+            (r#"{"id":"a","cmd":"x","stdout":"http://h/x"}"#, "stdout"),
+        ] {
+            let e = parse_tasks(task).unwrap_err();
+            assert_eq!(e.field, field, "{task}: {e}");
+        }
     }
 
     #[test]

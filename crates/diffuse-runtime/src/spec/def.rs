@@ -1,0 +1,330 @@
+//! One task: its fields as written in JSON ([`TaskWire`], flat, every field optional but `id`
+//! and `cmd`), and as kept in memory ([`TaskDef`]: what every task has, and the rest boxed in
+//! [`TaskMore`], which most tasks leave empty; a dispatcher keeps millions of tasks).
+
+use super::SpecError;
+use crate::placeholder::Kind;
+use crate::uri::Scheme;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How a task's program is given.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Cmd {
+    /// An argv list, run directly.
+    Argv(Vec<String>),
+    /// A string, run by `sh -c`.
+    Shell(String),
+}
+
+/// A placement hint (accepted and recorded; placement by hint is not implemented yet).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hint {
+    /// Node name.
+    pub node: String,
+    /// Hard (true) or soft (false).
+    #[serde(default)]
+    pub strict: bool,
+}
+
+/// One task, checked, its URIs canonical.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "TaskWire", into = "TaskWire")]
+pub struct TaskDef {
+    /// Unique id.
+    pub id: String,
+    /// Program: argv list or shell string. `{inputs[i]}` and `{outputs[i]}` expand to local paths.
+    pub cmd: Cmd,
+    /// Input URIs: `file://`, `s3://`, `http(s)://`.
+    pub inputs: Vec<String>,
+    /// Output URIs: `file://` (copied there after success).
+    pub outputs: Vec<String>,
+    /// Every other field; `None` when all have their defaults.
+    pub more: Option<Box<TaskMore>>,
+}
+
+/// The fields a task may leave out, with their meaning when set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskMore {
+    /// Job name (default `default`).
+    pub job: Option<String>,
+    /// Expected compute time, seconds (informational).
+    pub compute_s: Option<f64>,
+    /// Placement hint.
+    pub hint: Option<Hint>,
+    /// Where to copy the captured stdout (`file://` or `s3://`; `{id}` and `{attempt}` expanded).
+    pub stdout: Option<String>,
+    /// Where to copy the captured stderr.
+    pub stderr: Option<String>,
+    /// Cores held while it runs (default 1).
+    pub cores: Option<u32>,
+    /// Memory, bytes (default: none asked).
+    pub memory: Option<u64>,
+    /// GPUs (default 0).
+    pub gpus: Option<u32>,
+    /// Scratch disk, bytes (default: none asked).
+    pub disk: Option<u64>,
+    /// Time limit, seconds (default: the worker's `--task-timeout`, or none).
+    pub timeout_s: Option<f64>,
+    /// How many more attempts a non-zero exit or a time-out gets (default: the dispatcher's
+    /// `--retries`, 0 unless set).
+    pub retries: Option<u32>,
+    /// Extra environment variables.
+    pub env: BTreeMap<String, String>,
+    /// Queue order: higher first (default 0; -32768 to 32767).
+    pub priority: i16,
+}
+
+impl TaskDef {
+    /// The job name.
+    pub fn job(&self) -> &str {
+        self.more
+            .as_ref()
+            .and_then(|m| m.job.as_deref())
+            .unwrap_or("default")
+    }
+
+    /// The optional fields (all defaults if none was set).
+    pub fn more(&self) -> std::borrow::Cow<'_, TaskMore> {
+        match &self.more {
+            Some(m) => std::borrow::Cow::Borrowed(m),
+            None => std::borrow::Cow::Owned(TaskMore::default()),
+        }
+    }
+}
+
+/// A size: bytes, or a string such as `"4GB"` or `"512MiB"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SizeValue {
+    /// Bytes.
+    Bytes(u64),
+    /// With a unit.
+    Text(String),
+}
+
+/// A task as written in JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskWire {
+    id: String,
+    cmd: Cmd,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    inputs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    outputs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compute_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hint: Option<Hint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stdout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stderr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cores: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    memory: Option<SizeValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    disk: Option<SizeValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeout_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retries: Option<u32>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    priority: Option<i64>,
+}
+
+impl From<TaskDef> for TaskWire {
+    fn from(d: TaskDef) -> TaskWire {
+        let m = d.more.map(|m| *m).unwrap_or_default();
+        TaskWire {
+            id: d.id,
+            cmd: d.cmd,
+            inputs: d.inputs,
+            outputs: d.outputs,
+            job: m.job,
+            compute_s: m.compute_s,
+            hint: m.hint,
+            stdout: m.stdout,
+            stderr: m.stderr,
+            cores: m.cores,
+            memory: m.memory.map(SizeValue::Bytes),
+            gpus: m.gpus,
+            disk: m.disk.map(SizeValue::Bytes),
+            timeout_s: m.timeout_s,
+            retries: m.retries,
+            env: m.env,
+            priority: (m.priority != 0).then_some(m.priority as i64),
+        }
+    }
+}
+
+impl TryFrom<TaskWire> for TaskDef {
+    type Error = SpecError;
+
+    fn try_from(w: TaskWire) -> Result<TaskDef, SpecError> {
+        w.check(0)
+    }
+}
+
+/// Most bytes an environment variable's name and value may have together.
+const ENV_MAX: usize = 32 << 10;
+
+impl TaskWire {
+    /// Check every field, put URIs in canonical form ([`crate::uri`]), and keep the task.
+    pub fn check(self, line: usize) -> Result<TaskDef, SpecError> {
+        let err = |field: &str, message: String| SpecError {
+            line,
+            field: field.to_string(),
+            message,
+        };
+        let w = self;
+        if w.id.is_empty() || w.id.len() > 256 || w.id.chars().any(char::is_control) {
+            return Err(err(
+                "id",
+                "must be 1-256 characters without control characters".into(),
+            ));
+        }
+        match &w.cmd {
+            Cmd::Argv(v) if v.is_empty() || v[0].is_empty() => {
+                return Err(err("cmd", "argv list must name a program".into()))
+            }
+            Cmd::Shell(s) if s.trim().is_empty() => {
+                return Err(err("cmd", "command string is empty".into()))
+            }
+            _ => {}
+        }
+        let mut inputs = w.inputs;
+        for (i, uri) in inputs.iter_mut().enumerate() {
+            *uri = crate::uri::canonical(uri).map_err(|e| err(&format!("inputs[{i}]"), e))?;
+        }
+        let mut outputs = w.outputs;
+        for (i, uri) in outputs.iter_mut().enumerate() {
+            let c = crate::uri::canonical(uri).map_err(|e| err(&format!("outputs[{i}]"), e))?;
+            if crate::uri::scheme(&c) != Some(Scheme::File) {
+                return Err(err(
+                    &format!("outputs[{i}]"),
+                    format!("'{uri}': outputs must be file:// URIs with an absolute path"),
+                ));
+            }
+            *uri = c;
+        }
+        let texts: Vec<&str> = match &w.cmd {
+            Cmd::Argv(v) => v.iter().map(String::as_str).collect(),
+            Cmd::Shell(s) => vec![s.as_str()],
+        };
+        for text in texts {
+            for (kind, index, _) in crate::placeholder::find(text) {
+                let (name, len) = match kind {
+                    Kind::Input => ("inputs", inputs.len()),
+                    Kind::Output => ("outputs", outputs.len()),
+                };
+                if index >= len {
+                    return Err(err(
+                        "cmd",
+                        format!("{{{name}[{index}]}} is out of range: the task has {len} {name}"),
+                    ));
+                }
+            }
+        }
+        if let Some(c) = w.compute_s {
+            if !c.is_finite() || c < 0.0 {
+                return Err(err("compute_s", "must be a non-negative number".into()));
+            }
+        }
+        let log_uri = |field: &str, uri: Option<String>| -> Result<Option<String>, SpecError> {
+            let Some(uri) = uri else { return Ok(None) };
+            // Placeholders are checked as written; the expanded URI is checked again per attempt.
+            let sample = uri.replace("{id}", "id").replace("{attempt}", "1");
+            let c = crate::uri::canonical(&sample).map_err(|e| err(field, e))?;
+            if !matches!(crate::uri::scheme(&c), Some(Scheme::File | Scheme::S3)) {
+                return Err(err(
+                    field,
+                    format!("'{uri}' must be a file:// or s3:// URI"),
+                ));
+            }
+            Ok(Some(uri))
+        };
+        let stdout = log_uri("stdout", w.stdout)?;
+        let stderr = log_uri("stderr", w.stderr)?;
+        if w.cores == Some(0) {
+            return Err(err("cores", "must be at least 1".into()));
+        }
+        let size = |field: &str, v: Option<SizeValue>| -> Result<Option<u64>, SpecError> {
+            match v {
+                None => Ok(None),
+                Some(SizeValue::Bytes(b)) => Ok(Some(b)),
+                Some(SizeValue::Text(t)) => crate::size::parse_size(&t)
+                    .map(Some)
+                    .map_err(|e| err(field, e)),
+            }
+        };
+        let memory = size("memory", w.memory)?;
+        let disk = size("disk", w.disk)?;
+        if let Some(t) = w.timeout_s {
+            if !t.is_finite() || t <= 0.0 || t > 1e9 {
+                return Err(err(
+                    "timeout_s",
+                    "must be a positive number of seconds".into(),
+                ));
+            }
+        }
+        for (k, v) in &w.env {
+            let field = format!("env.{k}");
+            if k.is_empty()
+                || k.contains('=')
+                || k.contains('\0')
+                || v.contains('\0')
+                || k.len() + v.len() > ENV_MAX
+            {
+                return Err(err(
+                    &field,
+                    "a name must be non-empty without '=' or NUL, a value without NUL, 32 KiB in all"
+                        .into(),
+                ));
+            }
+            if k.starts_with("DIFFUSE_") {
+                return Err(err(
+                    &field,
+                    "DIFFUSE_* names are set by the worker (DIFFUSE_TASK_ID, DIFFUSE_ATTEMPT, DIFFUSE_NODE, DIFFUSE_CORES)".into(),
+                ));
+            }
+        }
+        let priority = match w.priority {
+            None => 0,
+            Some(p) => i16::try_from(p)
+                .map_err(|_| err("priority", format!("{p} is outside -32768..32767")))?,
+        };
+        let more = TaskMore {
+            job: w.job.filter(|j| j != "default"),
+            compute_s: w.compute_s,
+            hint: w.hint,
+            stdout,
+            stderr,
+            cores: w.cores,
+            memory,
+            gpus: w.gpus.filter(|g| *g > 0),
+            disk,
+            timeout_s: w.timeout_s,
+            retries: w.retries,
+            env: w.env,
+            priority,
+        };
+        Ok(TaskDef {
+            id: w.id,
+            cmd: w.cmd,
+            inputs,
+            outputs,
+            more: (more != TaskMore::default()).then(|| Box::new(more)),
+        })
+    }
+}
