@@ -1,16 +1,17 @@
 //! The dispatcher's durable journal, kept in an embedded SQLite database.
 //!
-//! # Schema (version 2)
+//! # Schema (version 3)
 //!
 //! ```sql
 //! meta(key TEXT PRIMARY KEY, value NOT NULL)
-//!     -- ('magic', 'diffuse-journal'), ('schema_version', 2)
+//!     -- ('magic', 'diffuse-journal'), ('schema_version', 3)
 //! tasks(seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- submission order
 //!       id TEXT NOT NULL UNIQUE, spec_json TEXT NOT NULL,
 //!       submitted_at REAL NOT NULL,
 //!       attempts INTEGER NOT NULL DEFAULT 0,    -- highest dispatched attempt
 //!       sum INTEGER)                            -- record checksum
 //! attempts(task_seq REFERENCES tasks(seq), attempt, node,
+//!          result_json,                         -- report of a retried failure
 //!          PRIMARY KEY (task_seq, attempt))     -- dispatch history
 //! outcomes(task_seq INTEGER PRIMARY KEY REFERENCES tasks(seq),
 //!          state TEXT CHECK (state IN ('succeeded','failed','cancelled')),
@@ -20,7 +21,8 @@
 //!
 //! `sum` is the first 8 bytes of a SHA-256 over the record's fields (see `record_sum`); it is
 //! checked whenever a task or an outcome is read back. A version-1 journal is upgraded in place
-//! at open: its rows keep a NULL `sum` and are not checked.
+//! at open: its rows keep a NULL `sum` and are not checked. A version-2 journal gains the
+//! attempts' `result_json` column at open.
 //!
 //! # Durability
 //!
@@ -69,7 +71,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 /// Value of the `magic` row of the `meta` table.
 pub const MAGIC: &str = "diffuse-journal";
 /// Value of the `schema_version` row of the `meta` table.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Maximum number of problems `quick_check` reports at open.
 const QUICK_CHECK_LIMIT: u32 = 20;
@@ -88,9 +90,10 @@ CREATE TABLE IF NOT EXISTS tasks (
     sum          INTEGER
 );
 CREATE TABLE IF NOT EXISTS attempts (
-    task_seq INTEGER NOT NULL REFERENCES tasks(seq),
-    attempt  INTEGER NOT NULL,
-    node     TEXT NOT NULL,
+    task_seq    INTEGER NOT NULL REFERENCES tasks(seq),
+    attempt     INTEGER NOT NULL,
+    node        TEXT NOT NULL,
+    result_json TEXT,
     PRIMARY KEY (task_seq, attempt)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS outcomes (
@@ -305,6 +308,8 @@ enum MetaState {
     Fresh,
     /// A journal of schema version 1 (no record checksums): upgraded at open.
     Version1,
+    /// A journal of schema version 2 (no attempt results): upgraded at open.
+    Version2,
     /// A journal of this schema.
     Current,
 }
@@ -432,12 +437,15 @@ impl Journal {
         // Keep an idle WAL from staying at its high-water size forever.
         conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
 
-        if let MetaState::Version1 = state {
+        if let MetaState::Version1 | MetaState::Version2 = state {
             let tx = conn.unchecked_transaction()?;
-            tx.execute_batch(
-                "ALTER TABLE tasks ADD COLUMN sum INTEGER;
-                 ALTER TABLE outcomes ADD COLUMN sum INTEGER;",
-            )?;
+            if let MetaState::Version1 = state {
+                tx.execute_batch(
+                    "ALTER TABLE tasks ADD COLUMN sum INTEGER;
+                     ALTER TABLE outcomes ADD COLUMN sum INTEGER;",
+                )?;
+            }
+            tx.execute_batch("ALTER TABLE attempts ADD COLUMN result_json TEXT;")?;
             tx.execute(
                 "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
                 [SCHEMA_VERSION],
@@ -505,6 +513,8 @@ impl Journal {
             Ok(MetaState::Current)
         } else if magic_ok && version_number == Some(1) {
             Ok(MetaState::Version1)
+        } else if magic_ok && version_number == Some(2) {
+            Ok(MetaState::Version2)
         } else {
             Err(version_error(format!(
                 "magic {}, schema version {}",
@@ -704,12 +714,51 @@ impl Journal {
     /// Dispatch history of one task: `(attempt, node)` in attempt order
     /// (empty for an unknown or never dispatched task).
     pub fn attempts(&self, id: &str) -> Result<Vec<(u32, String)>, JournalError> {
+        Ok(self
+            .attempt_results(id)?
+            .into_iter()
+            .map(|(a, n, _)| (a, n))
+            .collect())
+    }
+
+    /// Dispatch history of one task with each attempt's report, for attempts that ended without
+    /// ending the task (a retried failure): `(attempt, node, report JSON)` in attempt order.
+    pub fn attempt_results(
+        &self,
+        id: &str,
+    ) -> Result<Vec<(u32, String, Option<String>)>, JournalError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT a.attempt, a.node FROM tasks t JOIN attempts a ON a.task_seq = t.seq
+            "SELECT a.attempt, a.node, a.result_json FROM tasks t JOIN attempts a ON a.task_seq = t.seq
              WHERE t.id = ?1 ORDER BY a.attempt",
         )?;
-        let rows = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Record the reports of attempts that ended without ending their task (retried failures),
+    /// in ONE transaction: `(task id, attempt, report JSON)`. An attempt not recorded by
+    /// [`Journal::record_attempts`] is ignored.
+    pub fn record_attempt_results(
+        &mut self,
+        results: &[(String, u32, String)],
+    ) -> Result<(), JournalError> {
+        if results.is_empty() {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut set = tx.prepare_cached(
+                "UPDATE attempts SET result_json = ?3
+                 WHERE task_seq = (SELECT seq FROM tasks WHERE id = ?1) AND attempt = ?2",
+            )?;
+            for (id, attempt, json) in results {
+                set.execute(params![id, attempt, json])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// Commit this connection's transactions without waiting for fsync (`synchronous=NORMAL`
@@ -1038,10 +1087,10 @@ mod tests {
                 "someone-else",
             ),
             (
-                "v3.db",
+                "v4.db",
                 "CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL);
-                 INSERT INTO meta VALUES ('magic', 'diffuse-journal'), ('schema_version', 3);",
-                "schema version 3",
+                 INSERT INTO meta VALUES ('magic', 'diffuse-journal'), ('schema_version', 4);",
+                "schema version 4",
             ),
             (
                 "no-version.db",
@@ -1072,7 +1121,7 @@ mod tests {
                 } => {
                     assert_eq!(p, &path.display().to_string());
                     assert!(found.contains(needle), "{file}: found = {found}");
-                    assert_eq!(expected, "magic \"diffuse-journal\", schema version 2");
+                    assert_eq!(expected, "magic \"diffuse-journal\", schema version 3");
                 }
                 other => panic!("{file}: expected Version error, got {other:?}"),
             }
@@ -1356,6 +1405,14 @@ mod tests {
         j.submit(&tasks(&["new"])).unwrap();
         let loaded: Vec<String> = j.load().unwrap().into_iter().map(|t| t.task.id).collect();
         assert_eq!(loaded, ["old", "new"]);
+        // The attempts' result column was added too.
+        j.record_attempts(&[("new".into(), 1, "w1".into())]).unwrap();
+        j.record_attempt_results(&[("new".into(), 1, "{\"exit_code\":3}".into())])
+            .unwrap();
+        assert_eq!(
+            j.attempt_results("new").unwrap(),
+            vec![(1, "w1".to_string(), Some("{\"exit_code\":3}".to_string()))]
+        );
         drop(j);
         let c = Connection::open(&path).unwrap();
         let v: i64 = c
