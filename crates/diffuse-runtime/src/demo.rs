@@ -99,6 +99,10 @@ pub async fn run_policy(
         progress: cfg.progress,
         storage_bandwidth: Some((cfg.dir.join("data"), cfg.storage_bandwidth)),
         input_roots: Vec::new(),
+        // Each policy starts cold: its own caches, deleted with the run.
+        cache_root: cfg.dir.join(policy.to_string()).join("cache"),
+        retries: 0,
+        task_timeout: None,
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;

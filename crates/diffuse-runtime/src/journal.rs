@@ -1406,7 +1406,8 @@ mod tests {
         let loaded: Vec<String> = j.load().unwrap().into_iter().map(|t| t.task.id).collect();
         assert_eq!(loaded, ["old", "new"]);
         // The attempts' result column was added too.
-        j.record_attempts(&[("new".into(), 1, "w1".into())]).unwrap();
+        j.record_attempts(&[("new".into(), 1, "w1".into())])
+            .unwrap();
         j.record_attempt_results(&[("new".into(), 1, "{\"exit_code\":3}".into())])
             .unwrap();
         assert_eq!(

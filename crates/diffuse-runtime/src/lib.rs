@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod cache_dir;
+pub mod cache_pool;
 pub mod demo;
 pub mod dispatcher;
 pub mod gateway;

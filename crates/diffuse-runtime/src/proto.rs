@@ -28,8 +28,17 @@ pub enum ToDispatcher {
     Hello {
         /// Worker name (host name or given).
         name: String,
-        /// Task slots.
+        /// Task slots: its cores.
         slots: u32,
+        /// Memory tasks may ask for, bytes (None: not counted).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory: Option<u64>,
+        /// GPUs.
+        #[serde(default)]
+        gpus: u32,
+        /// Scratch disk tasks may ask for, bytes (None: not counted).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        disk: Option<u64>,
         /// Cache quota, bytes.
         cache_quota: u64,
         /// Base URL of its peer data server (`http://host:port`).
@@ -128,6 +137,39 @@ pub struct Assignment {
     /// empty when the task lists no input twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub positions: Vec<u32>,
+    /// Cores granted (`DIFFUSE_CORES`).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub cores: u32,
+    /// Memory asked for, bytes (enforced where the worker can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    /// GPUs granted; the worker picks which.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus: u32,
+    /// Time limit, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
+    /// Extra environment.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Where to copy the captured stdout and stderr (`{id}` and `{attempt}` expanded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_uri: Option<String>,
+    /// See `stdout_uri`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_uri: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn yes() -> bool {
@@ -146,7 +188,7 @@ pub enum ToWorker {
         heartbeat_ms: u64,
     },
     /// Run an attempt.
-    Run(Assignment),
+    Run(Box<Assignment>),
     /// Drop these objects from the cache (their source changed).
     Drop {
         /// URIs.
@@ -207,10 +249,25 @@ pub struct TaskReport {
     pub staged_at: f64,
     /// Unix time when it ended.
     pub finished_at: f64,
-    /// Path of the captured standard output.
-    pub stdout: String,
-    /// Path of the captured standard error.
-    pub stderr: String,
+    /// Path of the captured standard output on the worker; None if it printed nothing.
+    pub stdout: Option<String>,
+    /// Path of the captured standard error on the worker; None if it printed nothing.
+    pub stderr: Option<String>,
+    /// The last 4 KiB of a failed attempt's stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+    /// Why its captured output could not be kept whole (a full disk); the task's result stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_error: Option<String>,
+    /// The attempt was stopped at its time limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    /// Its memory cgroup killed it (it used more than it asked for).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_memory: bool,
+    /// GPUs it was given (`CUDA_VISIBLE_DEVICES`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
     /// Where each output was written.
     pub outputs: Vec<String>,
     /// Inputs read without caching because they are larger than the cache quota.
@@ -222,7 +279,25 @@ pub struct TaskReport {
 impl TaskReport {
     /// Whether the attempt succeeded.
     pub fn succeeded(&self) -> bool {
-        self.error.is_none() && self.exit_code == Some(0)
+        self.error.is_none() && self.exit_code == Some(0) && !self.timed_out
+    }
+
+    /// Whether another attempt might succeed where this one failed: its program ran and exited
+    /// non-zero or was killed, or it reached its time limit. Failures that would repeat (an input
+    /// not found, a program that cannot be started, an output that cannot be written) are not.
+    pub fn retryable(&self) -> bool {
+        !self.succeeded() && (self.timed_out || self.error.is_none())
+    }
+
+    /// Why it failed, in a few words.
+    pub fn failure(&self) -> String {
+        if let Some(e) = &self.error {
+            e.clone()
+        } else if let Some(c) = self.exit_code {
+            format!("exit code {c}")
+        } else {
+            "killed by a signal".into()
+        }
     }
 }
 
@@ -232,7 +307,7 @@ mod tests {
 
     #[test]
     fn round_trips_as_tagged_json() {
-        let m = ToWorker::Run(Assignment {
+        let m = ToWorker::Run(Box::new(Assignment {
             task: "t1".into(),
             attempt: 2,
             cmd: Cmd::Shell("true".into()),
@@ -247,7 +322,14 @@ mod tests {
             outputs: vec![],
             caching: true,
             positions: vec![],
-        });
+            cores: 1,
+            memory: None,
+            gpus: 0,
+            timeout_s: None,
+            env: Default::default(),
+            stdout_uri: None,
+            stderr_uri: None,
+        }));
         let text = serde_json::to_string(&m).unwrap();
         assert!(
             text.contains("\"type\":\"run\"") && text.contains("\"from\":\"peer\""),

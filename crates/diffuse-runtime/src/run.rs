@@ -50,6 +50,27 @@ pub struct RunConfig {
     pub storage_bandwidth: Option<(PathBuf, f64)>,
     /// `file://` inputs must be under one of these (passed to the workers; empty: anywhere).
     pub input_roots: Vec<PathBuf>,
+    /// Where the workers' caches live between runs ([`crate::cache_pool`]).
+    pub cache_root: PathBuf,
+    /// Retries of a task that does not say.
+    pub retries: u32,
+    /// Time limit of a task that does not say.
+    pub task_timeout: Option<Duration>,
+}
+
+/// A failed task, as the summary shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    /// Task id.
+    pub id: String,
+    /// Its exit code, if its process exited.
+    pub exit_code: Option<i32>,
+    /// Why it failed, if not an exit code.
+    pub error: Option<String>,
+    /// The worker it ran on.
+    pub node: Option<String>,
+    /// The last lines of its stderr.
+    pub stderr_tail: Option<String>,
 }
 
 /// What `diffuse run --json` prints.
@@ -81,8 +102,14 @@ pub struct RunSummary {
     pub bytes_peer: u64,
     /// Bytes read from persistent storage.
     pub bytes_storage: u64,
+    /// Input accesses in all (0: the tasks read no input).
+    pub accesses: u64,
+    /// The first failed tasks (at most 10), with why.
+    pub failures: Vec<Failure>,
     /// Per-task results, one JSON object per line.
     pub results: PathBuf,
+    /// Captured stdout and stderr of every attempt.
+    pub logs: PathBuf,
     /// The run directory.
     pub run_dir: PathBuf,
 }
@@ -250,8 +277,36 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         heartbeat: Duration::from_millis(500),
         heartbeat_timeout: Duration::from_secs(10),
         lookup_timeout: Duration::from_secs(30),
+        retries: cfg.retries,
+        task_timeout: cfg.task_timeout,
         storage_gateway: cfg.storage_bandwidth.clone(),
     })?;
+    let caches = crate::cache_pool::claim(&cfg.cache_root, cfg.workers as usize).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot use the cache directory {}: {e}",
+            cfg.cache_root.display()
+        )
+    })?;
+    if !caches.busy.is_empty() && cfg.progress {
+        eprintln!(
+            "cache: worker-{} of {} in use by another run; this run uses {}",
+            caches
+                .busy
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", worker-"),
+            cfg.cache_root.display(),
+            caches
+                .dirs
+                .iter()
+                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let logs = cfg.run_dir.join("logs");
+    std::fs::create_dir_all(&logs).map_err(anyhow::Error::from)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(anyhow::Error::from)?;
@@ -270,8 +325,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     ));
 
     let mut workers = Workers(Vec::new());
-    for i in 0..cfg.workers {
-        workers.0.push(start_worker(&cfg, i, &url, &tokens.worker)?);
+    for (i, cache) in caches.dirs.iter().enumerate() {
+        workers
+            .0
+            .push(start_worker(&cfg, i as u32, cache, &url, &tokens.worker)?);
     }
     let mut signal = std::pin::pin!(interrupted());
     let mut stopped_by: Option<String> = None;
@@ -331,14 +388,14 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                     if s.workers == 0 {
                         return Err(anyhow::anyhow!(
                             "worker-{i} exited ({code}) {MAX_RESTARTS} times and no worker is left; see {}",
-                            cfg.run_dir.join(format!("worker-{i}/worker.log")).display()
+                            logs.join(format!("worker-{i}.log")).display()
                         )
                         .into());
                     }
                     continue;
                 }
                 tracing::warn!("worker-{i} exited ({code}); starting it again");
-                *c = start_worker(&cfg, i as u32, &url, &tokens.worker)?;
+                *c = start_worker(&cfg, i as u32, &caches.dirs[i], &url, &tokens.worker)?;
             }
         }
         tokio::select! {
@@ -381,9 +438,11 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let _ = tokio::task::spawn_blocking(move || scheduler.join()).await;
 
     let results = cfg.run_dir.join("results.jsonl");
-    write_results(&journal, &results)?;
+    let failures = write_results(&journal, &results)?;
+    drop(caches);
     let t = status.traffic;
-    let acc = (t.local + t.peer + t.storage).max(1) as f64;
+    let accesses = t.local + t.peer + t.storage;
+    let acc = accesses.max(1) as f64;
     let ended = status.succeeded + status.failed + status.cancelled;
     Ok(RunSummary {
         tasks: status.submitted,
@@ -399,7 +458,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         bytes_local: t.bytes_local,
         bytes_peer: t.bytes_peer,
         bytes_storage: t.bytes_storage,
+        accesses,
+        failures,
         results,
+        logs,
         run_dir: cfg.run_dir.clone(),
     })
 }
@@ -407,25 +469,30 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
 /// How many times `diffuse run` starts one local worker again after it died.
 const MAX_RESTARTS: u32 = 10;
 
-/// Start local worker `i`: its directory is `<run-dir>/worker-<i>` (cache, task directories,
-/// `worker.log`, appended to across restarts).
+/// Start local worker `i` on the cache directory `cache`; its tasks' output goes to
+/// `<run-dir>/logs/`, its own log to `<run-dir>/logs/worker-<i>.log` (appended to across
+/// restarts).
 fn start_worker(
     cfg: &RunConfig,
     i: u32,
+    cache: &Path,
     url: &str,
     token: &str,
 ) -> Result<std::process::Child, RunError> {
-    let dir = cfg.run_dir.join(format!("worker-{i}"));
-    std::fs::create_dir_all(&dir).map_err(anyhow::Error::from)?;
+    let logs = cfg.run_dir.join("logs");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.join("worker.log"))
+        .open(logs.join(format!("worker-{i}.log")))
         .map_err(anyhow::Error::from)?;
     let mut cmd = std::process::Command::new(&cfg.exe);
     cmd.arg("worker")
         .args(["--dispatcher", url])
-        .args(["--cache-dir", &dir.join("cache").display().to_string()])
+        .arg("--cache-dir")
+        .arg(cache)
+        .arg("--log-dir")
+        .arg(&logs)
+        .arg("--keep-logs")
         .args(["--cache-size", &cfg.cache_size.to_string()])
         .args(["--slots", &cfg.slots_per_worker.to_string()])
         .args(["--name", &format!("worker-{i}")])
@@ -459,7 +526,7 @@ async fn wait_for_workers(handle: &Handle, n: u32, workers: &mut Workers) -> Res
         for (i, c) in workers.0.iter_mut().enumerate() {
             if let Ok(Some(code)) = c.try_wait() {
                 return Err(anyhow::anyhow!(
-                    "worker-{i} exited at start ({code}); see its worker.log"
+                    "worker-{i} exited at start ({code}); see logs/worker-{i}.log in the run directory"
                 )
                 .into());
             }
@@ -473,13 +540,32 @@ async fn wait_for_workers(handle: &Handle, n: u32, workers: &mut Workers) -> Res
     }
 }
 
-/// One line per task: id, state (null: not ended), exit code, node, attempt, error, and the
-/// worker's report.
-fn write_results(journal: &Path, out: &Path) -> anyhow::Result<()> {
+/// One line per task: id, state (null: not ended), exit code, node, attempt, error, the paths of
+/// its captured stdout and stderr (null when it printed nothing), the end of its stderr if it
+/// failed, and the worker's report. Returns the first 10 failures.
+fn write_results(journal: &Path, out: &Path) -> anyhow::Result<Vec<Failure>> {
     let j = Journal::open(journal)?;
     let mut w = std::io::BufWriter::new(std::fs::File::create(out)?);
+    let mut failures = Vec::new();
     for t in j.load()? {
         let o = t.outcome;
+        let report = o
+            .as_ref()
+            .and_then(|o| serde_json::from_str::<serde_json::Value>(&o.result_json).ok());
+        let field = |k: &str| report.as_ref().map(|r| r[k].clone()).unwrap_or_default();
+        let failed = o
+            .as_ref()
+            .is_some_and(|o| o.state != crate::journal::OutcomeState::Succeeded);
+        if failed && failures.len() < 10 {
+            let o = o.as_ref().expect("failed");
+            failures.push(Failure {
+                id: t.task.id.clone(),
+                exit_code: o.exit_code,
+                error: o.error.clone(),
+                node: o.node.clone(),
+                stderr_tail: field("stderr_tail").as_str().map(String::from),
+            });
+        }
         let line = serde_json::json!({
             "id": t.task.id,
             "state": o.as_ref().map(|o| o.state),
@@ -487,12 +573,15 @@ fn write_results(journal: &Path, out: &Path) -> anyhow::Result<()> {
             "node": o.as_ref().and_then(|o| o.node.clone()),
             "attempt": o.as_ref().map(|o| o.attempt),
             "error": o.as_ref().and_then(|o| o.error.clone()),
-            "report": o.as_ref().and_then(|o| serde_json::from_str::<serde_json::Value>(&o.result_json).ok()),
+            "stdout": field("stdout"),
+            "stderr": field("stderr"),
+            "stderr_tail": field("stderr_tail"),
+            "report": report,
         });
         writeln!(w, "{line}")?;
     }
     w.flush()?;
-    Ok(())
+    Ok(failures)
 }
 
 #[cfg(test)]

@@ -646,7 +646,8 @@ fn inputs_ten_times_the_quota_fail_no_task_and_stay_within_quota_plus_one_object
     let file = dir.path().join("tasks.jsonl");
     std::fs::write(&file, tasks).expect("task file");
     let run_dir = dir.path().join("run");
-    let cache = run_dir.join("worker-0/cache");
+    let caches = dir.path().join("caches");
+    let cache = caches.join("worker-0");
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
@@ -673,6 +674,8 @@ fn inputs_ten_times_the_quota_fail_no_task_and_stay_within_quota_plus_one_object
             &quota.to_string(),
             "--run-dir",
             run_dir.to_str().unwrap(),
+            "--cache-dir",
+            caches.to_str().unwrap(),
             "--json",
         ],
         None,

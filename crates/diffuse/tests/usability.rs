@@ -46,10 +46,13 @@ fn ctrl_c_stops_a_run_and_resume_finishes_it() {
     write_tasks(&file, &tasks);
     let run_dir = dir.path().join("run");
     let mut run = Command::new(BIN);
+    let cache = dir.path().join("cache");
     run.arg("run")
         .arg(&file)
         .arg("--run-dir")
         .arg(&run_dir)
+        .arg("--cache-dir")
+        .arg(&cache)
         .args(["--workers", "2", "--slots-per-worker", "2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -76,7 +79,7 @@ fn ctrl_c_stops_a_run_and_resume_finishes_it() {
     );
     for w in 0..2 {
         assert!(
-            run_dir.join(format!("worker-{w}/cache/CLEAN")).exists(),
+            cache.join(format!("worker-{w}/CLEAN")).exists(),
             "worker {w} did not stop cleanly"
         );
     }
@@ -304,6 +307,7 @@ fn two_runs_started_together_get_their_own_directories() {
     let start = || {
         Command::new(BIN)
             .args(["run", file.to_str().unwrap(), "--workers", "1"])
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
             .current_dir(dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -74,6 +74,10 @@ pub struct DispatcherConfig {
     /// Most time a worker may take to look up one input; past it the tasks reading that input
     /// fail.
     pub lookup_timeout: Duration,
+    /// Retries of a task that does not say.
+    pub retries: u32,
+    /// Time limit of a task that does not say.
+    pub task_timeout: Option<Duration>,
     /// Shared-storage emulation: serve `file://` objects under this root at this many bytes/s
     /// (see [`crate::gateway`]).
     pub storage_gateway: Option<(PathBuf, f64)>,
@@ -169,6 +173,8 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
             heartbeat_timeout: cfg.heartbeat_timeout,
             journal: cfg.journal.clone(),
             lookup_timeout: cfg.lookup_timeout,
+            retries: cfg.retries,
+            task_timeout: cfg.task_timeout,
         },
     )?;
     let (tx, rx) = mpsc::channel();

@@ -26,7 +26,9 @@
 //! | `stage` | inputs: local hits, single-flight fetches from peers or storage |
 //! | `peer` | the peer data server |
 
+pub mod cgroup;
 pub mod guard;
+mod output;
 mod peer;
 pub mod process;
 mod stage;
@@ -60,8 +62,22 @@ pub struct WorkerConfig {
     pub cache_dir: PathBuf,
     /// Cache quota, bytes (lowered to what the disk has free at start-up).
     pub cache_size: u64,
-    /// Task slots.
+    /// Task slots: cores tasks may ask for.
     pub slots: u32,
+    /// Memory tasks may ask for, bytes (None: not counted).
+    pub memory: Option<u64>,
+    /// GPUs (handed out by index, 0 to gpus-1).
+    pub gpus: u32,
+    /// Scratch disk tasks may ask for, bytes (None: not counted).
+    pub disk: Option<u64>,
+    /// Where captured stdout/stderr go (default `<cache-dir>/logs`).
+    pub log_dir: Option<PathBuf>,
+    /// Most bytes kept of each stream of each attempt.
+    pub max_output: u64,
+    /// Captured output older than this is deleted.
+    pub log_retention: Duration,
+    /// Captured output beyond this many bytes in all is deleted, oldest first.
+    pub log_max: u64,
     /// Name shown in the dispatcher's API.
     pub name: String,
     /// Address of the peer data server.
@@ -90,6 +106,46 @@ pub struct WorkerConfig {
     pub limits: crate::server::Limits,
 }
 
+/// What this machine has, for a worker's defaults.
+#[derive(Clone, Copy, Debug)]
+pub struct Machine {
+    /// Processors this process may use.
+    pub cores: u32,
+    /// Memory (`MemTotal` of `/proc/meminfo`), if known.
+    pub memory: Option<u64>,
+    /// NVIDIA GPUs (`/dev/nvidia0`, `/dev/nvidia1`, ...).
+    pub gpus: u32,
+}
+
+impl Machine {
+    /// Read what this machine has.
+    pub fn detect() -> Machine {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb * 1024)
+        });
+        let gpus = std::fs::read_dir("/dev")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        let n = e.file_name();
+                        let n = n.to_string_lossy();
+                        n.strip_prefix("nvidia")
+                            .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+                    })
+                    .count() as u32
+            })
+            .unwrap_or(0);
+        Machine {
+            cores,
+            memory,
+            gpus,
+        }
+    }
+}
+
 pub(crate) fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -111,6 +167,18 @@ pub(crate) struct Ctx {
     work: PathBuf,
     /// Captured stdout and stderr of tasks.
     logs: PathBuf,
+    /// Most bytes kept of each stream.
+    max_output: u64,
+    /// This worker's name (`DIFFUSE_NODE`).
+    name: String,
+    /// GPU indices not given to a running task.
+    gpus_free: Mutex<std::collections::BTreeSet<u32>>,
+    /// The cache's root and its quota as configured: after a full disk lowered the quota, it is
+    /// raised back as space frees.
+    cache_root: PathBuf,
+    cache_size: u64,
+    /// Where memory limits are enforced, if anywhere.
+    cgroups: Option<cgroup::Cgroups>,
     launch: Launch,
     /// The running attempts, and how to stop each.
     running: Mutex<HashMap<Attempt, watch::Sender<Option<Stop>>>>,
@@ -123,6 +191,18 @@ impl Ctx {
         let evicted = self.cache.lock().expect("cache lock").take_evicted();
         if !evicted.is_empty() {
             let _ = self.out.send(ToDispatcher::Evicted { uris: evicted });
+        }
+    }
+
+    /// After a full disk lowered the quota: raise it back, up to the configured quota, as far as
+    /// the disk's free space now allows.
+    pub(crate) fn refit_quota(&self) {
+        let mut cache = self.cache.lock().expect("cache lock");
+        if cache.quota() >= self.cache_size {
+            return;
+        }
+        if let Some(room) = disk_room(&self.cache_root, cache.used()) {
+            cache.set_quota(room.min(self.cache_size));
         }
     }
 
@@ -147,6 +227,8 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
             "--task-user needs the worker to run as root (it switches to that user for each task)"
         );
     }
+    std::fs::create_dir_all(&cfg.cache_dir)?;
+    let _lock = lock_cache_dir(&cfg.cache_dir).await?;
     let files = FileAccess::confined(
         &cfg.input_roots,
         cfg.task_user
@@ -155,13 +237,28 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     )?;
     let cache = open_cache(&cfg).await?;
     let work = cfg.cache_dir.join("work");
-    let logs = cfg.cache_dir.join("logs");
+    let logs = cfg
+        .log_dir
+        .clone()
+        .map(std::path::absolute)
+        .transpose()?
+        .unwrap_or_else(|| cfg.cache_dir.join("logs"));
     std::fs::create_dir_all(&work)?;
     std::fs::create_dir_all(&logs)?;
     if cfg.task_user.is_some() {
         confine_cache_dir(&cfg.cache_dir)?;
     }
     let storage = Storage::new(files);
+    let cgroups = match cgroup::Cgroups::detect() {
+        Ok(c) => {
+            tracing::info!("memory requests are enforced ({})", c.describe());
+            Some(c)
+        }
+        Err(why) => {
+            tracing::info!("memory requests are scheduled, not enforced: {why}");
+            None
+        }
+    };
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx {
         cache: Mutex::new(cache),
@@ -174,7 +271,13 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         inflight: Mutex::new(HashMap::new()),
         out: out_tx,
         work,
-        logs,
+        logs: logs.clone(),
+        max_output: cfg.max_output,
+        name: cfg.name.clone(),
+        gpus_free: Mutex::new((0..cfg.gpus).collect()),
+        cache_root: cfg.cache_dir.clone(),
+        cache_size: cfg.cache_size,
+        cgroups,
         launch: Launch::new(&cfg.task_env_drop, cfg.task_user.clone()),
         running: Mutex::new(HashMap::new()),
         lookups: tokio::sync::Semaphore::new(LOOKUPS_AT_ONCE),
@@ -186,7 +289,9 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     let bound = listener.local_addr()?;
     let peer_router = axum::Router::new()
         .route("/v1/cache/{key}", axum::routing::get(peer::serve_object))
+        .route("/v1/logs/{name}", axum::routing::get(peer::serve_log))
         .with_state(ctx.clone());
+    tokio::spawn(prune_logs(logs, cfg.log_retention, cfg.log_max));
     let (stop_peer, peer_stopped) = tokio::sync::oneshot::channel::<()>();
     let peer_server = tokio::spawn(crate::server::serve(
         listener,
@@ -273,6 +378,39 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     outcome
 }
 
+/// How long a worker waits for another one to leave its cache directory (a restart that
+/// overlaps the old worker's exit) before giving up.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Lock the cache directory for this worker alone, waiting up to [`LOCK_WAIT`] for another
+/// worker to release it.
+async fn lock_cache_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let path = dir.join("lock");
+    let start = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        if let Some(lock) = crate::cache_pool::try_lock(&path)? {
+            return Ok(lock);
+        }
+        if start.elapsed() > LOCK_WAIT {
+            anyhow::bail!(
+                "the cache directory {} is in use by another worker (waited {:.0?})",
+                dir.display(),
+                LOCK_WAIT
+            );
+        }
+        if !said {
+            tracing::warn!(
+                "the cache directory {} is in use by another worker; waiting up to {:.0?}",
+                dir.display(),
+                LOCK_WAIT
+            );
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Open the cache directory: verify every object if the last run did not end cleanly, and
 /// lower the quota to what the disk can hold (with 10% of the free space to spare for task
 /// directories and logs).
@@ -296,20 +434,25 @@ async fn open_cache(cfg: &WorkerConfig) -> anyhow::Result<CacheDir> {
     let mut cache =
         tokio::task::spawn_blocking(move || CacheDir::open(&open_dir, quota, eviction, !clean))
             .await??;
-    if let Ok(fs) = rustix::fs::statvfs(&dir) {
-        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
-        let room = cache.used() + free / 10 * 9;
+    if let Some(room) = disk_room(&dir, cache.used()) {
         if room < quota {
             tracing::warn!(
-                "--cache-size {quota} bytes is more than the disk of {} can hold ({} bytes free, {} cached): the quota is {room} bytes",
+                "--cache-size {quota} bytes is more than the disk of {} can hold ({} cached): the quota is {room} bytes",
                 dir.display(),
-                free,
                 cache.used()
             );
             cache.set_quota(room);
         }
     }
     Ok(cache)
+}
+
+/// What the cache at `dir` can hold on its disk: what it holds (`used`) plus 90% of the free
+/// space (the rest is left for task directories and logs).
+pub(crate) fn disk_room(dir: &std::path::Path, used: u64) -> Option<u64> {
+    let fs = rustix::fs::statvfs(dir).ok()?;
+    let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+    Some(used + free / 10 * 9)
 }
 
 /// With `--task-user`: the cache's objects, temp files and logs are the worker's alone
@@ -348,6 +491,43 @@ impl Signals {
             _ = self.int.recv() => tracing::info!("SIGINT: stopping"),
         }
     }
+}
+
+/// Every hour (and at start): delete captured output older than `retention`, then the oldest
+/// files until the directory holds at most `max` bytes.
+async fn prune_logs(dir: PathBuf, retention: Duration, max: u64) {
+    loop {
+        let d = dir.clone();
+        let _ = tokio::task::spawn_blocking(move || prune_once(&d, retention, max)).await;
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+}
+
+/// One pruning pass of [`prune_logs`]; returns the files deleted.
+pub fn prune_once(dir: &std::path::Path, retention: Duration, max: u64) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let now = SystemTime::now();
+    let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            m.is_file()
+                .then(|| (m.modified().unwrap_or(now), m.len(), e.path()))
+        })
+        .collect();
+    files.sort();
+    let mut total: u64 = files.iter().map(|f| f.1).sum();
+    let mut deleted = 0;
+    for (modified, len, path) in files {
+        let old = now.duration_since(modified).unwrap_or_default() > retention;
+        if (old || total > max) && std::fs::remove_file(&path).is_ok() {
+            total -= len;
+            deleted += 1;
+        }
+    }
+    deleted
 }
 
 /// Look up each URI's size and version, concurrently, each within `timeout`.
@@ -455,6 +635,9 @@ async fn connect(
     let hello = ToDispatcher::Hello {
         name: cfg.name.clone(),
         slots: cfg.slots,
+        memory: cfg.memory,
+        gpus: cfg.gpus,
+        disk: cfg.disk,
         cache_quota: cfg.cache_size,
         peer_url,
         held,
@@ -549,7 +732,7 @@ async fn session(
                     ToWorker::Run(a) => {
                         let (ctx, noop) = (ctx.clone(), cfg.noop);
                         tasks.spawn(async move {
-                            let report = if noop { Some(task::noop_report(&a)) } else { task::run_task(&ctx, a).await };
+                            let report = if noop { Some(task::noop_report(&a)) } else { task::run_task(&ctx, *a).await };
                             if let Some(report) = report {
                                 let _ = ctx.out.send(ToDispatcher::Finished(report));
                             }

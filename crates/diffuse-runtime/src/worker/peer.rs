@@ -44,3 +44,37 @@ pub(super) async fn serve_object(
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
+
+/// `GET /v1/logs/{name}`: a captured stdout or stderr file, to holders of the worker token (the
+/// dispatcher fetches it for `diffuse logs`). Names are the worker's own: `[A-Za-z0-9._-]` only.
+pub(super) async fn serve_log(
+    State(ctx): State<Arc<Ctx>>,
+    AxPath(name): AxPath<String>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    if !crate::auth::authorized(&headers, &ctx.token) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let ok = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && (name.ends_with(".stdout") || name.ends_with(".stderr"));
+    if !ok {
+        return StatusCode::BAD_REQUEST.into_response();
+    }
+    let path = ctx.logs.join(&name);
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.is_file() => {}
+        _ => return StatusCode::NOT_FOUND.into_response(),
+    }
+    match tower_http::services::ServeFile::new(path)
+        .oneshot(req)
+        .await
+    {
+        Ok(resp) => resp.into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}

@@ -15,6 +15,7 @@
 //! * With `--task-user`, a worker running as root runs tasks as that user (its uid, its primary
 //!   gid, no supplementary groups), with `HOME`, `USER` and `LOGNAME` set for it.
 
+use super::output::{capture, Captured};
 use crate::placeholder::{expand_plain, expand_shell};
 use crate::spec::Cmd;
 use rustix::process::{Pid, Signal};
@@ -23,7 +24,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 /// Time between SIGTERM and SIGKILL when a task is stopped.
@@ -36,6 +36,8 @@ pub enum Stop {
     Cancelled,
     /// The worker is stopping (a signal): the task runs again elsewhere.
     Leaving,
+    /// It reached its time limit.
+    TimedOut,
 }
 
 /// How the task's first process ended.
@@ -200,18 +202,40 @@ pub struct Job<'a> {
     pub dir: &'a Path,
     /// Files to capture stdout and stderr to.
     pub logs: (PathBuf, PathBuf),
+    /// Most bytes kept of each of stdout and stderr.
+    pub max_output: u64,
     /// Extra environment for this task.
     pub env: Vec<(String, String)>,
+    /// Its time limit.
+    pub timeout: Option<Duration>,
+    /// Its memory limit, and where to enforce it.
+    pub memory: Option<(u64, &'a super::cgroup::Cgroups)>,
+    /// Frees disk space when a log file finds the disk full (evicts from the cache).
+    pub make_room: std::sync::Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
-/// Run the command in a process group of its own until it exits or `stop` asks it to stop.
-/// Its stdout and stderr are written to the files of `job.logs`, each created at its first byte
-/// (a task that prints nothing leaves no file). Err: it could not be started.
+/// How the task's processes ended, and what they printed.
+#[derive(Debug)]
+pub struct Ended {
+    /// How its first process ended.
+    pub exit: Exit,
+    /// What was captured of its stdout.
+    pub stdout: Captured,
+    /// What was captured of its stderr.
+    pub stderr: Captured,
+    /// Its memory cgroup killed it.
+    pub out_of_memory: bool,
+}
+
+/// Run the command in a process group of its own until it exits, reaches its time limit, or
+/// `stop` asks it to stop. Its stdout and stderr are written to the files of `job.logs`, each
+/// created at its first byte (a task that prints nothing leaves no file) and cut at
+/// `job.max_output` bytes. Err: it could not be started.
 pub async fn execute(
     job: Job<'_>,
     launch: &Launch,
     mut stop: watch::Receiver<Option<Stop>>,
-) -> Result<Exit, String> {
+) -> Result<Ended, String> {
     let mut command = match job.cmd {
         Cmd::Argv(argv) => {
             let mut c = tokio::process::Command::new(resolve(&expand_plain(
@@ -260,15 +284,43 @@ pub async fn execute(
     })?;
     let pgid = child.id().map_or(0, |p| p as i32);
     let group = Group { pgid };
+    let cgroup = match job.memory {
+        Some((bytes, cgroups)) => match cgroups.limit(pgid as u32, bytes) {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                tracing::warn!("memory limit of {bytes} bytes not enforced: {e}");
+                None
+            }
+        },
+        None => None,
+    };
     let (out_path, err_path) = job.logs;
-    let out = tokio::spawn(capture(child.stdout.take(), out_path));
-    let err = tokio::spawn(capture(child.stderr.take(), err_path));
+    let (room_out, room_err) = (job.make_room.clone(), job.make_room.clone());
+    let out = tokio::spawn(capture(
+        child.stdout.take(),
+        out_path,
+        job.max_output,
+        move || room_out(),
+    ));
+    let err = tokio::spawn(capture(
+        child.stderr.take(),
+        err_path,
+        job.max_output,
+        move || room_err(),
+    ));
+    let deadline = async {
+        match job.timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
     let exit = tokio::select! {
         status = child.wait() => Exit::Code(status.map_err(|e| format!("wait: {e}"))?.code()),
         reason = async {
-            let _ = stop.wait_for(Option::is_some).await;
-            let reason = (*stop.borrow()).unwrap_or(Stop::Leaving);
-            reason
+            tokio::select! {
+                r = stop.wait_for(Option::is_some) => r.ok().and_then(|v| *v).unwrap_or(Stop::Leaving),
+                () = deadline => Stop::TimedOut,
+            }
         } => {
             kill_group(pgid, Signal::TERM);
             if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
@@ -280,44 +332,32 @@ pub async fn execute(
     };
     // Whatever the task left running in its group goes now, which also closes its pipes.
     drop(group);
+    let mut captured = Vec::with_capacity(2);
     for copy in [out, err] {
-        match tokio::time::timeout(Duration::from_secs(1), copy).await {
-            Ok(Ok(Err(e))) => return Err(format!("capturing output: {e}")),
-            Ok(_) => {}
-            Err(_) => tracing::warn!(
-                "output still open 1 s after the task ended (a process that left its group holds it); not waiting for it"
-            ),
-        }
+        captured.push(
+            match tokio::time::timeout(Duration::from_secs(1), copy).await {
+                Ok(Ok(Ok(c))) => c,
+                Ok(Ok(Err(e))) => return Err(format!("capturing output: {e}")),
+                Ok(Err(e)) => return Err(format!("capturing output: {e}")),
+                Err(_) => {
+                    tracing::warn!(
+                        "output still open 1 s after the task ended (a process that left its group holds it); not waiting for it"
+                    );
+                    Captured::default()
+                }
+            },
+        );
     }
-    Ok(exit)
-}
-
-/// Copy a pipe to `path`, creating the file (and its directory) at the first byte.
-async fn capture(
-    pipe: Option<impl tokio::io::AsyncRead + Unpin>,
-    path: PathBuf,
-) -> std::io::Result<()> {
-    use tokio::io::AsyncReadExt;
-    let Some(mut pipe) = pipe else { return Ok(()) };
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut file: Option<tokio::fs::File> = None;
-    loop {
-        let n = pipe.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        if file.is_none() {
-            if let Some(parent) = path.parent() {
-                tokio::fs::create_dir_all(parent).await?;
-            }
-            file = Some(tokio::fs::File::create(&path).await?);
-        }
-        file.as_mut().expect("created").write_all(&buf[..n]).await?;
-    }
-    if let Some(mut f) = file {
-        f.flush().await?;
-    }
-    Ok(())
+    let out_of_memory = cgroup.as_ref().is_some_and(|cg| cg.oom_killed());
+    drop(cgroup);
+    let stderr = captured.pop().unwrap_or_default();
+    let stdout = captured.pop().unwrap_or_default();
+    Ok(Ended {
+        exit,
+        stdout,
+        stderr,
+        out_of_memory,
+    })
 }
 
 #[cfg(test)]

@@ -108,8 +108,10 @@ impl From<StorageError> for Failed {
     }
 }
 
-/// How many times a fetch that found the disk full evicts and tries again.
-const NO_SPACE_RETRIES: u32 = 3;
+/// How many times a fetch that found the disk full evicts and tries again. Between tries it
+/// waits (0.1 s, doubling): an evicted object still linked into a running task's directory
+/// frees its bytes only when that task ends.
+const NO_SPACE_RETRIES: u32 = 6;
 
 /// Fetch an input from the named peer (falling back to storage) or from storage, and cache it.
 /// A full disk evicts (the cache's quota shrinks by the object's size) and tries again.
@@ -121,7 +123,12 @@ async fn fetch(
     let mut tries = 0;
     loop {
         match fetch_once(ctx, input, dest).await {
-            Ok(r) => return Ok(r),
+            Ok(r) => {
+                if tries > 0 {
+                    ctx.refit_quota();
+                }
+                return Ok(r);
+            }
             Err(Failed::Other(e)) => return Err(e),
             Err(Failed::NoSpace) => {
                 let room = tries < NO_SPACE_RETRIES
@@ -137,6 +144,7 @@ async fn fetch(
                         crate::uri::redacted(&input.uri)
                     ));
                 }
+                tokio::time::sleep(std::time::Duration::from_millis(100 << tries)).await;
                 tries += 1;
             }
         }

@@ -13,6 +13,7 @@ use crate::cache_dir::CacheDir;
 use crate::proto::{Assignment, TaskReport, Traffic};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 pub(super) fn noop_report(a: &Assignment) -> TaskReport {
@@ -25,16 +26,22 @@ pub(super) fn noop_report(a: &Assignment) -> TaskReport {
         started_at: now,
         staged_at: now,
         finished_at: now,
-        stdout: String::new(),
-        stderr: String::new(),
+        stdout: None,
+        stderr: None,
+        stderr_tail: None,
+        output_error: None,
+        timed_out: false,
+        out_of_memory: false,
+        gpus: Vec::new(),
         outputs: Vec::new(),
         uncached: Vec::new(),
         traffic: Traffic::default(),
     }
 }
 
-/// A file name for a task directory: the id with anything but `[A-Za-z0-9._-]` replaced.
-fn dir_name(task: &str, attempt: u32) -> String {
+/// The task id with anything but `[A-Za-z0-9._-]` replaced by `_` (and not `.` or `..`): what
+/// `{id}` becomes in file names.
+pub(super) fn safe_name(task: &str) -> String {
     let safe: String = task
         .chars()
         .map(|c| {
@@ -45,7 +52,20 @@ fn dir_name(task: &str, attempt: u32) -> String {
             }
         })
         .collect();
-    format!("{safe}.{}.{attempt}", &CacheDir::key(task)[..8])
+    match safe.as_str() {
+        "." | ".." => safe.replace('.', "_"),
+        _ => safe,
+    }
+}
+
+/// A file name for a task directory and its logs: the safe id, a hash of the real one (two ids
+/// may have the same safe form), and the attempt.
+pub(super) fn dir_name(task: &str, attempt: u32) -> String {
+    format!(
+        "{}.{}.{attempt}",
+        safe_name(task),
+        &CacheDir::key(task)[..8]
+    )
 }
 
 /// Removes the attempt from the worker's list of running attempts when dropped.
@@ -86,16 +106,13 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
         started_at,
         staged_at: started_at,
         finished_at: started_at,
-        stdout: ctx
-            .logs
-            .join(format!("{name}.stdout"))
-            .display()
-            .to_string(),
-        stderr: ctx
-            .logs
-            .join(format!("{name}.stderr"))
-            .display()
-            .to_string(),
+        stdout: None,
+        stderr: None,
+        stderr_tail: None,
+        output_error: None,
+        timed_out: false,
+        out_of_memory: false,
+        gpus: Vec::new(),
         outputs: Vec::new(),
         uncached: Vec::new(),
         traffic: Traffic::default(),
@@ -177,23 +194,82 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
     if *stop_rx.borrow() == Some(Stop::Leaving) {
         return None;
     }
+    let gpus = Gpus::take(ctx, a.gpus);
+    report.gpus = gpus.indices.clone();
+    let mut env = vec![
+        ("DIFFUSE_TASK_ID".to_string(), a.task.clone()),
+        ("DIFFUSE_ATTEMPT".to_string(), a.attempt.to_string()),
+        ("DIFFUSE_NODE".to_string(), ctx.name.clone()),
+        ("DIFFUSE_CORES".to_string(), a.cores.to_string()),
+    ];
+    if a.gpus > 0 {
+        let list: Vec<String> = gpus.indices.iter().map(u32::to_string).collect();
+        env.push(("CUDA_VISIBLE_DEVICES".to_string(), list.join(",")));
+    }
+    env.extend(a.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let job = Job {
         cmd: &a.cmd,
         inputs: &by_position,
         outputs: &outputs,
         dir: &dir,
-        logs: (PathBuf::from(&report.stdout), PathBuf::from(&report.stderr)),
-        env: Vec::new(),
+        logs: (
+            ctx.logs.join(format!("{name}.stdout")),
+            ctx.logs.join(format!("{name}.stderr")),
+        ),
+        max_output: ctx.max_output,
+        env,
+        timeout: a.timeout_s.map(Duration::from_secs_f64),
+        memory: a.memory.zip(ctx.cgroups.as_ref()),
+        make_room: {
+            let ctx = ctx.clone();
+            std::sync::Arc::new(move || {
+                let freed = ctx.cache.lock().expect("cache lock").make_room(1 << 20);
+                ctx.report_evictions();
+                freed
+            })
+        },
     };
-    let exit = execute(job, &ctx.launch, stop_rx).await;
+    let ended = execute(job, &ctx.launch, stop_rx).await;
+    drop(gpus);
     if needs_dir {
         let _ = std::fs::remove_dir_all(&inputs_dir);
     }
-    match exit {
-        Ok(Exit::Code(code)) => report.exit_code = code,
-        Ok(Exit::Stopped(Stop::Cancelled)) => return fail(report, "cancelled".into()),
-        Ok(Exit::Stopped(Stop::Leaving)) => return None,
+    let ended = match ended {
+        Ok(e) => e,
         Err(e) => return fail(report, e),
+    };
+    report.stdout = ended.stdout.path.as_ref().map(|p| p.display().to_string());
+    report.stderr = ended.stderr.path.as_ref().map(|p| p.display().to_string());
+    report.output_error = ended
+        .stdout
+        .error
+        .clone()
+        .or_else(|| ended.stderr.error.clone());
+    if let Err(e) = upload_logs(ctx, &a, &ended).await {
+        return fail(report, e);
+    }
+    match ended.exit {
+        Exit::Code(code) => report.exit_code = code,
+        Exit::Stopped(Stop::Cancelled) => return fail(report, "cancelled".into()),
+        Exit::Stopped(Stop::Leaving) => return None,
+        Exit::Stopped(Stop::TimedOut) => {
+            report.timed_out = true;
+            report.stderr_tail = ended.stderr.tail_text();
+            let limit = a.timeout_s.unwrap_or_default();
+            return fail(report, format!("timed out after {limit} s"));
+        }
+    }
+    if ended.out_of_memory {
+        report.out_of_memory = true;
+        report.stderr_tail = ended.stderr.tail_text();
+        let asked = crate::size::format_size(a.memory.unwrap_or_default());
+        return fail(
+            report,
+            format!("killed by the kernel: it used more than the {asked} of memory it asked for"),
+        );
+    }
+    if report.exit_code != Some(0) {
+        report.stderr_tail = ended.stderr.tail_text();
     }
     if report.exit_code == Some(0) && !outputs.is_empty() {
         // The outputs wait on this disk until uploaded: they count against the cache quota.
@@ -213,6 +289,76 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
     }
     report.finished_at = unix_now();
     Some(report)
+}
+
+/// GPUs given to a running attempt, by index; given back when dropped.
+struct Gpus<'a> {
+    ctx: &'a Ctx,
+    indices: Vec<u32>,
+}
+
+impl<'a> Gpus<'a> {
+    /// Take `n` free GPUs (the dispatcher only sends a task where that many are free).
+    fn take(ctx: &'a Ctx, n: u32) -> Gpus<'a> {
+        let mut free = ctx.gpus_free.lock().expect("gpu lock");
+        let indices: Vec<u32> = free.iter().copied().take(n as usize).collect();
+        for i in &indices {
+            free.remove(i);
+        }
+        if indices.len() < n as usize {
+            tracing::warn!("asked for {n} GPUs, {} free", indices.len());
+        }
+        Gpus { ctx, indices }
+    }
+}
+
+impl Drop for Gpus<'_> {
+    fn drop(&mut self) {
+        self.ctx
+            .gpus_free
+            .lock()
+            .expect("gpu lock")
+            .extend(self.indices.iter().copied());
+    }
+}
+
+/// Copy the captured stdout and stderr to the task's `stdout`/`stderr` URIs, if it named any (an
+/// empty file when the stream had nothing).
+async fn upload_logs(
+    ctx: &Ctx,
+    a: &Assignment,
+    ended: &super::process::Ended,
+) -> Result<(), String> {
+    for (uri, captured, stream) in [
+        (&a.stdout_uri, &ended.stdout, "stdout"),
+        (&a.stderr_uri, &ended.stderr, "stderr"),
+    ] {
+        let Some(uri) = uri else { continue };
+        let uri = crate::uri::canonical(
+            &uri.replace("{id}", &safe_name(&a.task))
+                .replace("{attempt}", &a.attempt.to_string()),
+        )
+        .map_err(|e| format!("{stream}: {e}"))?;
+        let empty;
+        let src: &Path = match &captured.path {
+            Some(p) => p,
+            None => {
+                empty = ctx.logs.join(format!("empty-{}", std::process::id()));
+                std::fs::write(&empty, b"").map_err(|e| format!("{stream}: {e}"))?;
+                &empty
+            }
+        };
+        if ctx.launch.user.is_some() {
+            ctx.storage
+                .check_output(&uri, src)
+                .map_err(|e| format!("{stream} {}: {e}", crate::uri::redacted(&uri)))?;
+        }
+        ctx.storage
+            .put_file(&uri, src)
+            .await
+            .map_err(|e| format!("{stream} {}: {e}", crate::uri::redacted(&uri)))?;
+    }
+    Ok(())
 }
 
 /// Create the task's directory and its `inputs/` and `outputs/` as needed, owned by the task

@@ -133,15 +133,24 @@ fn harden() {
     diffuse_runtime::server::raise_open_files_limit();
 }
 
-/// A duration in whole seconds, at least 1.
-fn seconds(s: &str) -> Result<std::time::Duration, String> {
-    let n: u64 = s
-        .trim()
-        .trim_end_matches('s')
+/// A duration: a number of seconds, or with a unit: `30s`, `5m`, `2h`, `7d`; more than zero.
+pub fn seconds(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len()));
+    let mult = match unit {
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return Err(format!("'{s}': the unit must be s, m, h or d")),
+    };
+    let n: f64 = num
         .parse()
-        .map_err(|_| format!("'{s}' is not a whole number of seconds"))?;
-    if n == 0 {
-        return Err("must be at least 1 second".into());
+        .map_err(|_| format!("'{s}' is not a duration (e.g. 30, 30s, 5m, 2h, 7d)"))?;
+    if !n.is_finite() || n <= 0.0 || n * mult > 1e10 {
+        return Err(format!(
+            "'{s}' must be more than zero (and less than 300 years)"
+        ));
     }
-    Ok(std::time::Duration::from_secs(n))
+    Ok(std::time::Duration::from_secs_f64(n * mult))
 }

@@ -28,17 +28,22 @@ pub struct RunArgs {
     /// Cache quota per worker, e.g. 1GB.
     #[arg(long, default_value = "1GB", value_parser = parse_size, allow_hyphen_values = true)]
     cache_size: u64,
+    /// Where the workers' caches live between runs, so that a second run over the same data is
+    /// warm (worker-0/, worker-1/, ...; `diffuse cache info` shows them) [default:
+    /// $XDG_CACHE_HOME/diffuse, else ~/.cache/diffuse].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
     /// Eviction policy: random, fifo, lru or lfu.
     #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
     eviction: EvictionPolicy,
-    /// Directory for the journal, caches, logs and results [default: a new
+    /// Directory for the journal, the tasks' output (logs/) and results.jsonl [default: a new
     /// diffuse-runs/run-<UTC date>-<time>].
     #[arg(long)]
     run_dir: Option<PathBuf>,
     /// Allow file:// inputs only under this directory (repeatable; default: anywhere).
     #[arg(long = "input-root", value_name = "DIR")]
     input_roots: Vec<PathBuf>,
-    /// Print the summary as JSON.
+    /// Print the summary as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     json: bool,
     /// Workers run no process (dispatcher throughput benchmark).
@@ -51,6 +56,8 @@ pub struct RunArgs {
     /// The directory whose files the emulated shared storage serves (with --storage-bandwidth).
     #[arg(long, requires = "storage_bandwidth")]
     storage_root: Option<PathBuf>,
+    #[command(flatten)]
+    task: super::serve::TaskDefaults,
     #[command(flatten)]
     sched: SchedArgs,
     #[command(flatten)]
@@ -82,9 +89,15 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         resume,
         exe: std::env::current_exe()?,
         noop: a.noop,
-        progress: !a.json,
+        progress: true,
         storage_bandwidth: a.storage_root.clone().zip(a.storage_bandwidth),
         input_roots: a.input_roots.clone(),
+        cache_root: a
+            .cache_dir
+            .clone()
+            .unwrap_or_else(diffuse_runtime::cache_pool::default_root),
+        retries: a.task.retries,
+        task_timeout: a.task.task_timeout,
     };
     let summary = match super::runtime()?.block_on(diffuse_runtime::run::run(cfg)) {
         Ok(s) => s,
@@ -122,25 +135,70 @@ fn print_summary(summary: &RunSummary) {
         "makespan      {:.2} s ({:.0} tasks/s)",
         summary.makespan_s, summary.tasks_per_s
     );
-    println!(
-        "accesses      {:.1}% local, {:.1}% peer, {:.1}% from storage",
-        summary.hit_local * 100.0,
-        summary.hit_peer * 100.0,
-        summary.miss * 100.0
-    );
-    println!(
-        "bytes         {} local, {} peer, {} storage",
-        format_size(summary.bytes_local),
-        format_size(summary.bytes_peer),
-        format_size(summary.bytes_storage)
-    );
+    if summary.accesses == 0 {
+        println!("accesses      no inputs");
+    } else {
+        println!(
+            "accesses      {:.1}% local, {:.1}% peer, {:.1}% from storage",
+            summary.hit_local * 100.0,
+            summary.hit_peer * 100.0,
+            summary.miss * 100.0
+        );
+        println!(
+            "bytes         {} local, {} peer, {} storage",
+            format_size(summary.bytes_local),
+            format_size(summary.bytes_peer),
+            format_size(summary.bytes_storage)
+        );
+    }
     println!("results       {}", summary.results.display());
+    println!("output        {}", summary.logs.display());
+    if !summary.failures.is_empty() {
+        println!(
+            "\nfailed{}:",
+            if summary.tasks_failed as usize > summary.failures.len() {
+                format!(
+                    " (the first {} of {})",
+                    summary.failures.len(),
+                    summary.tasks_failed
+                )
+            } else {
+                String::new()
+            }
+        );
+        for f in &summary.failures {
+            let why = match (&f.error, f.exit_code) {
+                (Some(e), _) => e.clone(),
+                (None, Some(c)) => format!("exit code {c}"),
+                (None, None) => "killed by a signal".into(),
+            };
+            println!(
+                "  {}: {why}{}",
+                f.id,
+                f.node
+                    .as_ref()
+                    .map(|n| format!(" (on {n})"))
+                    .unwrap_or_default()
+            );
+            if let Some(tail) = &f.stderr_tail {
+                for line in tail_lines(tail, 5) {
+                    println!("    | {line}");
+                }
+            }
+        }
+    }
     if let Some(sig) = &summary.interrupted {
         println!(
             "interrupted   by {sig}; continue with: diffuse run --resume {}",
             summary.run_dir.display()
         );
     }
+}
+
+/// The last `n` lines of `text`.
+fn tail_lines(text: &str, n: usize) -> Vec<&str> {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
 /// Arguments of `diffuse demo`.

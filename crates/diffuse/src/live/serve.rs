@@ -37,6 +37,19 @@ impl LimitArgs {
     }
 }
 
+/// What a task gets when it does not say (`dispatcher` and `run`).
+#[derive(Args, Debug, Clone)]
+pub struct TaskDefaults {
+    /// Retries of a task that does not set "retries": a non-zero exit or a time-out runs it
+    /// again (on another worker when one has room), this many more times.
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
+    /// Time limit of a task that does not set "timeout_s" (e.g. 30m): its processes get
+    /// SIGTERM, then SIGKILL 3 s later, and it fails "timed out" [default: none].
+    #[arg(long, value_parser = seconds, allow_hyphen_values = true)]
+    pub task_timeout: Option<Duration>,
+}
+
 /// Arguments of `diffuse dispatcher`.
 #[derive(Args, Debug)]
 pub struct DispatcherArgs {
@@ -64,6 +77,8 @@ pub struct DispatcherArgs {
     /// reading that input fail.
     #[arg(long, default_value = "30", value_parser = seconds, allow_hyphen_values = true)]
     lookup_timeout: Duration,
+    #[command(flatten)]
+    task: TaskDefaults,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -108,6 +123,8 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         heartbeat: Duration::from_millis(500),
         heartbeat_timeout: Duration::from_secs(a.heartbeat_timeout),
         lookup_timeout: a.lookup_timeout,
+        retries: a.task.retries,
+        task_timeout: a.task.task_timeout,
         storage_gateway: None,
     })
     .with_context(|| format!("cannot start with journal {}", a.journal.display()))?;
@@ -156,9 +173,36 @@ pub struct WorkerArgs {
     /// Cache quota, e.g. 10GB (lowered at start to what the disk has free, with a warning).
     #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     cache_size: u64,
-    /// Task slots.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
-    slots: u32,
+    /// Cores tasks may use: the sum of their "cores" on this worker [default: this machine's
+    /// processors].
+    #[arg(long, visible_alias = "slots", value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    cores: Option<u32>,
+    /// Memory tasks may ask for in all, e.g. 64GB [default: this machine's memory].
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
+    memory: Option<u64>,
+    /// GPUs tasks may ask for, handed out by index through CUDA_VISIBLE_DEVICES [default: the
+    /// number of /dev/nvidiaN devices].
+    #[arg(long)]
+    gpus: Option<u32>,
+    /// Scratch disk tasks may ask for in all ("disk"), e.g. 500GB [default: not counted].
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
+    disk: Option<u64>,
+    /// Where tasks' captured stdout and stderr go [default: <cache-dir>/logs].
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+    /// Most of each of a task's stdout and stderr kept per attempt; the rest is counted, and the
+    /// cut marked at the end of the file.
+    #[arg(long, default_value = "16MiB", value_parser = parse_size, allow_hyphen_values = true)]
+    max_output: u64,
+    /// Captured output older than this is deleted (e.g. 7d).
+    #[arg(long, default_value = "7d", value_parser = seconds, allow_hyphen_values = true)]
+    log_retention: Duration,
+    /// Captured output beyond this much in all is deleted, oldest first.
+    #[arg(long, default_value = "1GB", value_parser = parse_size, allow_hyphen_values = true)]
+    log_max: u64,
+    /// Never delete captured output (what `diffuse run` does: it belongs to the run directory).
+    #[arg(long, conflicts_with_all = ["log_retention", "log_max"])]
+    keep_logs: bool,
     /// Name shown by the dispatcher [default: host name and pid].
     #[arg(long)]
     name: Option<String>,
@@ -233,12 +277,24 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let machine = diffuse_runtime::worker::Machine::detect();
     rt.block_on(diffuse_runtime::worker::run(WorkerConfig {
         dispatcher: a.dispatcher.trim_end_matches('/').to_string(),
         token,
         cache_dir: a.cache_dir,
         cache_size: a.cache_size,
-        slots: a.slots,
+        slots: a.cores.unwrap_or(machine.cores),
+        memory: a.memory.or(machine.memory),
+        gpus: a.gpus.unwrap_or(machine.gpus),
+        disk: a.disk,
+        log_dir: a.log_dir,
+        max_output: a.max_output,
+        log_retention: if a.keep_logs {
+            Duration::MAX
+        } else {
+            a.log_retention
+        },
+        log_max: if a.keep_logs { u64::MAX } else { a.log_max },
         name,
         listen: a.listen,
         advertise: a.advertise,

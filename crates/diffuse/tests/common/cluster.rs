@@ -313,7 +313,7 @@ impl Cluster {
             let _ = d.child.wait();
         }
         for mut w in self.workers.drain(..) {
-            let _ = w.child.kill();
+            w.kill_worker_proper();
             let _ = w.child.wait();
             self.extra.push(w);
         }

@@ -32,9 +32,13 @@ pub fn run_diffuse(
     if let Some(d) = cwd {
         cmd.current_dir(d);
     }
+    // `diffuse run`'s workers keep their caches between runs under $XDG_CACHE_HOME: one place
+    // per test process, not the user's own.
+    let caches = std::env::temp_dir().join(format!("diffuse-test-caches-{}", std::process::id()));
     let mut child = cmd
         .args(args)
         .env("DIFFUSE_LOG", "info")
+        .env("XDG_CACHE_HOME", &caches)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

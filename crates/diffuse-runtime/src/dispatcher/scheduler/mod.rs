@@ -29,7 +29,7 @@ pub mod writer;
 use crate::journal::{Journal, OutcomeState, StoredTask, SubmittedTask, TaskOutcome};
 use crate::proto::{ToDispatcher, ToWorker, Traffic};
 use crate::spec::TaskDef;
-use diffuse_core::{Core, Input, NodeId, ObjectId, TaskId, TaskSpec, TaskState, Time};
+use diffuse_core::{Core, Input, NodeId, ObjectId, Resources, TaskId, TaskSpec, TaskState, Time};
 use lookup::Lookups;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -132,6 +132,12 @@ pub struct Status {
     pub slots: u64,
     /// Slots running a task.
     pub busy_slots: u64,
+    /// Queued tasks that fit no connected worker (more cores, memory, GPUs or disk than any
+    /// has).
+    pub unschedulable: u64,
+    /// Some of them: `id: what it asks for`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unschedulable_examples: Vec<String>,
     /// Accesses and bytes by source, summed over finished attempts.
     pub traffic: Traffic,
     /// Seconds since the dispatcher started.
@@ -186,6 +192,10 @@ pub struct SchedulerConfig {
     pub journal: std::path::PathBuf,
     /// Most time a worker may take to look up one input.
     pub lookup_timeout: Duration,
+    /// Retries of a task that does not say (`--retries`).
+    pub retries: u32,
+    /// Time limit of a task that does not say (`--task-timeout`).
+    pub task_timeout: Option<Duration>,
 }
 
 struct Session {
@@ -223,6 +233,8 @@ pub struct Scheduler {
     // this round's work
     new_tasks: Vec<SubmittedTask>,
     new_attempts: Vec<(String, u32, String)>,
+    /// Reports of attempts retried (their task goes on).
+    new_attempt_results: Vec<(String, u32, String)>,
     new_outcomes: Vec<TaskOutcome>,
     replies: Vec<(oneshot::Sender<Result<Submitted, SubmitError>>, Submitted)>,
 }
@@ -263,6 +275,7 @@ impl Scheduler {
             status: Status::default(),
             new_tasks: Vec::new(),
             new_attempts: Vec::new(),
+            new_attempt_results: Vec::new(),
             new_outcomes: Vec::new(),
             replies: Vec::new(),
         };
@@ -352,11 +365,11 @@ impl Scheduler {
     }
 
     fn spec_of(&self, id: TaskId) -> TaskSpec {
+        let task = self.tasks.get(id);
+        let more = task.def.more();
         TaskSpec::new(
             id,
-            self.tasks
-                .get(id)
-                .inputs
+            task.inputs
                 .iter()
                 .map(|(o, size)| Input {
                     object: *o,
@@ -364,6 +377,14 @@ impl Scheduler {
                 })
                 .collect(),
         )
+        .with_resources(Resources {
+            cores: more.cores.unwrap_or(1),
+            memory: more.memory.unwrap_or(0),
+            gpus: more.gpus.unwrap_or(0),
+            disk: more.disk.unwrap_or(0),
+        })
+        .with_priority(more.priority)
+        .with_retries(more.retries.unwrap_or(self.cfg.retries))
     }
 
     fn count_outcome(&mut self, state: OutcomeState) {
@@ -476,7 +497,18 @@ impl Scheduler {
 
     fn status(&self) -> Status {
         let c = self.core.counts();
+        let unfit = self.core.unschedulable();
+        let examples = unfit
+            .iter()
+            .take(5)
+            .map(|t| {
+                let task = self.tasks.get(*t);
+                format!("{}: {}", task.def.id, self.spec_of(*t).resources)
+            })
+            .collect();
         Status {
+            unschedulable: unfit.len() as u64,
+            unschedulable_examples: examples,
             queued: c.queued + self.looking_up,
             looking_up: self.looking_up,
             running: c.running,
@@ -656,6 +688,11 @@ impl Scheduler {
         if !self.new_attempts.is_empty() {
             let _ =
                 w.tx.send(Write::Attempts(std::mem::take(&mut self.new_attempts)));
+        }
+        if !self.new_attempt_results.is_empty() {
+            let _ = w.tx.send(Write::AttemptResults(std::mem::take(
+                &mut self.new_attempt_results,
+            )));
         }
         if !self.new_outcomes.is_empty() {
             let _ =

@@ -8,7 +8,9 @@ use crate::journal::{OutcomeState, TaskOutcome};
 use crate::proto::{
     AssignedInput, Assignment, Held, InputSource, LookupResult, TaskReport, ToDispatcher, ToWorker,
 };
-use diffuse_core::{Action, CoreError, NodeId, ObjectId, Outcome, Source, TaskId, TaskState, Time};
+use diffuse_core::{
+    Action, CoreError, NodeId, ObjectId, Outcome, Resources, Source, TaskId, TaskState, Time,
+};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -42,6 +44,9 @@ impl Scheduler {
         let ToDispatcher::Hello {
             name,
             slots,
+            memory,
+            gpus,
+            disk,
             peer_url,
             held,
             ..
@@ -52,7 +57,13 @@ impl Scheduler {
         let node = NodeId(self.next_node);
         self.next_node += 1;
         let now = self.now();
-        if let Err(e) = self.core.handle_node_joined(node, slots.max(1), now) {
+        let capacity = Resources {
+            cores: slots.max(1),
+            memory: memory.unwrap_or(u64::MAX),
+            gpus,
+            disk: disk.unwrap_or(u64::MAX),
+        };
+        if let Err(e) = self.core.handle_node_joined_with(node, capacity, now) {
             tracing::error!("worker {name}: {e}");
             return;
         }
@@ -137,33 +148,35 @@ impl Scheduler {
         };
         let outcome = if report.succeeded() {
             Outcome::Succeeded
+        } else if report.retryable() {
+            Outcome::Retryable(report.failure())
         } else {
-            Outcome::Failed(
-                report
-                    .error
-                    .clone()
-                    .unwrap_or_else(|| format!("exit code {:?}", report.exit_code)),
-            )
+            Outcome::Failed(report.failure())
         };
         let now = self.now();
         match self
             .core
             .handle_task_finished(t, report.attempt, outcome, now)
         {
+            Ok(TaskState::Queued) => {
+                // A retryable failure with retries left: the task runs again; this attempt's
+                // report is kept with the attempt.
+                tracing::info!(task = %report.task, attempt = report.attempt, "failed ({}); retrying", report.failure());
+                self.add_traffic(&report);
+                self.tasks.list_as(t, Listed::Queued);
+                self.new_attempt_results.push((
+                    report.task.clone(),
+                    report.attempt,
+                    serde_json::to_string(&report).expect("report serializes"),
+                ));
+            }
             Ok(state) => {
                 let st = match state {
                     TaskState::Cancelled => OutcomeState::Cancelled,
                     TaskState::Finished(Outcome::Succeeded) => OutcomeState::Succeeded,
                     _ => OutcomeState::Failed,
                 };
-                let tr = report.traffic;
-                let s = &mut self.status.traffic;
-                s.local += tr.local;
-                s.peer += tr.peer;
-                s.storage += tr.storage;
-                s.bytes_local += tr.bytes_local;
-                s.bytes_peer += tr.bytes_peer;
-                s.bytes_storage += tr.bytes_storage;
+                self.add_traffic(&report);
                 self.tasks.get_mut(t).phase = Phase::Done(st);
                 let o = TaskOutcome {
                     id: report.task.clone(),
@@ -184,6 +197,17 @@ impl Scheduler {
             }
             Err(e) => tracing::error!(task = %report.task, "result refused: {e}"),
         }
+    }
+
+    fn add_traffic(&mut self, report: &TaskReport) {
+        let tr = report.traffic;
+        let s = &mut self.status.traffic;
+        s.local += tr.local;
+        s.peer += tr.peer;
+        s.storage += tr.storage;
+        s.bytes_local += tr.bytes_local;
+        s.bytes_peer += tr.bytes_peer;
+        s.bytes_storage += tr.bytes_storage;
     }
 
     /// `node` is gone: lost (`crashed`: its running tasks count a crash) or left cleanly.
@@ -376,6 +400,7 @@ impl Scheduler {
                 }
             })
             .collect();
+        let more = task.def.more();
         let a = Assignment {
             task: task.def.id.clone(),
             attempt,
@@ -384,13 +409,22 @@ impl Scheduler {
             outputs: task.def.outputs.clone(),
             caching: self.core.caching_enabled(),
             positions: positions(&task.def.inputs),
+            cores: more.cores.unwrap_or(1),
+            memory: more.memory,
+            gpus: more.gpus.unwrap_or(0),
+            timeout_s: more
+                .timeout_s
+                .or(self.cfg.task_timeout.map(|t| t.as_secs_f64())),
+            env: more.env.clone(),
+            stdout_uri: more.stdout.clone(),
+            stderr_uri: more.stderr.clone(),
         };
         let Some(s) = self.sessions.get(&node) else {
             return;
         };
         self.new_attempts
             .push((task.def.id.clone(), attempt, s.name.clone()));
-        if s.tx.send(ToWorker::Run(a)).is_err() {
+        if s.tx.send(ToWorker::Run(Box::new(a))).is_err() {
             // The session is gone; its loss is being reported and will requeue the task.
             tracing::warn!(worker = %s.name, "dispatch to a closed session");
         }

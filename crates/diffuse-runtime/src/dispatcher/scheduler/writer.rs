@@ -9,6 +9,8 @@ use std::time::Duration;
 pub enum Write {
     /// Attempts dispatched: (task id, attempt, worker name).
     Attempts(Vec<(String, u32, String)>),
+    /// Reports of attempts that were retried: (task id, attempt, report JSON).
+    AttemptResults(Vec<(String, u32, String)>),
     /// Outcomes.
     Outcomes(Vec<TaskOutcome>),
 }
@@ -36,14 +38,19 @@ impl Writer {
                     // Group commit: let a short window of writes accumulate.
                     std::thread::sleep(Duration::from_millis(20));
                     let mut attempts = Vec::new();
+                    let mut results = Vec::new();
                     let mut outcomes = Vec::new();
                     for w in std::iter::once(first).chain(rx.try_iter()) {
                         match w {
                             Write::Attempts(a) => attempts.extend(a),
+                            Write::AttemptResults(r) => results.extend(r),
                             Write::Outcomes(o) => outcomes.extend(o),
                         }
                     }
                     if let Err(e) = journal.record_attempts(&attempts) {
+                        tracing::error!("journal: {e}");
+                    }
+                    if let Err(e) = journal.record_attempt_results(&results) {
                         tracing::error!("journal: {e}");
                     }
                     if let Err(e) = journal.record_outcomes(&outcomes) {
