@@ -103,6 +103,8 @@ pub async fn run_policy(
         cache_root: cfg.dir.join(policy.to_string()).join("cache"),
         retries: 0,
         task_timeout: None,
+        defs: None,
+        print: None,
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;

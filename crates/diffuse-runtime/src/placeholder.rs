@@ -90,6 +90,44 @@ fn expand(
     out
 }
 
+/// What a pattern of [`substitute_shell`] becomes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// This text, quoted for its context.
+    Quoted(String),
+    /// This text as it is (e.g. a placeholder for the worker to expand).
+    Raw(String),
+}
+
+/// `text` with every occurrence of a pattern of `subs` replaced by its value, quoted for the
+/// shell context it stands in (as [`expand_shell`] does for paths). Where patterns overlap, the
+/// longest wins.
+pub fn substitute_shell(text: &str, subs: &[(&str, Value)]) -> String {
+    let mut sorted: Vec<&(&str, Value)> = subs.iter().filter(|(p, _)| !p.is_empty()).collect();
+    sorted.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    let mut out = String::with_capacity(text.len() + 32);
+    let mut quoting = Quoting::None;
+    let (mut last, mut i) = (0, 0);
+    while i < text.len() {
+        let hit = sorted.iter().find(|(p, _)| text[i..].starts_with(*p));
+        match hit {
+            Some((pattern, value)) => {
+                quoting = follow(quoting, &text[last..i]);
+                out.push_str(&text[last..i]);
+                match value {
+                    Value::Quoted(v) => out.push_str(&quote(v, quoting)),
+                    Value::Raw(v) => out.push_str(v),
+                }
+                i += pattern.len();
+                last = i;
+            }
+            None => i += text[i..].chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
 /// The shell's quoting state at a point of a command string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Quoting {
@@ -178,6 +216,22 @@ mod tests {
                 "{template} -> {script} printed {printed:?}"
             );
         }
+    }
+
+    #[test]
+    fn substitutions_are_quoted_for_their_context() {
+        let subs = [
+            ("{}", Value::Raw("{inputs[0]}".into())),
+            ("{/}", Value::Quoted("it's a file.txt".into())),
+            ("{#}", Value::Quoted("7".into())),
+        ];
+        let script = substitute_shell("printf '%s|' {/} \"{/}\" '{/}' {#} {}", &subs);
+        assert!(script.ends_with(" '7' {inputs[0]}"), "{script}");
+        let printed = sh(&script.replace("{inputs[0]}", "x"));
+        assert_eq!(
+            printed,
+            "it's a file.txt|it's a file.txt|it's a file.txt|7|x|"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use crate::dispatcher::{self, DispatcherConfig, Handle, Tokens};
 use crate::journal::Journal;
-use crate::spec::{parse_task_bytes, SpecError};
+use crate::spec::{parse_task_bytes, SpecError, TaskDef};
 use diffuse_core::CoreConfig;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -56,6 +56,12 @@ pub struct RunConfig {
     pub retries: u32,
     /// Time limit of a task that does not say.
     pub task_timeout: Option<Duration>,
+    /// Tasks made on the command line (`--each`) instead of read from `tasks`; they are written
+    /// to `<run-dir>/tasks.jsonl`.
+    pub defs: Option<Vec<TaskDef>>,
+    /// Print each task's stdout on this process's stdout as the task ends, whole (`Some(true)`:
+    /// in the order the tasks were given).
+    pub print: Option<bool>,
 }
 
 /// A failed task, as the summary shows it.
@@ -240,12 +246,17 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         }
         None
     } else {
-        let bytes = std::fs::read(&cfg.tasks)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", cfg.tasks.display()))?;
-        let defs = parse_task_bytes(&bytes).map_err(|error| RunError::BadTaskFile {
-            file: cfg.tasks.display().to_string(),
-            error,
-        })?;
+        let defs = match cfg.defs.take() {
+            Some(defs) => defs,
+            None => {
+                let bytes = std::fs::read(&cfg.tasks)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", cfg.tasks.display()))?;
+                parse_task_bytes(&bytes).map_err(|error| RunError::BadTaskFile {
+                    file: cfg.tasks.display().to_string(),
+                    error,
+                })?
+            }
+        };
         std::fs::create_dir_all(&cfg.run_dir)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", cfg.run_dir.display()))?;
         if journal.exists() {
@@ -254,6 +265,15 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 cfg.run_dir.display()
             )
             .into());
+        }
+        if cfg.tasks.as_os_str().is_empty() {
+            // Tasks made on the command line: kept with the run.
+            cfg.tasks = cfg.run_dir.join("tasks.jsonl");
+            let text: String = defs
+                .iter()
+                .map(|d| serde_json::to_string(d).expect("task serializes") + "\n")
+                .collect();
+            std::fs::write(&cfg.tasks, text).map_err(anyhow::Error::from)?;
         }
         let record = RunRecord {
             tasks: std::path::absolute(&cfg.tasks).map_err(anyhow::Error::from)?,
@@ -339,6 +359,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
 
     let mut restarts = vec![0u32; workers.0.len()];
     let start = Instant::now();
+    let mut printer = cfg
+        .print
+        .map(|keep_order| Printer::new(keep_order, defs.as_deref()));
     if let (Some(defs), None) = (defs, &stopped_by) {
         handle
             .submit(defs)
@@ -375,6 +398,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 eprintln!("{line}");
             }
             let _ = std::io::stderr().flush();
+        }
+        if let Some(p) = printer.as_mut() {
+            p.poll(&handle).await?;
         }
         if done >= total || stopped_by.is_some() {
             break s;
@@ -432,6 +458,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     }
     // Outcomes of the last moments, journaled: counted in the summary too.
     let status = handle.status().await.unwrap_or(status);
+    if let Some(p) = printer.as_mut() {
+        p.poll(&handle).await?;
+        p.finish();
+    }
     let _ = stop_tx.send(());
     let _ = server.await;
     drop(handle);
@@ -464,6 +494,85 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         logs,
         run_dir: cfg.run_dir.clone(),
     })
+}
+
+/// `--print`: each task's stdout, whole, on this process's stdout as tasks end (or in the order
+/// they were given).
+struct Printer {
+    keep_order: bool,
+    /// Journaled outcomes seen so far.
+    cursor: usize,
+    /// With `keep_order`: each task's place, and what waits for the tasks before it.
+    order: std::collections::HashMap<String, usize>,
+    pending: std::collections::BTreeMap<usize, Vec<u8>>,
+    next: usize,
+}
+
+impl Printer {
+    fn new(keep_order: bool, defs: Option<&[TaskDef]>) -> Printer {
+        let order = defs
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.id.clone(), i))
+            .collect();
+        Printer {
+            keep_order,
+            cursor: 0,
+            order,
+            pending: Default::default(),
+            next: 0,
+        }
+    }
+
+    /// Print what the tasks that ended since the last call wrote.
+    async fn poll(&mut self, handle: &Handle) -> anyhow::Result<()> {
+        let (ended, cursor) = handle
+            .ended_since(self.cursor)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        self.cursor = cursor;
+        for (id, _) in ended {
+            let out = handle
+                .outcome(&id)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .and_then(|o| {
+                    serde_json::from_str::<serde_json::Value>(&o.result_json)
+                        .ok()?
+                        .get("stdout")?
+                        .as_str()
+                        .map(PathBuf::from)
+                })
+                .and_then(|p| std::fs::read(p).ok())
+                .unwrap_or_default();
+            match (self.keep_order, self.order.get(&id)) {
+                (true, Some(&i)) => {
+                    self.pending.insert(i, out);
+                    while let Some(o) = self.pending.remove(&self.next) {
+                        emit(&o);
+                        self.next += 1;
+                    }
+                }
+                _ => emit(&out),
+            }
+        }
+        Ok(())
+    }
+
+    /// At the end: what still waits (tasks before it never ended), in order.
+    fn finish(&mut self) {
+        for (_, o) in std::mem::take(&mut self.pending) {
+            emit(&o);
+        }
+    }
+}
+
+/// Write one task's output to stdout in one piece.
+fn emit(bytes: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(bytes);
+    let _ = out.flush();
 }
 
 /// How many times `diffuse run` starts one local worker again after it died.

@@ -107,6 +107,11 @@ pub fn file_path(uri: &str) -> Option<PathBuf> {
     url::Url::parse(uri).ok()?.to_file_path().ok()
 }
 
+/// The canonical `file://` URI of an absolute path (percent-encoded as needed).
+pub fn from_path(path: &std::path::Path) -> Option<String> {
+    url::Url::from_file_path(path).ok().map(|u| u.to_string())
+}
+
 /// The URI with any password replaced by `***`, for logs and error messages.
 pub fn redacted(uri: &str) -> std::borrow::Cow<'_, str> {
     match url::Url::parse(uri) {

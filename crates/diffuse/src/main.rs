@@ -35,8 +35,12 @@ enum Command {
     Worker(live::serve::WorkerArgs),
     /// Submit a task file to a running dispatcher (in acknowledged batches).
     Submit(live::client::SubmitArgs),
-    /// Show a running dispatcher's counters.
+    /// Show a running dispatcher's counters (--failed: its failed tasks and why).
     Status(live::client::StatusArgs),
+    /// Print a task's captured stdout (or --stderr), from the worker that ran it.
+    Logs(live::client::LogsArgs),
+    /// Show or clear the caches `diffuse run` keeps between runs.
+    Cache(live::cache::CacheArgs),
     /// Wait until the tasks you submitted have ended (exit 1 if one of them failed).
     Wait(live::client::WaitArgs),
 
@@ -54,6 +58,8 @@ fn main() -> ExitCode {
         Command::Worker(args) => live::serve::worker(args),
         Command::Submit(args) => live::client::submit(args),
         Command::Status(args) => live::client::status(args),
+        Command::Logs(args) => live::client::logs(args),
+        Command::Cache(args) => live::cache::cache(args),
         Command::Wait(args) => live::client::wait(args),
     };
     match result {

@@ -7,6 +7,7 @@
 //! | `GET /v1/tasks/{id}` | client | one task, with its outcome |
 //! | `POST /v1/tasks/{id}/cancel` | client | cancel (a running task's processes are stopped) |
 //! | `GET /v1/batches/{batch}` | client | a submission's counters (what `diffuse wait` follows) |
+//! | `GET /v1/tasks/{id}/logs?attempt=N&stream=S` | client | an attempt's stdout or stderr, from its worker |
 //! | `GET /v1/status` | client or metrics | counters |
 //! | `GET /v1/locate?uri=U` | client | workers holding an object (Hercules' locate) |
 //! | `GET /metrics` | client or metrics | Prometheus text format |
@@ -93,6 +94,8 @@ pub struct Handle {
     tokens: Arc<Tokens>,
     conns: Arc<AtomicU64>,
     gateway: Option<Arc<crate::gateway::Gateway>>,
+    /// For fetching captured output from workers.
+    http: reqwest::Client,
 }
 
 /// An API error, with its HTTP status.
@@ -194,6 +197,9 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
         tokens: Arc::new(cfg.tokens),
         conns: Arc::new(AtomicU64::new(1)),
         gateway,
+        http: reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()?,
     };
     Ok((handle, thread))
 }
@@ -259,6 +265,24 @@ impl Handle {
         self.ask(Cmd::Status).await
     }
 
+    /// Tasks whose outcome was journaled after the first `after`, in that order, as (id, state);
+    /// and how many have ended now.
+    pub async fn ended_since(
+        &self,
+        after: usize,
+    ) -> Result<(Vec<(String, String)>, usize), ApiError> {
+        self.ask(|tx| Cmd::Ended(after, tx)).await
+    }
+
+    /// The journaled outcome of task `id`, if it has one.
+    pub async fn outcome(&self, id: &str) -> Result<Option<crate::journal::TaskOutcome>, ApiError> {
+        let (reader, id) = (self.reader.clone(), id.to_string());
+        tokio::task::spawn_blocking(move || reader.lock().expect("journal reader").outcome(&id))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
     /// Ask every connected worker to finish and exit.
     pub fn shutdown_workers(&self) {
         let _ = self.tx.send(Cmd::ShutdownWorkers);
@@ -307,6 +331,7 @@ pub fn router(handle: Handle) -> Router {
         )
         .route("/v1/tasks/{id}", get(task))
         .route("/v1/tasks/{id}/cancel", post(cancel))
+        .route("/v1/tasks/{id}/logs", get(logs))
         .route("/v1/batches/{batch}", get(batch))
         .route("/v1/status", get(status))
         .route("/v1/locate", get(locate))
@@ -421,7 +446,24 @@ async fn task(
     h.client(&headers)?;
     match h.ask(|tx| Cmd::Task(id.clone(), tx)).await? {
         Some(v) => {
-            let v = h.with_outcomes(vec![v]).await?.remove(0);
+            let mut v = h.with_outcomes(vec![v]).await?.remove(0);
+            let (reader, key) = (h.reader.clone(), id.clone());
+            let attempts = tokio::task::spawn_blocking(move || {
+                reader.lock().expect("journal reader").attempt_results(&key)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+            v.attempts = Some(
+                attempts
+                    .into_iter()
+                    .map(|(attempt, node, report)| scheduler::AttemptView {
+                        attempt,
+                        node,
+                        report: report.and_then(|r| serde_json::from_str(&r).ok()),
+                    })
+                    .collect(),
+            );
             Ok(Json(v).into_response())
         }
         None => Err(ApiError::NotFound(format!("unknown task '{id}'"))),
@@ -454,6 +496,93 @@ async fn batch(
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("unknown batch {n}")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogParams {
+    attempt: Option<u32>,
+    stream: Option<String>,
+}
+
+/// An attempt's captured stdout or stderr, fetched from the worker that ran it.
+async fn logs(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    q: Result<Query<LogParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    h.client(&headers)?;
+    let Query(q) = q?;
+    let stream = q.stream.unwrap_or_else(|| "stdout".into());
+    if stream != "stdout" && stream != "stderr" {
+        return Err(ApiError::BadRequest(format!(
+            "stream '{stream}' is not stdout or stderr"
+        )));
+    }
+    let (reader, key) = (h.reader.clone(), id.clone());
+    let attempts = tokio::task::spawn_blocking(move || {
+        reader.lock().expect("journal reader").attempt_results(&key)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    if attempts.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "task '{id}' is unknown or has not run yet"
+        )));
+    }
+    let (attempt, node) = match q.attempt {
+        Some(n) => attempts
+            .iter()
+            .find(|(a, _, _)| *a == n)
+            .map(|(a, n, _)| (*a, n.clone()))
+            .ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "task '{id}' has no attempt {n} (it has {})",
+                    attempts.len()
+                ))
+            })?,
+        None => {
+            let (a, n, _) = attempts.last().expect("not empty");
+            (*a, n.clone())
+        }
+    };
+    let peer = h
+        .ask(|tx| Cmd::PeerOf(node.clone(), tx))
+        .await?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "the output of attempt {attempt} of '{id}' is on worker {node}, which is not connected"
+            ))
+        })?;
+    let url = format!(
+        "{peer}/v1/logs/{}",
+        crate::worker::log_name(&id, attempt, &stream)
+    );
+    let resp = h
+        .http
+        .get(url)
+        .bearer_auth(&h.tokens.worker)
+        .send()
+        .await
+        .map_err(|e| ApiError::Internal(format!("worker {node}: {e}")))?;
+    if resp.status() == reqwest::StatusCode::NOT_FOUND {
+        return Err(ApiError::NotFound(format!(
+            "attempt {attempt} of '{id}' printed nothing on {stream} (or worker {node} no longer keeps it)"
+        )));
+    }
+    if !resp.status().is_success() {
+        return Err(ApiError::Internal(format!(
+            "worker {node}: status {}",
+            resp.status()
+        )));
+    }
+    Ok((
+        [("content-type", "text/plain; charset=utf-8")],
+        axum::body::Body::from_stream(resp.bytes_stream()),
+    )
+        .into_response())
 }
 
 #[derive(Deserialize)]

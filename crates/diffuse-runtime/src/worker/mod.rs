@@ -34,6 +34,8 @@ pub mod process;
 mod stage;
 mod task;
 
+pub use task::log_name;
+
 use crate::cache_dir::CacheDir;
 use crate::proto::{Held, LookupResult, ToDispatcher, ToWorker};
 use crate::storage::file::FileAccess;

@@ -39,9 +39,30 @@ pub(super) fn noop_report(a: &Assignment) -> TaskReport {
     }
 }
 
+/// The file name of input `i` in the task's `inputs/` directory: its number and the last part of
+/// its URI's path (made safe, at most 100 characters), so that a program that prints the names
+/// of its inputs prints something a user recognises (`inputs/0-sample.fastq`).
+fn staged_name(i: usize, uri: &str) -> String {
+    let path = uri.split(['?', '#']).next().unwrap_or(uri);
+    let last = path.rsplit('/').next().unwrap_or_default();
+    let last = percent_decoded(last);
+    let safe: String = safe_name(&last).chars().take(100).collect();
+    if safe.is_empty() {
+        i.to_string()
+    } else {
+        format!("{i}-{safe}")
+    }
+}
+
+fn percent_decoded(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+        .next()
+        .map_or_else(|| s.to_string(), |(_, v)| v.into_owned())
+}
+
 /// The task id with anything but `[A-Za-z0-9._-]` replaced by `_` (and not `.` or `..`): what
 /// `{id}` becomes in file names.
-pub(super) fn safe_name(task: &str) -> String {
+pub fn safe_name(task: &str) -> String {
     let safe: String = task
         .chars()
         .map(|c| {
@@ -60,12 +81,18 @@ pub(super) fn safe_name(task: &str) -> String {
 
 /// A file name for a task directory and its logs: the safe id, a hash of the real one (two ids
 /// may have the same safe form), and the attempt.
-pub(super) fn dir_name(task: &str, attempt: u32) -> String {
+pub fn dir_name(task: &str, attempt: u32) -> String {
     format!(
         "{}.{}.{attempt}",
         safe_name(task),
         &CacheDir::key(task)[..8]
     )
+}
+
+/// The file name of an attempt's captured stream (`stdout` or `stderr`) in a worker's log
+/// directory.
+pub fn log_name(task: &str, attempt: u32, stream: &str) -> String {
+    format!("{}.{stream}", dir_name(task, attempt))
 }
 
 /// Removes the attempt from the worker's list of running attempts when dropped.
@@ -142,8 +169,11 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
     if let Err(e) = made {
         return fail(report, format!("cannot create {}: {e}", dir.display()));
     }
-    let paths: Vec<PathBuf> = (0..a.inputs.len())
-        .map(|i| inputs_dir.join(format!("{i}")))
+    let paths: Vec<PathBuf> = a
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| inputs_dir.join(staged_name(i, &input.uri)))
         .collect();
     let caching = a.caching;
     let staged =
@@ -213,8 +243,8 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
         outputs: &outputs,
         dir: &dir,
         logs: (
-            ctx.logs.join(format!("{name}.stdout")),
-            ctx.logs.join(format!("{name}.stderr")),
+            ctx.logs.join(log_name(&a.task, a.attempt, "stdout")),
+            ctx.logs.join(log_name(&a.task, a.attempt, "stderr")),
         ),
         max_output: ctx.max_output,
         env,

@@ -36,8 +36,17 @@ pub struct ClientArgs {
 /// Arguments of `diffuse submit`.
 #[derive(Args, Debug)]
 pub struct SubmitArgs {
-    /// Task file: one JSON object per line (or a JSON array).
-    file: PathBuf,
+    /// Task file: one JSON object per line (or a JSON array). With --each: the arguments, one
+    /// task each (`-`: read them from standard input).
+    #[arg(required = true, num_args = 1.., value_name = "FILE|ARGS")]
+    items: Vec<String>,
+    /// Make one task per argument from this template (the replacement strings of
+    /// `diffuse run --each`).
+    #[arg(long, value_name = "TEMPLATE", conflicts_with = "from_line")]
+    each: Option<String>,
+    /// With --each: ids are this prefix and the argument's number [default: each-<time>-].
+    #[arg(long, requires = "each")]
+    id_prefix: Option<String>,
     /// Submit only the tasks from this line on (to finish a submission that stopped half way).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), allow_hyphen_values = true)]
     from_line: u64,
@@ -51,6 +60,12 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// List failed tasks: id, exit code or error, worker, and the end of their stderr.
+    #[arg(long)]
+    failed: bool,
+    /// With --failed: at most this many.
+    #[arg(long, default_value_t = 10, requires = "failed")]
+    limit: u32,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -225,13 +240,35 @@ fn forget(dispatcher: &str, batches: &[u64]) {
 
 /// `diffuse submit`.
 pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
-    let bytes =
-        std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
-    let tasks = match parse_numbered_bytes(&bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {}: {e}; nothing was submitted", a.file.display());
-            return Ok(ExitCode::from(2));
+    let (file, tasks) = match &a.each {
+        Some(template) => {
+            let prefix = a.id_prefix.clone().unwrap_or_else(|| {
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis());
+                format!("each-{t}-")
+            });
+            let defs = super::each::tasks(template, &super::each::arguments(&a.items)?, &prefix)?;
+            (
+                "--each".to_string(),
+                defs.into_iter()
+                    .enumerate()
+                    .map(|(i, d)| (i + 1, d))
+                    .collect(),
+            )
+        }
+        None => {
+            let [path] = a.items.as_slice() else {
+                bail!("one task file, or --each TEMPLATE and its arguments");
+            };
+            let bytes = std::fs::read(path).with_context(|| format!("cannot read {path}"))?;
+            match parse_numbered_bytes(&bytes) {
+                Ok(t) => (path.clone(), t),
+                Err(e) => {
+                    eprintln!("error: {path}: {e}; nothing was submitted");
+                    return Ok(ExitCode::from(2));
+                }
+            }
         }
     };
     let tasks: Vec<(usize, TaskDef)> = tasks
@@ -240,8 +277,7 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         .collect();
     if tasks.is_empty() {
         eprintln!(
-            "error: {}: no task on line {} or after; nothing was submitted",
-            a.file.display(),
+            "error: {file}: no task on line {} or after; nothing was submitted",
             a.from_line
         );
         return Ok(ExitCode::from(2));
@@ -289,11 +325,10 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
                     eprintln!("nothing was submitted");
                 } else {
                     eprintln!(
-                        "submitted before: {done} tasks of lines {}-{} (batches {}); to submit the rest once the cause is fixed: diffuse submit {} --from-line {first}",
+                        "submitted before: {done} tasks of lines {}-{} (batches {}); to submit the rest once the cause is fixed: diffuse submit {file} --from-line {first}",
                         sent[0].0,
                         sent[sent.len() - 1].1,
                         batch_list(&sent),
-                        a.file.display()
                     );
                 }
                 return Ok(ExitCode::from(1));
@@ -338,6 +373,18 @@ fn print_status(s: &Value, json: bool) {
     if json {
         println!("{s}");
     } else {
+        if let Some(n) = s["unschedulable"].as_u64().filter(|n| *n > 0) {
+            let examples: Vec<&str> = s["unschedulable_examples"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            eprintln!(
+                "warning: {n} queued task(s) fit no connected worker: {}",
+                examples.join("; ")
+            );
+        }
         println!(
             "queued {}  running {}  succeeded {}  failed {}  cancelled {}  workers {} ({} slots, {} busy)",
             s["queued"].as_u64().unwrap_or(0) ,
@@ -350,8 +397,104 @@ fn print_status(s: &Value, json: bool) {
 /// `diffuse status`.
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let c = Client::new(&a.client)?;
-    let s = runtime()?.block_on(c.status())?;
+    let rt = runtime()?;
+    if a.failed {
+        let page = rt.block_on(c.call(c.http.get(format!(
+            "{}/v1/tasks?state=failed&limit={}",
+            c.url,
+            a.limit.clamp(1, 10_000)
+        ))))?;
+        let tasks = page["tasks"].as_array().cloned().unwrap_or_default();
+        if a.json {
+            println!("{}", Value::Array(tasks));
+            return Ok(ExitCode::SUCCESS);
+        }
+        if tasks.is_empty() {
+            println!("no failed task");
+        }
+        for t in &tasks {
+            let o = &t["outcome"];
+            let report: Value = o["result_json"]
+                .as_str()
+                .and_then(|r| serde_json::from_str(r).ok())
+                .unwrap_or_default();
+            let why = match (o["error"].as_str(), o["exit_code"].as_i64()) {
+                (Some(e), _) => e.to_string(),
+                (None, Some(c)) => format!("exit code {c}"),
+                (None, None) => "killed by a signal".into(),
+            };
+            let node = o["node"]
+                .as_str()
+                .map(|n| format!(" (on {n}, attempt {})", o["attempt"]))
+                .unwrap_or_default();
+            println!("{}: {why}{node}", t["id"].as_str().unwrap_or_default());
+            if let Some(tail) = report["stderr_tail"].as_str() {
+                let lines: Vec<&str> = tail.trim_end().lines().collect();
+                for l in &lines[lines.len().saturating_sub(5)..] {
+                    println!("    | {l}");
+                }
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let s = rt.block_on(c.status())?;
     print_status(&s, a.json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `diffuse logs`.
+#[derive(Args, Debug)]
+pub struct LogsArgs {
+    /// Task id.
+    id: String,
+    /// Which attempt [default: the last].
+    #[arg(long)]
+    attempt: Option<u32>,
+    /// Its stderr instead of its stdout.
+    #[arg(long)]
+    stderr: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `diffuse logs`: a task's captured stdout (or stderr), fetched through the dispatcher from the
+/// worker that ran it.
+pub fn logs(a: LogsArgs) -> Result<ExitCode> {
+    use std::io::Write;
+    let c = Client::new(&a.client)?;
+    let mut url = reqwest::Url::parse(&format!("{}/v1/tasks/", c.url))?;
+    url.path_segments_mut()
+        .map_err(|()| anyhow::anyhow!("{} cannot take a path", c.url))?
+        .pop_if_empty()
+        .push(&a.id)
+        .push("logs");
+    url.query_pairs_mut()
+        .append_pair("stream", if a.stderr { "stderr" } else { "stdout" });
+    if let Some(n) = a.attempt {
+        url.query_pairs_mut().append_pair("attempt", &n.to_string());
+    }
+    let bytes = runtime()?.block_on(async {
+        let resp = c
+            .http
+            .get(url)
+            .bearer_auth(&c.token)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {}", c.url))?;
+        let code = resp.status();
+        let body = resp.bytes().await?;
+        if !code.is_success() {
+            let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+            bail!(
+                "{}",
+                v["error"]
+                    .as_str()
+                    .unwrap_or(&format!("{} ({code})", c.url))
+            );
+        }
+        Ok(body)
+    })?;
+    std::io::stdout().lock().write_all(&bytes)?;
     Ok(ExitCode::SUCCESS)
 }
 

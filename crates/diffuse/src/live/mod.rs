@@ -2,7 +2,9 @@
 //! `status`, `wait` ([`client`]), and what they share: tokens, logging, the runtime, and the
 //! hardening every long-running process applies at start.
 
+pub mod cache;
 pub mod client;
+pub mod each;
 pub mod run;
 pub mod serve;
 

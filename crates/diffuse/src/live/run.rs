@@ -12,12 +12,26 @@ use std::process::ExitCode;
 /// Arguments of `diffuse run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Task file: one JSON object per line (or a JSON array). With --resume, the run's own.
-    #[arg(required_unless_present = "resume")]
-    tasks: Option<PathBuf>,
+    /// Task file: one JSON object per line (or a JSON array). With --each: the arguments, one
+    /// task each (`-`: read them from standard input, one per line). With --resume: none.
+    #[arg(required_unless_present = "resume", num_args = 0.., value_name = "TASKS|ARGS")]
+    items: Vec<String>,
+    /// Make one task per argument from this `sh -c` template, with GNU parallel's replacement
+    /// strings: {} (the argument; a file becomes an input and {} its local path), {.} (without
+    /// extension), {/} (base name), {//} (directory), {/.} (base name without extension), {#}
+    /// (its number). Without any, " {}" is appended.
+    #[arg(long, value_name = "TEMPLATE")]
+    each: Option<String>,
+    /// Print each task's stdout on stdout as the task ends, whole, never interleaved; the
+    /// summary then goes to stderr.
+    #[arg(long, conflicts_with = "json")]
+    print: bool,
+    /// With --print: in the order the tasks were given.
+    #[arg(long, requires = "print")]
+    keep_order: bool,
     /// Continue an interrupted run from its journal: tasks that ended keep their outcome, the
     /// others run. The task file is the one the run started with.
-    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["tasks", "run_dir"])]
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["items", "run_dir", "each"])]
     resume: Option<PathBuf>,
     /// Local worker processes, each with its own cache directory.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
@@ -68,6 +82,22 @@ pub struct RunArgs {
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     harden();
     a.storage.apply();
+    let (tasks, defs) = match (&a.each, a.items.as_slice()) {
+        (Some(template), args) => (
+            PathBuf::new(),
+            Some(super::each::tasks(
+                template,
+                &super::each::arguments(args)?,
+                "",
+            )?),
+        ),
+        (None, [file]) => (PathBuf::from(file), None),
+        (None, []) => (PathBuf::new(), None),
+        (None, _) => anyhow::bail!(
+            "one task file, or --each TEMPLATE and its arguments (got {} arguments)",
+            a.items.len()
+        ),
+    };
     let (run_dir, resume) = match (&a.resume, &a.run_dir) {
         (Some(d), _) => (d.clone(), true),
         (None, Some(d)) => (d.clone(), false),
@@ -79,7 +109,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         ),
     };
     let cfg = RunConfig {
-        tasks: a.tasks.clone().unwrap_or_default(),
+        tasks,
+        defs,
+        print: a.print.then_some(a.keep_order),
         workers: a.workers,
         slots_per_worker: a.slots_per_worker,
         cache_size: a.cache_size,
@@ -109,8 +141,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else if a.print {
+        // stdout holds the tasks' output alone.
+        let mut text = Vec::new();
+        write_summary(&mut text, &summary)?;
+        eprint!("{}", String::from_utf8_lossy(&text));
     } else {
-        print_summary(&summary);
+        write_summary(&mut std::io::stdout().lock(), &summary)?;
     }
     Ok(match summary.interrupted.as_deref() {
         Some("SIGINT") => ExitCode::from(130),
@@ -120,8 +157,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     })
 }
 
-fn print_summary(summary: &RunSummary) {
-    println!(
+fn write_summary(out: &mut impl std::io::Write, summary: &RunSummary) -> std::io::Result<()> {
+    writeln!(
+        out,
         "tasks         {} ok, {} failed{}",
         summary.tasks_ok,
         summary.tasks_failed,
@@ -130,31 +168,35 @@ fn print_summary(summary: &RunSummary) {
         } else {
             String::new()
         }
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "makespan      {:.2} s ({:.0} tasks/s)",
         summary.makespan_s, summary.tasks_per_s
-    );
+    )?;
     if summary.accesses == 0 {
-        println!("accesses      no inputs");
+        writeln!(out, "accesses      no inputs")?;
     } else {
-        println!(
+        writeln!(
+            out,
             "accesses      {:.1}% local, {:.1}% peer, {:.1}% from storage",
             summary.hit_local * 100.0,
             summary.hit_peer * 100.0,
             summary.miss * 100.0
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "bytes         {} local, {} peer, {} storage",
             format_size(summary.bytes_local),
             format_size(summary.bytes_peer),
             format_size(summary.bytes_storage)
-        );
+        )?;
     }
-    println!("results       {}", summary.results.display());
-    println!("output        {}", summary.logs.display());
+    writeln!(out, "results       {}", summary.results.display())?;
+    writeln!(out, "output        {}", summary.logs.display())?;
     if !summary.failures.is_empty() {
-        println!(
+        writeln!(
+            out,
             "\nfailed{}:",
             if summary.tasks_failed as usize > summary.failures.len() {
                 format!(
@@ -165,34 +207,37 @@ fn print_summary(summary: &RunSummary) {
             } else {
                 String::new()
             }
-        );
+        )?;
         for f in &summary.failures {
             let why = match (&f.error, f.exit_code) {
                 (Some(e), _) => e.clone(),
                 (None, Some(c)) => format!("exit code {c}"),
                 (None, None) => "killed by a signal".into(),
             };
-            println!(
+            writeln!(
+                out,
                 "  {}: {why}{}",
                 f.id,
                 f.node
                     .as_ref()
                     .map(|n| format!(" (on {n})"))
                     .unwrap_or_default()
-            );
+            )?;
             if let Some(tail) = &f.stderr_tail {
                 for line in tail_lines(tail, 5) {
-                    println!("    | {line}");
+                    writeln!(out, "    | {line}")?;
                 }
             }
         }
     }
     if let Some(sig) = &summary.interrupted {
-        println!(
+        writeln!(
+            out,
             "interrupted   by {sig}; continue with: diffuse run --resume {}",
             summary.run_dir.display()
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// The last `n` lines of `text`.

@@ -102,6 +102,11 @@ pub enum Cmd {
     Batch(u64, oneshot::Sender<Option<BatchView>>),
     /// Names of the workers holding an object.
     Locate(String, oneshot::Sender<Vec<String>>),
+    /// The peer data URL of the connected worker of this name.
+    PeerOf(String, oneshot::Sender<Option<String>>),
+    /// Tasks whose outcome was journaled after the first `n`, in that order: (id, state); and
+    /// the new count.
+    Ended(usize, oneshot::Sender<(Vec<(String, String)>, usize)>),
     /// Ask every worker to finish and exit.
     ShutdownWorkers,
 }
@@ -159,6 +164,20 @@ pub struct TaskView {
     pub attempt: u32,
     /// The recorded outcome, once there is one.
     pub outcome: Option<TaskOutcome>,
+    /// Every attempt dispatched, with the report of each retried one (shown for one task).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<AttemptView>>,
+}
+
+/// One attempt of a task.
+#[derive(Clone, Debug, Serialize)]
+pub struct AttemptView {
+    /// Its number.
+    pub attempt: u32,
+    /// The worker it was sent to.
+    pub node: String,
+    /// Its report, if it failed and the task was retried (the last attempt's is the outcome's).
+    pub report: Option<serde_json::Value>,
 }
 
 /// What the API shows of a batch.
@@ -486,6 +505,27 @@ impl Scheduler {
                 };
                 let _ = reply.send(names);
             }
+            Cmd::PeerOf(name, reply) => {
+                let url = self
+                    .sessions
+                    .values()
+                    .find(|s| s.name == name)
+                    .map(|s| s.peer_url.clone());
+                let _ = reply.send(url);
+            }
+            Cmd::Ended(after, reply) => {
+                let (ended, n) = self.tasks.ended_since(after);
+                let views = ended
+                    .into_iter()
+                    .map(|t| {
+                        (
+                            self.tasks.get(t).def.id.clone(),
+                            self.tasks.listed(t).as_str().to_string(),
+                        )
+                    })
+                    .collect();
+                let _ = reply.send((views, n));
+            }
             Cmd::ShutdownWorkers => {
                 self.shutting_down = true;
                 for s in self.sessions.values() {
@@ -542,6 +582,7 @@ impl Scheduler {
             node,
             attempt,
             outcome: None,
+            attempts: None,
         }
     }
 

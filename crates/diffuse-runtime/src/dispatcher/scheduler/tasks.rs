@@ -118,6 +118,8 @@ pub struct TaskTable {
     ids: FxHashMap<String, TaskId>,
     by_state: [BTreeSet<u64>; 5],
     batches: BTreeMap<u64, BatchCounts>,
+    /// Tasks in the order their outcomes were journaled.
+    ended_order: Vec<TaskId>,
 }
 
 impl TaskTable {
@@ -188,10 +190,17 @@ impl TaskTable {
 
     /// `t`'s outcome is journaled: it is listed as ended and counted in its batch.
     pub fn ended(&mut self, t: TaskId, state: OutcomeState) {
+        self.ended_order.push(t);
         self.list_as(t, Listed::ended(state));
         let task = &self.tasks[t.0 as usize];
         let counts = self.batches.entry(task.batch).or_default();
         count(counts, state, &task.def.id);
+    }
+
+    /// The tasks that ended after the first `n` to end, and how many have ended.
+    pub fn ended_since(&self, n: usize) -> (Vec<TaskId>, usize) {
+        let from = n.min(self.ended_order.len());
+        (self.ended_order[from..].to_vec(), self.ended_order.len())
     }
 
     /// How `t` is listed.

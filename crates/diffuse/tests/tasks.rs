@@ -1,0 +1,390 @@
+//! The task a user writes: its output kept, its failures explained, the cores, memory and GPUs
+//! it holds, its time limit, its retries, its environment and its priority. Real processes.
+
+mod common;
+
+use common::cluster::*;
+use common::host::{is_root, processes_with, skip};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// `diffuse run` of `tasks` in a fresh directory with `flags`: its output, results and directory.
+fn run(tasks: &[Value], flags: &[&str]) -> (common::Output, Vec<Value>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tasks.jsonl");
+    let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    let run_dir = dir.path().join("run");
+    let cache = dir.path().join("cache");
+    let mut args = vec![
+        "run",
+        file.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
+    args.extend_from_slice(flags);
+    let out = diffuse(&args, DEADLINE);
+    let results = if run_dir.join("results.jsonl").exists() {
+        results(&run_dir)
+    } else {
+        Vec::new()
+    };
+    (out, results, dir)
+}
+
+// ----- 1. output kept -----
+
+#[test]
+fn every_stdout_path_in_the_results_exists_and_holds_its_tasks_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks: Vec<Value> = (0..40)
+        .map(|i| {
+            let f = dir.path().join(format!("f{i}"));
+            std::fs::write(&f, vec![b'x'; i * 10]).unwrap();
+            json!({"id": format!("t{i}"), "cmd": ["wc", "-c", "{inputs[0]}"], "inputs": [file_uri(&f)]})
+        })
+        .collect();
+    let (out, results, _d) = run(&tasks, &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(results.len(), 40);
+    for r in &results {
+        let i: usize = r["id"].as_str().unwrap()[1..].parse().unwrap();
+        let path = r["stdout"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no stdout path: {r}"));
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(
+            text.starts_with(&format!("{} ", i * 10)),
+            "{}: {text}",
+            r["id"]
+        );
+        assert!(r["stderr"].is_null(), "nothing on stderr: {r}");
+    }
+}
+
+#[test]
+fn output_over_the_cap_is_cut_and_marked_and_copied_to_its_uris() {
+    let mut c = Cluster::start(&[]);
+    let (mut cmd, _) = c.worker_cmd("A", 1, "10MB");
+    cmd.args(["--max-output", "1KB"]);
+    let log = c.path("worker-A.log");
+    c.workers.push(Proc::spawn("worker A", &mut cmd, log));
+    c.wait_workers(1);
+    let dest = c.path("logs-out");
+    c.submit(&[json!({
+        "id": "big:one",
+        "cmd": r"head -c 10000 /dev/zero | tr '\0' a; echo oops >&2",
+        "stdout": format!("file://{}/{{id}}.{{attempt}}.out", dest.display()),
+        "stderr": format!("file://{}/{{id}}.{{attempt}}.err", dest.display()),
+    })]);
+    let (_, r) = c.wait_succeeded("big:one");
+    let kept = std::fs::read_to_string(r["stdout"].as_str().unwrap()).unwrap();
+    assert!(kept.starts_with(&"a".repeat(1000)));
+    assert!(
+        kept.contains("output cut at 1000 bytes; 9000 more bytes were not kept"),
+        "{kept}"
+    );
+    // {id} is the id made safe for a file name.
+    let copied = std::fs::read_to_string(dest.join("big_one.1.out")).unwrap();
+    assert_eq!(copied, kept);
+    assert_eq!(
+        std::fs::read_to_string(dest.join("big_one.1.err")).unwrap(),
+        "oops\n"
+    );
+    // Through the dispatcher, from the worker that ran it.
+    let env = [
+        ("DIFFUSE_DISPATCHER", c.url.as_str()),
+        ("DIFFUSE_CLIENT_TOKEN", c.client_token.as_str()),
+    ];
+    let out = diffuse_with(&["logs", "big:one", "--stderr"], None, &env, DEADLINE);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (Some(0), "oops\n"),
+        "{}",
+        out.stderr
+    );
+    let out = diffuse_with(&["logs", "big:one"], None, &env, DEADLINE);
+    assert!(out.stdout.starts_with("aaaa"), "{}", out.stderr);
+    let out = diffuse_with(&["logs", "big:one", "--attempt", "2"], None, &env, DEADLINE);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("has no attempt 2"), "{}", out.stderr);
+}
+
+// ----- 2. failures explained -----
+
+#[test]
+fn a_failed_tasks_exit_code_and_stderr_are_in_the_summary_results_and_status() {
+    let tasks = [
+        json!({"id": "bad", "cmd": "echo something went wrong >&2; exit 3"}),
+        json!({"id": "nope", "cmd": ["no-such-program-here"]}),
+        json!({"id": "ok", "cmd": "true"}),
+    ];
+    let (out, results, _d) = run(&tasks, &[]);
+    assert_eq!(out.code, Some(1));
+    assert!(out.stdout.contains("1 ok, 2 failed"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("bad: exit code 3 (on worker-"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("| something went wrong"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("nope: exec no-such-program-here: No such file"),
+        "{}",
+        out.stdout
+    );
+    let bad = result_of(&results, "bad");
+    assert_eq!(bad["exit_code"], 3);
+    assert_eq!(bad["stderr_tail"], "something went wrong\n");
+    assert!(std::fs::read_to_string(bad["stderr"].as_str().unwrap())
+        .unwrap()
+        .contains("something went wrong"));
+
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 1, "1MB");
+    c.wait_workers(1);
+    c.submit(&tasks);
+    c.wait_done("bad");
+    c.wait_done("nope");
+    let out = diffuse_with(
+        &["status", "--failed"],
+        None,
+        &[
+            ("DIFFUSE_DISPATCHER", c.url.as_str()),
+            ("DIFFUSE_CLIENT_TOKEN", c.client_token.as_str()),
+        ],
+        DEADLINE,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("bad: exit code 3 (on A, attempt 1)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("| something went wrong"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("nope: exec no-such-program-here"),
+        "{}",
+        out.stdout
+    );
+}
+
+// ----- 3. resources -----
+
+/// (start, end) of each task's run, from its report.
+fn spans(results: &[Value]) -> Vec<(f64, f64)> {
+    results
+        .iter()
+        .map(|r| {
+            (
+                r["report"]["staged_at"].as_f64().unwrap(),
+                r["report"]["finished_at"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn overlaps(s: &[(f64, f64)]) -> usize {
+    let mut n = 0;
+    for (i, a) in s.iter().enumerate() {
+        for b in &s[i + 1..] {
+            if a.0 < b.1 && b.0 < a.1 {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn two_core_tasks_never_overlap_on_a_two_core_worker_and_one_core_tasks_do() {
+    let flags = ["--workers", "1", "--slots-per-worker", "2"];
+    let wide: Vec<Value> = (0..4)
+        .map(
+            |i| json!({"id": format!("w{i}"), "cmd": "sleep 0.4; echo $DIFFUSE_CORES", "cores": 2}),
+        )
+        .collect();
+    let (out, results, _d) = run(&wide, &flags);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(overlaps(&spans(&results)), 0, "{results:?}");
+    let cores = std::fs::read_to_string(results[0]["stdout"].as_str().unwrap()).unwrap();
+    assert_eq!(cores, "2\n");
+    let narrow: Vec<Value> = (0..4)
+        .map(|i| json!({"id": format!("n{i}"), "cmd": "sleep 0.4"}))
+        .collect();
+    let (out, results, _d) = run(&narrow, &flags);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(overlaps(&spans(&results)) >= 2, "{results:?}");
+}
+
+#[test]
+fn gpus_are_handed_out_by_index_and_a_task_that_fits_no_worker_is_shown() {
+    let mut c = Cluster::start(&[]);
+    let (mut cmd, _) = c.worker_cmd("A", 4, "1MB");
+    cmd.args(["--gpus", "2"]);
+    let log = c.path("worker-A.log");
+    c.workers.push(Proc::spawn("worker A", &mut cmd, log));
+    c.wait_workers(1);
+    let gate = c.path("gate");
+    let hold = format!(
+        "echo $CUDA_VISIBLE_DEVICES; while [ ! -e '{}' ]; do sleep 0.05; done",
+        gate.display()
+    );
+    c.submit(&[
+        json!({"id": "g1", "cmd": hold, "gpus": 1}),
+        json!({"id": "g2", "cmd": hold, "gpus": 1}),
+        json!({"id": "g3", "cmd": "echo $CUDA_VISIBLE_DEVICES", "gpus": 1}),
+        json!({"id": "too-many", "cmd": "true", "gpus": 3}),
+    ]);
+    c.wait_state("g1", "running");
+    c.wait_state("g2", "running");
+    // Both GPUs are taken: g3 waits although cores are free.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(c.task("g3")["state"], "queued");
+    let s = c.status();
+    assert_eq!(s["unschedulable"], 1, "{s}");
+    assert!(
+        s["unschedulable_examples"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("too-many: 1 core, 3 GPUs"),
+        "{s}"
+    );
+    std::fs::write(&gate, b"").unwrap();
+    let mut seen = Vec::new();
+    for id in ["g1", "g2", "g3"] {
+        let (_, r) = c.wait_succeeded(id);
+        seen.push(stdout_of(&r).trim().to_string());
+    }
+    let mut first_two = seen[..2].to_vec();
+    first_two.sort();
+    assert_eq!(first_two, ["0", "1"], "{seen:?}");
+    assert!(["0", "1"].contains(&seen[2].as_str()));
+}
+
+#[test]
+fn a_task_over_its_memory_is_killed_where_cgroups_allow() {
+    if !is_root() {
+        return skip("memory cgroups need root here");
+    }
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 1, "1MB");
+    c.wait_workers(1);
+    let log = c.workers[0].log_text();
+    if !log.contains("memory requests are enforced") {
+        return skip(&format!("this worker cannot make memory cgroups:\n{log}"));
+    }
+    c.submit(&[
+        json!({"id": "hog", "cmd": ["python3", "-c", "x = bytearray(400 * 2**20); print(len(x))"], "memory": "100MB"}),
+        json!({"id": "fits", "cmd": ["python3", "-c", "x = bytearray(20 * 2**20); print(len(x))"], "memory": "200MB"}),
+    ]);
+    let t = c.wait_done("hog");
+    assert_eq!(t["state"], "failed", "{t}");
+    let err = t["outcome"]["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("used more than the 100MB of memory it asked for"),
+        "{t}"
+    );
+    c.wait_succeeded("fits");
+}
+
+// ----- 4. time limits -----
+
+#[test]
+fn a_task_past_its_time_limit_fails_and_leaves_no_process() {
+    let tag = format!("{}", random_u64() % 1_000_000 + 1);
+    let start = Instant::now();
+    let tasks = [json!({"id": "slow", "cmd": format!("sleep 30.{tag}"), "timeout_s": 1})];
+    let (out, results, _d) = run(&tasks, &[]);
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    let r = result_of(&results, "slow");
+    assert_eq!(r["error"], "timed out after 1 s", "{r}");
+    assert_eq!(r["report"]["timed_out"], true);
+    let took =
+        r["report"]["finished_at"].as_f64().unwrap() - r["report"]["staged_at"].as_f64().unwrap();
+    assert!(took < 5.0, "stopped within 5 s: {took}");
+    assert!(processes_with(&format!("30.{tag}")).is_empty());
+    // --task-timeout is the default for tasks that do not say.
+    let tasks = [json!({"id": "slow2", "cmd": format!("sleep 31.{tag}")})];
+    let (_, results, _d) = run(&tasks, &["--task-timeout", "1"]);
+    assert_eq!(result_of(&results, "slow2")["error"], "timed out after 1 s");
+}
+
+// ----- 5. retries -----
+
+#[test]
+fn a_task_that_fails_twice_then_succeeds_ends_at_attempt_three_with_every_attempt_kept() {
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 1, "1MB");
+    c.worker("B", 1, "1MB");
+    c.wait_workers(2);
+    let counter = c.path("counter");
+    let cmd = format!(
+        "n=$(cat '{0}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{0}'; echo try $n >&2; [ $n -ge 3 ]",
+        counter.display()
+    );
+    c.submit(&[
+        json!({"id": "flaky", "cmd": cmd, "retries": 2}),
+        json!({"id": "exec", "cmd": ["no-such-program-here"], "retries": 5}),
+    ]);
+    let (t, r) = c.wait_succeeded("flaky");
+    assert_eq!(t["attempt"], 3, "{t}");
+    assert_eq!(r["attempt"], 3);
+    let attempts = t["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "{t}");
+    for (i, a) in attempts[..2].iter().enumerate() {
+        assert_eq!(a["report"]["exit_code"], 1, "{a}");
+        assert_eq!(a["report"]["stderr_tail"], format!("try {}\n", i + 1));
+    }
+    assert_ne!(
+        attempts[0]["node"], attempts[1]["node"],
+        "a retry prefers another worker: {t}"
+    );
+    // A failure another attempt would repeat is not retried.
+    let t = c.wait_done("exec");
+    assert_eq!(
+        (t["state"].clone(), t["attempt"].clone()),
+        (json!("failed"), json!(1))
+    );
+}
+
+// ----- 6. environment and priority -----
+
+#[test]
+fn a_task_gets_its_env_and_diffuse_variables_and_priorities_order_the_queue() {
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 1, "1MB");
+    c.wait_workers(1);
+    let gate = c.path("gate");
+    c.submit(&[gated_task("hold", &gate)]);
+    c.wait_state("hold", "running");
+    let order = c.path("order");
+    let note = |id: &str| format!("echo {id} >> '{}'", order.display());
+    c.submit(&[
+        json!({"id": "low", "cmd": note("low"), "priority": -1}),
+        json!({"id": "mid", "cmd": note("mid")}),
+        json!({"id": "high", "cmd": note("high"), "priority": 10}),
+        json!({"id": "env", "cmd": "echo $GREETING $DIFFUSE_TASK_ID $DIFFUSE_ATTEMPT $DIFFUSE_NODE $DIFFUSE_CORES",
+               "env": {"GREETING": "hello world"}, "priority": -5}),
+    ]);
+    std::fs::write(&gate, b"").unwrap();
+    let (_, r) = c.wait_succeeded("env");
+    assert_eq!(stdout_of(&r), "hello world env 1 A 1\n");
+    assert_eq!(std::fs::read_to_string(&order).unwrap(), "high\nmid\nlow\n");
+}
