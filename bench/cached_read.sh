@@ -9,9 +9,9 @@ python3 -c "
 import json
 with open('$WORK/tasks.jsonl','w') as f:
     for i in range(31): f.write(json.dumps({'id':'t%02d'%i,'cmd':'cat {inputs[0]} > /dev/null','inputs':['file://$WORK/big.dat']})+'\n')"
-"$DIFFUSE" run "$WORK/tasks.jsonl" --workers 1 --slots-per-worker 1 --cache-size 1GB --run-dir "$WORK/run" --json >/dev/null
-obj=$(ls "$WORK"/run/worker-0/cache/objects/ | grep -v meta | head -1)
-python3 - "$WORK/run/results.jsonl" "$WORK/run/worker-0/cache/objects/$obj" <<'PY'
+"$DIFFUSE" run "$WORK/tasks.jsonl" --workers 1 --slots-per-worker 1 --cache-size 1GB --cache-dir "$WORK/cache" --run-dir "$WORK/run" --json >/dev/null 2>&1
+obj=$(ls "$WORK"/cache/worker-0/objects/ | grep -v meta | head -1)
+python3 - "$WORK/run/results.jsonl" "$WORK/cache/worker-0/objects/$obj" <<'PY'
 import json, subprocess, sys, time, statistics
 rows = [json.loads(l) for l in open(sys.argv[1])]
 hits = [r["report"] for r in rows if r["report"]["traffic"]["local"] == 1]

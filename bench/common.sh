@@ -23,3 +23,6 @@ NGX
   nginx -c "$WORK/nginx.conf"
 }
 stop_nginx() { [ -f "$WORK/nginx.conf" ] && nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null || true; }
+# `--cache-dir $WORK/cache` where the build has it (builds before issue 15 kept caches in the run
+# directory), so a benchmark never touches the user's own caches.
+cache_flag() { "$DIFFUSE" run --help 2>/dev/null | grep -q -- '--cache-dir' && echo "--cache-dir $WORK/cache" || true; }

@@ -8,7 +8,7 @@ python3 -c "
 import json,sys
 with open('$WORK/tasks.jsonl','w') as f:
     for i in range($N): f.write(json.dumps({'id':'t%d'%i,'cmd':['true']})+'\n')"
-"$DIFFUSE" run "$WORK/tasks.jsonl" --noop --workers 2 --slots-per-worker 256 --run-dir "$WORK/run" --json >"$WORK/out.json"
+"$DIFFUSE" run "$WORK/tasks.jsonl" --noop --workers 2 --slots-per-worker 256 --run-dir "$WORK/run" $(cache_flag) --json >"$WORK/out.json" 2>/dev/null
 python3 - "$WORK/out.json" <<'PY'
 import json,sys
 s=json.load(open(sys.argv[1]))

@@ -7,7 +7,7 @@ python3 -c "
 import json
 with open('$WORK/tasks.jsonl','w') as f:
     for i in range($N): f.write(json.dumps({'id':'t%d'%i,'cmd':['true']})+'\n')"
-"$DIFFUSE" run "$WORK/tasks.jsonl" --workers "$W" --slots-per-worker "$S" --run-dir "$WORK/run" --json >"$WORK/out.json"
+"$DIFFUSE" run "$WORK/tasks.jsonl" --workers "$W" --slots-per-worker "$S" --run-dir "$WORK/run" $(cache_flag) --json >"$WORK/out.json" 2>/dev/null
 d=$(json "['tasks_per_s']" <"$WORK/out.json")
 start=$(date +%s.%N)
 seq "$N" | xargs -P "$P" -n 1 true

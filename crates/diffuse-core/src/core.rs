@@ -190,6 +190,9 @@ pub struct Core {
     /// Queued tasks that ask for more than one core, or anything else (the ones that may fit no
     /// node).
     demanding: BTreeSet<TaskId>,
+    /// Queued tasks that avoid a node (retries). With none of these and no demanding task, every
+    /// queued task fits any node with a free core, and decisions skip the check.
+    avoiding: BTreeSet<TaskId>,
     actions: VecDeque<Action>,
     /// Something changed that may allow a dispatch.
     dirty: bool,
@@ -223,6 +226,7 @@ impl Core {
             nodes: BTreeMap::new(),
             free: BTreeSet::new(),
             demanding: BTreeSet::new(),
+            avoiding: BTreeSet::new(),
             actions: VecDeque::new(),
             dirty: false,
             allocator,
@@ -317,6 +321,9 @@ impl Core {
         if !entry.resources.is_one_core() {
             self.demanding.insert(task);
         }
+        if entry.avoid.is_some() {
+            self.avoiding.insert(task);
+        }
         if self.policy.uses_locality() {
             self.locality
                 .enqueue(task, seq, &entry.inputs, &self.effective);
@@ -328,6 +335,7 @@ impl Core {
     fn dequeue(&mut self, task: TaskId, seq: u64) {
         self.queue.remove(seq);
         self.demanding.remove(&task);
+        self.avoiding.remove(&task);
         self.locality.dequeue(task, &self.effective);
         self.counts.queued -= 1;
     }
@@ -734,10 +742,13 @@ impl Core {
                         // A retried task avoids the node it failed on while another has room.
                         let elsewhere = self.free.len() > 1;
                         let tasks = &self.tasks;
+                        let uniform = self.demanding.is_empty() && self.avoiding.is_empty();
                         let fits = |t: TaskId| {
-                            let e = &tasks[&t];
-                            (e.resources.is_one_core() || e.resources.fits_in(&room))
-                                && !(elsewhere && e.avoid == Some(node))
+                            uniform || {
+                                let e = &tasks[&t];
+                                (e.resources.is_one_core() || e.resources.fits_in(&room))
+                                    && !(elsewhere && e.avoid == Some(node))
+                            }
                         };
                         let view = SchedView {
                             queue: &self.queue,

@@ -171,7 +171,10 @@ fn a_second_run_over_the_same_data_is_warm() {
             .map(|d| d["bytes"].as_u64().unwrap())
             .sum()
     };
-    assert!(total >= 20 * 50_000, "every file is cached (some twice: replicas): {total}");
+    assert!(
+        total >= 20 * 50_000,
+        "every file is cached (some twice: replicas): {total}"
+    );
     let cleared = in_dir(dir.path(), &["cache", "clear"]);
     assert!(cleared.stdout.contains("deleted"), "{}", cleared.stdout);
     let third = in_dir(dir.path(), &["run", f, "--json"]);
