@@ -81,6 +81,27 @@ impl Default for Resources {
     }
 }
 
+/// A byte count as a person reads it: `512 B`, `100 MB`, `1.5 GB` (powers of 1000, as the task
+/// file's sizes are written).
+struct Bytes(u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+        let mut v = self.0 as f64;
+        let mut unit = 0;
+        while v >= 1000.0 && unit + 1 < UNITS.len() {
+            v /= 1000.0;
+            unit += 1;
+        }
+        if unit == 0 || v.fract() == 0.0 {
+            write!(f, "{v} {}", UNITS[unit])
+        } else {
+            write!(f, "{v:.1} {}", UNITS[unit])
+        }
+    }
+}
+
 impl fmt::Display for Resources {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -90,7 +111,7 @@ impl fmt::Display for Resources {
             if self.cores == 1 { "" } else { "s" }
         )?;
         if self.memory > 0 && self.memory != u64::MAX {
-            write!(f, ", {} bytes of memory", self.memory)?;
+            write!(f, ", {} of memory", Bytes(self.memory))?;
         }
         if self.gpus > 0 {
             write!(
@@ -101,7 +122,7 @@ impl fmt::Display for Resources {
             )?;
         }
         if self.disk > 0 && self.disk != u64::MAX {
-            write!(f, ", {} bytes of disk", self.disk)?;
+            write!(f, ", {} of disk", Bytes(self.disk))?;
         }
         Ok(())
     }
@@ -136,5 +157,21 @@ mod tests {
             ..Resources::ONE_CORE
         }
         .fits_in(&Resources::cores_only(8)));
+    }
+
+    #[test]
+    fn a_request_reads_as_a_person_writes_it() {
+        let r = Resources {
+            cores: 2,
+            memory: 1_500_000_000,
+            gpus: 1,
+            disk: 100_000_000,
+        };
+        assert_eq!(
+            r.to_string(),
+            "2 cores, 1.5 GB of memory, 1 GPU, 100 MB of disk"
+        );
+        assert_eq!(Resources::ONE_CORE.to_string(), "1 core");
+        assert_eq!(Bytes(512).to_string(), "512 B");
     }
 }

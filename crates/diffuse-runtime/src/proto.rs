@@ -265,9 +265,9 @@ pub struct TaskReport {
     /// Its memory cgroup killed it (it used more than it asked for).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub out_of_memory: bool,
-    /// GPUs it was given (`CUDA_VISIBLE_DEVICES`).
+    /// The ids of the GPUs it was given (its `CUDA_VISIBLE_DEVICES`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gpus: Vec<u32>,
+    pub gpus: Vec<String>,
     /// Where each output was written.
     pub outputs: Vec<String>,
     /// Inputs read without caching because they are larger than the cache quota.

@@ -299,6 +299,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         lookup_timeout: Duration::from_secs(30),
         retries: cfg.retries,
         task_timeout: cfg.task_timeout,
+        fixed_pool: Some(cfg.workers),
         storage_gateway: cfg.storage_bandwidth.clone(),
     })?;
     let caches = crate::cache_pool::claim(&cfg.cache_root, cfg.workers as usize).map_err(|e| {
@@ -580,7 +581,8 @@ const MAX_RESTARTS: u32 = 10;
 
 /// Start local worker `i` on the cache directory `cache`; its tasks' output goes to
 /// `<run-dir>/logs/`, its own log to `<run-dir>/logs/worker-<i>.log` (appended to across
-/// restarts).
+/// restarts). The local workers share this machine: each gets an equal part of its memory and
+/// every N-th of its GPUs, so no two hand out the same GPU.
 fn start_worker(
     cfg: &RunConfig,
     i: u32,
@@ -611,6 +613,23 @@ fn start_worker(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);
+    let machine = crate::worker::Machine::detect();
+    let n = cfg.workers.max(1);
+    if let Some(memory) = machine.memory {
+        cmd.args(["--memory", &(memory / u64::from(n)).to_string()]);
+    }
+    let share: Vec<&str> = machine
+        .gpus
+        .iter()
+        .skip(i as usize)
+        .step_by(n as usize)
+        .map(String::as_str)
+        .collect();
+    if share.is_empty() {
+        cmd.args(["--gpus", "0"]);
+    } else {
+        cmd.args(["--gpu-ids", &share.join(",")]);
+    }
     for root in &cfg.input_roots {
         cmd.arg("--input-root").arg(root);
     }

@@ -39,6 +39,8 @@ enum Command {
     Status(live::client::StatusArgs),
     /// Print a task's captured stdout (or --stderr), from the worker that ran it.
     Logs(live::client::LogsArgs),
+    /// Cancel tasks: queued ones end at once, running ones' processes are stopped.
+    Cancel(live::client::CancelArgs),
     /// Show or clear the caches `diffuse run` keeps between runs.
     Cache(live::cache::CacheArgs),
     /// Wait until the tasks you submitted have ended (exit 1 if one of them failed).
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         Command::Submit(args) => live::client::submit(args),
         Command::Status(args) => live::client::status(args),
         Command::Logs(args) => live::client::logs(args),
+        Command::Cancel(args) => live::client::cancel(args),
         Command::Cache(args) => live::cache::cache(args),
         Command::Wait(args) => live::client::wait(args),
     };

@@ -162,17 +162,32 @@ fn a_lost_dispatcher_stops_the_whole_task() {
 #[test]
 fn cancelling_a_running_task_stops_its_processes() {
     let (c, tag, marker) = lingering_on_one_worker(&[], 30);
-    let r = c
-        .http
-        .post(format!("{}/v1/tasks/t/cancel", c.url))
-        .bearer_auth(&c.client_token)
-        .send()
-        .unwrap();
-    assert!(r.status().is_success());
+    let cancel = |ids: &[&str]| {
+        let mut args = vec!["cancel", "--dispatcher", c.url.as_str()];
+        args.extend_from_slice(ids);
+        diffuse_with(
+            &args,
+            None,
+            &[("DIFFUSE_CLIENT_TOKEN", c.client_token.as_str())],
+            DEADLINE,
+        )
+    };
+    let out = cancel(&["t"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.starts_with("t: cancelling"), "{}", out.stdout);
     assert_gone(&tag);
     let t = c.wait_done("t");
     assert_eq!(t["state"], "cancelled", "{t}");
     assert!(!marker.exists());
+    // Cancelling it again, or a task that does not exist, is refused and named.
+    let out = cancel(&["t", "nope"]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("t: task 't' already ended")
+            && out.stderr.contains("nope: unknown task 'nope'"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

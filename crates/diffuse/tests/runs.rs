@@ -236,3 +236,41 @@ fn a_run_without_inputs_says_so() {
     );
     assert!(!out.stdout.contains("0.0% local"), "{}", out.stdout);
 }
+
+#[test]
+fn a_task_no_local_worker_can_hold_fails_with_the_reason_instead_of_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.jsonl");
+    // Each of the two local workers has half of this machine's memory and no GPU here.
+    let lines = [
+        json!({"id": "fits", "cmd": "true", "memory": "1MB"}),
+        json!({"id": "gpus", "cmd": "true", "gpus": 64}),
+        json!({"id": "memory", "cmd": "true", "memory": "1000TB"}),
+        json!({"id": "cores", "cmd": "true", "cores": 3}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    let out = in_dir(
+        dir.path(),
+        &["run", file.to_str().unwrap(), "--slots-per-worker", "2"],
+    );
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("1 ok, 3 failed"), "{}", out.stdout);
+    for (id, want) in [
+        (
+            "gpus",
+            "asks for 1 core, 64 GPUs: more than any of the 2 workers has",
+        ),
+        (
+            "memory",
+            "asks for 1 core, 1000 TB of memory: more than any",
+        ),
+        ("cores", "asks for 3 cores: more than any"),
+    ] {
+        assert!(
+            out.stdout.contains(&format!("{id}: {want}")),
+            "{id}: {}",
+            out.stdout
+        );
+    }
+}

@@ -229,10 +229,11 @@ fn two_core_tasks_never_overlap_on_a_two_core_worker_and_one_core_tasks_do() {
 }
 
 #[test]
-fn gpus_are_handed_out_by_index_and_a_task_that_fits_no_worker_is_shown() {
+fn gpus_of_the_allocation_are_handed_out_one_task_each_and_a_task_that_fits_no_worker_is_shown() {
     let mut c = Cluster::start(&[]);
     let (mut cmd, _) = c.worker_cmd("A", 4, "1MB");
-    cmd.args(["--gpus", "2"]);
+    // As a resource manager starts it inside a job that was given GPUs 5 and 7.
+    cmd.env("CUDA_VISIBLE_DEVICES", "5,7");
     let log = c.path("worker-A.log");
     c.workers.push(Proc::spawn("worker A", &mut cmd, log));
     c.wait_workers(1);
@@ -246,6 +247,7 @@ fn gpus_are_handed_out_by_index_and_a_task_that_fits_no_worker_is_shown() {
         json!({"id": "g2", "cmd": hold, "gpus": 1}),
         json!({"id": "g3", "cmd": "echo $CUDA_VISIBLE_DEVICES", "gpus": 1}),
         json!({"id": "too-many", "cmd": "true", "gpus": 3}),
+        json!({"id": "none", "cmd": "echo \"[$CUDA_VISIBLE_DEVICES]\""}),
     ]);
     c.wait_state("g1", "running");
     c.wait_state("g2", "running");
@@ -269,8 +271,14 @@ fn gpus_are_handed_out_by_index_and_a_task_that_fits_no_worker_is_shown() {
     }
     let mut first_two = seen[..2].to_vec();
     first_two.sort();
-    assert_eq!(first_two, ["0", "1"], "{seen:?}");
-    assert!(["0", "1"].contains(&seen[2].as_str()));
+    assert_eq!(first_two, ["5", "7"], "{seen:?}");
+    assert!(["5", "7"].contains(&seen[2].as_str()));
+    assert_eq!(
+        c.wait_succeeded("g1").1["gpus"].as_array().unwrap().len(),
+        1
+    );
+    // A task that asked for no GPU sees none.
+    assert_eq!(stdout_of(&c.wait_succeeded("none").1).trim(), "[]");
 }
 
 #[test]

@@ -79,6 +79,10 @@ pub struct DispatcherConfig {
     pub retries: u32,
     /// Time limit of a task that does not say.
     pub task_timeout: Option<Duration>,
+    /// The pool is exactly this many workers (`diffuse run`): once all of them are connected, a
+    /// task that none of them could ever hold fails at once instead of waiting for a bigger
+    /// worker that will not come.
+    pub fixed_pool: Option<u32>,
     /// Shared-storage emulation: serve `file://` objects under this root at this many bytes/s
     /// (see [`crate::gateway`]).
     pub storage_gateway: Option<(PathBuf, f64)>,
@@ -178,6 +182,7 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
             lookup_timeout: cfg.lookup_timeout,
             retries: cfg.retries,
             task_timeout: cfg.task_timeout,
+            fixed_pool: cfg.fixed_pool,
         },
     )?;
     let (tx, rx) = mpsc::channel();

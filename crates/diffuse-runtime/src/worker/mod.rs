@@ -68,8 +68,8 @@ pub struct WorkerConfig {
     pub slots: u32,
     /// Memory tasks may ask for, bytes (None: not counted).
     pub memory: Option<u64>,
-    /// GPUs (handed out by index, 0 to gpus-1).
-    pub gpus: u32,
+    /// The ids of the GPUs tasks may be given (as `CUDA_VISIBLE_DEVICES` understands them).
+    pub gpus: Vec<String>,
     /// Scratch disk tasks may ask for, bytes (None: not counted).
     pub disk: Option<u64>,
     /// Where captured stdout/stderr go (default `<cache-dir>/logs`).
@@ -109,14 +109,16 @@ pub struct WorkerConfig {
 }
 
 /// What this machine has, for a worker's defaults.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Machine {
     /// Processors this process may use.
     pub cores: u32,
     /// Memory (`MemTotal` of `/proc/meminfo`), if known.
     pub memory: Option<u64>,
-    /// NVIDIA GPUs (`/dev/nvidia0`, `/dev/nvidia1`, ...).
-    pub gpus: u32,
+    /// The GPUs this process may use, by the ids `CUDA_VISIBLE_DEVICES` takes: the list in
+    /// `CUDA_VISIBLE_DEVICES` when it is set (a resource manager's allocation), else the
+    /// indices of `/dev/nvidia0`, `/dev/nvidia1`, ...
+    pub gpus: Vec<String>,
 }
 
 impl Machine {
@@ -128,24 +130,39 @@ impl Machine {
             let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
             Some(kb * 1024)
         });
-        let gpus = std::fs::read_dir("/dev")
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| {
-                        let n = e.file_name();
-                        let n = n.to_string_lossy();
-                        n.strip_prefix("nvidia")
-                            .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
-                    })
-                    .count() as u32
-            })
-            .unwrap_or(0);
+        let gpus = match std::env::var("CUDA_VISIBLE_DEVICES") {
+            Ok(list) => gpu_ids(&list),
+            Err(_) => nvidia_devices(),
+        };
         Machine {
             cores,
             memory,
             gpus,
         }
     }
+}
+
+/// The ids in a `CUDA_VISIBLE_DEVICES` value (`0,2`, or UUIDs); none for an empty value or
+/// Slurm's `NoDevFiles`.
+pub fn gpu_ids(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty() && *id != "NoDevFiles")
+        .map(String::from)
+        .collect()
+}
+
+/// The indices of `/dev/nvidiaN`, in order.
+fn nvidia_devices() -> Vec<String> {
+    let mut found: Vec<u32> = std::fs::read_dir("/dev")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_prefix("nvidia")?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort_unstable();
+    found.iter().map(u32::to_string).collect()
 }
 
 pub(crate) fn unix_now() -> f64 {
@@ -173,8 +190,13 @@ pub(crate) struct Ctx {
     max_output: u64,
     /// This worker's name (`DIFFUSE_NODE`).
     name: String,
-    /// GPU indices not given to a running task.
-    gpus_free: Mutex<std::collections::BTreeSet<u32>>,
+    /// The GPUs' ids (`WorkerConfig::gpus`).
+    gpu_ids: Vec<String>,
+    /// Positions in `gpu_ids` of the GPUs not given to a running task.
+    gpus_free: Mutex<std::collections::BTreeSet<usize>>,
+    /// Set every task's `CUDA_VISIBLE_DEVICES` to exactly its GPUs (none: empty): true when this
+    /// worker has GPUs or this machine shows some, so a task that asked for none uses none.
+    gpu_env: bool,
     /// The cache's root and its quota as configured: after a full disk lowered the quota, it is
     /// raised back as space frees.
     cache_root: PathBuf,
@@ -276,7 +298,9 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         logs: logs.clone(),
         max_output: cfg.max_output,
         name: cfg.name.clone(),
-        gpus_free: Mutex::new((0..cfg.gpus).collect()),
+        gpus_free: Mutex::new((0..cfg.gpus.len()).collect()),
+        gpu_env: !cfg.gpus.is_empty() || !Machine::detect().gpus.is_empty(),
+        gpu_ids: cfg.gpus.clone(),
         cache_root: cfg.cache_dir.clone(),
         cache_size: cfg.cache_size,
         cgroups,
@@ -638,7 +662,7 @@ async fn connect(
         name: cfg.name.clone(),
         slots: cfg.slots,
         memory: cfg.memory,
-        gpus: cfg.gpus,
+        gpus: cfg.gpus.len() as u32,
         disk: cfg.disk,
         cache_quota: cfg.cache_size,
         peer_url,

@@ -225,16 +225,15 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
         return None;
     }
     let gpus = Gpus::take(ctx, a.gpus);
-    report.gpus = gpus.indices.clone();
+    report.gpus = gpus.ids();
     let mut env = vec![
         ("DIFFUSE_TASK_ID".to_string(), a.task.clone()),
         ("DIFFUSE_ATTEMPT".to_string(), a.attempt.to_string()),
         ("DIFFUSE_NODE".to_string(), ctx.name.clone()),
         ("DIFFUSE_CORES".to_string(), a.cores.to_string()),
     ];
-    if a.gpus > 0 {
-        let list: Vec<String> = gpus.indices.iter().map(u32::to_string).collect();
-        env.push(("CUDA_VISIBLE_DEVICES".to_string(), list.join(",")));
+    if ctx.gpu_env {
+        env.push(("CUDA_VISIBLE_DEVICES".to_string(), gpus.ids().join(",")));
     }
     env.extend(a.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let job = Job {
@@ -321,17 +320,17 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
     Some(report)
 }
 
-/// GPUs given to a running attempt, by index; given back when dropped.
+/// GPUs given to a running attempt (positions in the worker's list); given back when dropped.
 struct Gpus<'a> {
     ctx: &'a Ctx,
-    indices: Vec<u32>,
+    indices: Vec<usize>,
 }
 
 impl<'a> Gpus<'a> {
     /// Take `n` free GPUs (the dispatcher only sends a task where that many are free).
     fn take(ctx: &'a Ctx, n: u32) -> Gpus<'a> {
         let mut free = ctx.gpus_free.lock().expect("gpu lock");
-        let indices: Vec<u32> = free.iter().copied().take(n as usize).collect();
+        let indices: Vec<usize> = free.iter().copied().take(n as usize).collect();
         for i in &indices {
             free.remove(i);
         }
@@ -339,6 +338,16 @@ impl<'a> Gpus<'a> {
             tracing::warn!("asked for {n} GPUs, {} free", indices.len());
         }
         Gpus { ctx, indices }
+    }
+}
+
+impl Gpus<'_> {
+    /// Their ids, as `CUDA_VISIBLE_DEVICES` takes them.
+    fn ids(&self) -> Vec<String> {
+        self.indices
+            .iter()
+            .map(|&i| self.ctx.gpu_ids[i].clone())
+            .collect()
     }
 }
 

@@ -498,6 +498,53 @@ pub fn logs(a: LogsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `diffuse cancel`.
+#[derive(clap::Args)]
+pub struct CancelArgs {
+    /// Ids of the tasks to cancel.
+    #[arg(required = true)]
+    ids: Vec<String>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `diffuse cancel`: a queued task ends at once; a running one's processes get SIGTERM, then
+/// SIGKILL 3 s later. Exit 1 if a task is unknown or had already ended.
+pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
+    let c = Client::new(&a.client)?;
+    let mut refused = 0;
+    runtime()?.block_on(async {
+        for id in &a.ids {
+            let mut url = reqwest::Url::parse(&format!("{}/v1/tasks/", c.url))?;
+            url.path_segments_mut()
+                .map_err(|()| anyhow::anyhow!("{} cannot take a path", c.url))?
+                .pop_if_empty()
+                .push(id)
+                .push("cancel");
+            match c.call(c.http.post(url)).await {
+                Ok(v) => println!("{id}: {}", v["result"].as_str().unwrap_or("cancelled")),
+                Err(CallError::Refused {
+                    code: 404 | 409,
+                    message,
+                }) => {
+                    refused += 1;
+                    let why = message.split_once("): ").map_or(&*message, |(_, m)| m);
+                    eprintln!("{id}: {why}");
+                }
+                Err(CallError::Refused { message, .. } | CallError::Unreachable(message)) => {
+                    bail!("{message}")
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(if refused > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 /// Where the awaited tasks stand.
 #[derive(Default, Serialize)]
 struct Progress {
@@ -539,6 +586,7 @@ pub fn wait(a: WaitArgs) -> Result<ExitCode> {
     let mut unreachable_since: Option<Instant> = None;
     let mut no_worker_since: Option<Instant> = None;
     let mut warned_no_worker = false;
+    let mut warned_unfit = 0;
     let progress = rt.block_on(async {
         loop {
             let round = async {
@@ -598,6 +646,20 @@ pub fn wait(a: WaitArgs) -> Result<ExitCode> {
                         no_worker_since = None;
                         warned_no_worker = false;
                     }
+                    let unfit = status["unschedulable"].as_u64().unwrap_or(0);
+                    if unfit > warned_unfit {
+                        let examples: Vec<&str> = status["unschedulable_examples"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|e| e.as_str())
+                            .collect();
+                        eprintln!(
+                            "warning: {unfit} queued task(s) fit no connected worker and wait for a bigger one (cancel them with `diffuse cancel`): {}",
+                            examples.join("; ")
+                        );
+                    }
+                    warned_unfit = unfit;
                     if !a.json && last_print.is_none_or(|t| t.elapsed() >= every) {
                         last_print = Some(Instant::now());
                         let done = p.succeeded + p.failed + p.cancelled;

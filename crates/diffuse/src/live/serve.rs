@@ -125,6 +125,7 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         lookup_timeout: a.lookup_timeout,
         retries: a.task.retries,
         task_timeout: a.task.task_timeout,
+        fixed_pool: None,
         storage_gateway: None,
     })
     .with_context(|| format!("cannot start with journal {}", a.journal.display()))?;
@@ -180,10 +181,15 @@ pub struct WorkerArgs {
     /// Memory tasks may ask for in all, e.g. 64GB [default: this machine's memory].
     #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     memory: Option<u64>,
-    /// GPUs tasks may ask for, handed out by index through CUDA_VISIBLE_DEVICES [default: the
-    /// number of /dev/nvidiaN devices].
+    /// GPUs tasks may ask for: the first N of this machine's (--gpu-ids), each given to one task
+    /// at a time through its CUDA_VISIBLE_DEVICES [default: all of them]. A task that asks for
+    /// none gets an empty CUDA_VISIBLE_DEVICES on a machine with GPUs.
     #[arg(long)]
     gpus: Option<u32>,
+    /// The GPUs' ids, e.g. 0,2 or GPU UUIDs [default: CUDA_VISIBLE_DEVICES when set, as a
+    /// resource manager sets it for its allocation; else the indices of /dev/nvidiaN].
+    #[arg(long, value_delimiter = ',')]
+    gpu_ids: Option<Vec<String>>,
     /// Scratch disk tasks may ask for in all ("disk"), e.g. 500GB [default: not counted].
     #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     disk: Option<u64>,
@@ -285,7 +291,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         cache_size: a.cache_size,
         slots: a.cores.unwrap_or(machine.cores),
         memory: a.memory.or(machine.memory),
-        gpus: a.gpus.unwrap_or(machine.gpus),
+        gpus: gpus(a.gpus, a.gpu_ids.unwrap_or(machine.gpus))?,
         disk: a.disk,
         log_dir: a.log_dir,
         max_output: a.max_output,
@@ -308,4 +314,45 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         limits: a.limits.limits(),
     }))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The GPU ids a worker hands out: the first `count` of `known` (all when no count). With no GPU
+/// known (no /dev/nvidiaN, no CUDA_VISIBLE_DEVICES), `--gpus N` means indices 0 to N-1.
+fn gpus(count: Option<u32>, known: Vec<String>) -> Result<Vec<String>> {
+    let Some(n) = count.map(|n| n as usize) else {
+        return Ok(known);
+    };
+    if known.is_empty() {
+        return Ok((0..n).map(|i| i.to_string()).collect());
+    }
+    if n > known.len() {
+        anyhow::bail!(
+            "--gpus {n}: this machine shows {} GPU(s) ({}); name them with --gpu-ids",
+            known.len(),
+            known.join(",")
+        );
+    }
+    Ok(known.into_iter().take(n).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpus;
+    use diffuse_runtime::worker::gpu_ids;
+
+    #[test]
+    fn a_workers_gpus_are_those_of_its_allocation() {
+        assert_eq!(gpu_ids("2,3"), ["2", "3"]);
+        assert_eq!(gpu_ids(" GPU-8a1f , GPU-77c0"), ["GPU-8a1f", "GPU-77c0"]);
+        assert!(gpu_ids("").is_empty());
+        assert!(gpu_ids("NoDevFiles").is_empty());
+        let known = || vec!["2".to_string(), "3".to_string()];
+        assert_eq!(gpus(None, known()).unwrap(), ["2", "3"]);
+        assert_eq!(gpus(Some(1), known()).unwrap(), ["2"]);
+        assert!(gpus(Some(0), known()).unwrap().is_empty());
+        let err = gpus(Some(4), known()).unwrap_err().to_string();
+        assert!(err.contains("shows 2 GPU(s) (2,3)"), "{err}");
+        // None found: the count is trusted, indices from 0.
+        assert_eq!(gpus(Some(2), Vec::new()).unwrap(), ["0", "1"]);
+    }
 }

@@ -215,6 +215,8 @@ pub struct SchedulerConfig {
     pub retries: u32,
     /// Time limit of a task that does not say (`--task-timeout`).
     pub task_timeout: Option<Duration>,
+    /// The pool is exactly this many workers: see `DispatcherConfig::fixed_pool`.
+    pub fixed_pool: Option<u32>,
 }
 
 struct Session {
@@ -446,6 +448,7 @@ impl Scheduler {
             }
             if Instant::now() >= next_check {
                 self.check_heartbeats();
+                self.fail_unfit();
                 let now = self.now();
                 if self.core.poll_timeout().is_some_and(|t| t <= now) {
                     self.core.handle_timeout(now);
@@ -678,6 +681,26 @@ impl Scheduler {
                         Ok("cancelling: its processes are being stopped".into())
                     }
                 }
+            }
+        }
+    }
+
+    /// With a fixed pool, all of it connected: fail the queued tasks no worker could ever hold.
+    fn fail_unfit(&mut self) {
+        let Some(pool) = self.cfg.fixed_pool else {
+            return;
+        };
+        if (self.sessions.len() as u32) < pool {
+            return;
+        }
+        let now = self.now();
+        for t in self.core.unschedulable() {
+            let want = self.spec_of(t).resources;
+            if let Ok(Some(_)) = self.core.handle_cancel(t, now) {
+                let error = format!(
+                    "asks for {want}: more than any of the {pool} workers has, and no other will join"
+                );
+                self.finish_without_running(t, OutcomeState::Failed, Some(error));
             }
         }
     }
