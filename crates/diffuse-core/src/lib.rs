@@ -39,6 +39,6 @@ pub use crate::core::{Core, CoreConfig, CoreError, Counts, LostTasks};
 pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
 pub use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 pub use crate::provision::{DynamicConfig, Provisioning, StepPolicy};
-pub use crate::resources::Resources;
+pub use crate::resources::{Bytes, Resources};
 pub use crate::task::{Input, Outcome, TaskSpec, TaskState};
 pub use crate::time::Time;

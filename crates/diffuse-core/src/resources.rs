@@ -81,24 +81,19 @@ impl Default for Resources {
     }
 }
 
-/// A byte count as a person reads it: `512 B`, `100 MB`, `1.5 GB` (powers of 1000, as the task
-/// file's sizes are written).
-struct Bytes(u64);
+/// A byte count as a person writes it in a task file: `512B`, `100MB`, `1.5GB` (powers of 1000,
+/// at most two decimals).
+pub struct Bytes(pub u64);
 
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
-        let mut v = self.0 as f64;
-        let mut unit = 0;
-        while v >= 1000.0 && unit + 1 < UNITS.len() {
-            v /= 1000.0;
-            unit += 1;
+        let b = self.0 as f64;
+        for (unit, m) in [("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)] {
+            if b >= m {
+                return write!(f, "{}{unit}", (b / m * 100.0).round() / 100.0);
+            }
         }
-        if unit == 0 || v.fract() == 0.0 {
-            write!(f, "{v} {}", UNITS[unit])
-        } else {
-            write!(f, "{v:.1} {}", UNITS[unit])
-        }
+        write!(f, "{b}B")
     }
 }
 
@@ -169,9 +164,10 @@ mod tests {
         };
         assert_eq!(
             r.to_string(),
-            "2 cores, 1.5 GB of memory, 1 GPU, 100 MB of disk"
+            "2 cores, 1.5GB of memory, 1 GPU, 100MB of disk"
         );
         assert_eq!(Resources::ONE_CORE.to_string(), "1 core");
-        assert_eq!(Bytes(512).to_string(), "512 B");
+        assert_eq!(Bytes(512).to_string(), "512B");
+        assert_eq!(Bytes(1_234_567).to_string(), "1.23MB");
     }
 }

@@ -45,13 +45,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Format bytes the way sizes are parsed (decimal units).
 pub fn format_size(b: u64) -> String {
-    let b = b as f64;
-    for (unit, m) in [("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)] {
-        if b >= m {
-            return format!("{}{unit}", (b / m * 100.0).round() / 100.0);
-        }
-    }
-    format!("{b}B")
+    diffuse_core::Bytes(b).to_string()
 }
 
 #[cfg(test)]

@@ -252,7 +252,7 @@ fn a_task_no_local_worker_can_hold_fails_with_the_reason_instead_of_waiting() {
     std::fs::write(&file, text).unwrap();
     let out = in_dir(
         dir.path(),
-        &["run", file.to_str().unwrap(), "--slots-per-worker", "2"],
+        &["run", file.to_str().unwrap(), "--cores-per-worker", "2"],
     );
     assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("1 ok, 3 failed"), "{}", out.stdout);
@@ -261,10 +261,7 @@ fn a_task_no_local_worker_can_hold_fails_with_the_reason_instead_of_waiting() {
             "gpus",
             "asks for 1 core, 64 GPUs: more than any of the 2 workers has",
         ),
-        (
-            "memory",
-            "asks for 1 core, 1000 TB of memory: more than any",
-        ),
+        ("memory", "asks for 1 core, 1000TB of memory: more than any"),
         ("cores", "asks for 3 cores: more than any"),
     ] {
         assert!(

@@ -36,8 +36,8 @@ pub struct RunArgs {
     /// Local worker processes, each with its own cache directory.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     workers: u32,
-    /// Slots per worker.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    /// Cores per worker: the sum of the "cores" of the tasks a worker runs at once.
+    #[arg(long = "cores-per-worker", value_name = "CORES", visible_alias = "slots-per-worker", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     slots_per_worker: u32,
     /// Cache quota per worker, e.g. 1GB.
     #[arg(long, default_value = "1GB", value_parser = parse_size, allow_hyphen_values = true)]
@@ -261,8 +261,8 @@ pub struct DemoArgs {
     /// Local worker processes.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     workers: u32,
-    /// Slots per worker.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    /// Cores per worker: the sum of the "cores" of the tasks a worker runs at once.
+    #[arg(long = "cores-per-worker", value_name = "CORES", visible_alias = "slots-per-worker", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     slots_per_worker: u32,
     /// Cache quota per worker.
     #[arg(long, default_value = "200MB", value_parser = parse_size, allow_hyphen_values = true)]
