@@ -263,6 +263,20 @@ fn gpus_of_the_allocation_are_handed_out_one_task_each_and_a_task_that_fits_no_w
             .starts_with("too-many: 1 core, 3 GPUs"),
         "{s}"
     );
+    let metrics = c
+        .http
+        .get(format!("{}/metrics", c.url))
+        .bearer_auth(&c.client_token)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "diffuse_tasks_unschedulable 1"),
+        "{metrics}"
+    );
     std::fs::write(&gate, b"").unwrap();
     let mut seen = Vec::new();
     for id in ["g1", "g2", "g3"] {

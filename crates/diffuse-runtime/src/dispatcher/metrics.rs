@@ -47,6 +47,12 @@ pub fn metrics_text(s: &Status) -> String {
             ("{state=\"cancelled\"}", s.cancelled as f64),
         ],
     );
+    metric(
+        "diffuse_tasks_unschedulable",
+        "Queued tasks that ask for more than any connected worker has.",
+        "gauge",
+        &[("", s.unschedulable as f64)],
+    );
     let t = &s.traffic;
     metric(
         "diffuse_accesses_total",

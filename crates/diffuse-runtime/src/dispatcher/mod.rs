@@ -281,8 +281,26 @@ impl Handle {
 
     /// The journaled outcome of task `id`, if it has one.
     pub async fn outcome(&self, id: &str) -> Result<Option<crate::journal::TaskOutcome>, ApiError> {
-        let (reader, id) = (self.reader.clone(), id.to_string());
-        tokio::task::spawn_blocking(move || reader.lock().expect("journal reader").outcome(&id))
+        let id = id.to_string();
+        self.read_journal(move |j| j.outcome(&id)).await
+    }
+
+    /// Every dispatched attempt of task `id`: number, worker, and the report of a retried one.
+    async fn attempt_results(
+        &self,
+        id: &str,
+    ) -> Result<Vec<(u32, String, Option<String>)>, ApiError> {
+        let id = id.to_string();
+        self.read_journal(move |j| j.attempt_results(&id)).await
+    }
+
+    /// Run `read` on the journal's read-only connection, off the async threads.
+    async fn read_journal<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Journal) -> Result<T, crate::journal::JournalError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let reader = self.reader.clone();
+        tokio::task::spawn_blocking(move || read(&reader.lock().expect("journal reader")))
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?
             .map_err(|e| ApiError::Internal(e.to_string()))
@@ -299,13 +317,9 @@ impl Handle {
         if !views.iter().any(ended) {
             return Ok(views);
         }
-        let reader = self.reader.clone();
-        tokio::task::spawn_blocking(move || {
-            let journal = reader.lock().expect("journal reader");
+        self.read_journal(move |journal| {
             for v in views.iter_mut().filter(|v| ended(v)) {
-                let o = journal
-                    .outcome(&v.id)
-                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                let o = journal.outcome(&v.id)?;
                 if let Some(o) = &o {
                     v.node.clone_from(&o.node);
                     v.attempt = o.attempt;
@@ -315,7 +329,6 @@ impl Handle {
             Ok(views)
         })
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
     }
 }
 
@@ -452,13 +465,7 @@ async fn task(
     match h.ask(|tx| Cmd::Task(id.clone(), tx)).await? {
         Some(v) => {
             let mut v = h.with_outcomes(vec![v]).await?.remove(0);
-            let (reader, key) = (h.reader.clone(), id.clone());
-            let attempts = tokio::task::spawn_blocking(move || {
-                reader.lock().expect("journal reader").attempt_results(&key)
-            })
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+            let attempts = h.attempt_results(&id).await?;
             v.attempts = Some(
                 attempts
                     .into_iter()
@@ -525,13 +532,7 @@ async fn logs(
             "stream '{stream}' is not stdout or stderr"
         )));
     }
-    let (reader, key) = (h.reader.clone(), id.clone());
-    let attempts = tokio::task::spawn_blocking(move || {
-        reader.lock().expect("journal reader").attempt_results(&key)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?
-    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let attempts = h.attempt_results(&id).await?;
     if attempts.is_empty() {
         return Err(ApiError::NotFound(format!(
             "task '{id}' is unknown or has not run yet"

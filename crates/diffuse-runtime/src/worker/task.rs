@@ -17,15 +17,22 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 pub(super) fn noop_report(a: &Assignment) -> TaskReport {
-    let now = unix_now();
+    TaskReport {
+        exit_code: Some(0),
+        ..blank_report(a, unix_now())
+    }
+}
+
+/// The report of an attempt that has not run yet, every time set to `at`.
+fn blank_report(a: &Assignment, at: f64) -> TaskReport {
     TaskReport {
         task: a.task.clone(),
         attempt: a.attempt,
-        exit_code: Some(0),
+        exit_code: None,
         error: None,
-        started_at: now,
-        staged_at: now,
-        finished_at: now,
+        started_at: at,
+        staged_at: at,
+        finished_at: at,
         stdout: None,
         stderr: None,
         stderr_tail: None,
@@ -125,25 +132,7 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
     let started_at = unix_now();
     let name = dir_name(&a.task, a.attempt);
     let dir = ctx.work.join(&name);
-    let mut report = TaskReport {
-        task: a.task.clone(),
-        attempt: a.attempt,
-        exit_code: None,
-        error: None,
-        started_at,
-        staged_at: started_at,
-        finished_at: started_at,
-        stdout: None,
-        stderr: None,
-        stderr_tail: None,
-        output_error: None,
-        timed_out: false,
-        out_of_memory: false,
-        gpus: Vec::new(),
-        outputs: Vec::new(),
-        uncached: Vec::new(),
-        traffic: Traffic::default(),
-    };
+    let mut report = blank_report(&a, started_at);
     let fail = |mut r: TaskReport, e: String| {
         r.error = Some(e);
         r.finished_at = unix_now();
