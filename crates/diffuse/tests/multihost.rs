@@ -117,6 +117,15 @@ fn workers_on_separate_hosts_fetch_from_each_other() {
         [0, 1, 0, 0, size as u64, 0],
         "B read x from A across hosts (a worker that advertised 0.0.0.0 would be unreachable): {r}"
     );
+    // A task's output, fetched by the dispatcher (host 0) from the worker that ran it (host 1).
+    let stdout = http
+        .get(format!("{url}/v1/tasks/t1/logs"))
+        .bearer_auth(&client)
+        .send()
+        .unwrap();
+    assert!(stdout.status().is_success(), "{}", stdout.status());
+    let stdout = stdout.text().unwrap();
+    assert!(stdout.starts_with(&size.to_string()), "{stdout}");
     let log = std::fs::read_to_string(dir.path().join("d.log")).unwrap();
     assert!(
         log.contains(&format!("peer=http://{}:", bed.addr(1))),
