@@ -6,7 +6,9 @@
 # The live-runtime tests need a real S3-compatible server: moto's server mode, from PyPI, which
 # the S3 test starts and stops itself. Tests that need several hosts, other users, resource
 # limits or a small file system use iproute2 (network namespaces), util-linux (setpriv, prlimit,
-# mount) and run as root; as another user they say SKIPPED and pass.
+# mount) and run as root; as another user they say SKIPPED and pass. The elastic pool's Slurm
+# tests run a real one-node Slurm (scripts/slurm.sh installs munge and slurm-wlm's daemons from
+# Debian when missing, and starts and stops them per test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -11,6 +11,7 @@
 //! | [`journal`] | the dispatcher's durable journal (embedded SQLite) |
 //! | [`cache_dir`] | a worker's on-disk cache: quota, eviction, verification |
 //! | [`uri`] | input and output URIs: schemes, canonical form, file paths |
+//! | [`provisioner`] | the elastic pool: workers from local processes, Slurm or commands |
 //! | [`placeholder`] | `{inputs[i]}`/`{outputs[i]}` in commands: checked, expanded, shell-quoted |
 
 pub mod auth;
@@ -22,6 +23,7 @@ pub mod gateway;
 pub mod journal;
 pub mod placeholder;
 pub mod proto;
+pub mod provisioner;
 pub mod run;
 pub mod server;
 pub mod size;

@@ -45,6 +45,10 @@ pub enum ToDispatcher {
         peer_url: String,
         /// Objects already in its cache directory.
         held: Vec<Held>,
+        /// The elastic pool's request this worker answers (`DIFFUSE_POOL_REQUEST`), when the
+        /// dispatcher's provisioner started it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<String>,
     },
     /// The worker now caches these objects.
     Cached {

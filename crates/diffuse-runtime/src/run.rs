@@ -301,6 +301,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         task_timeout: cfg.task_timeout,
         fixed_pool: Some(cfg.workers),
         storage_gateway: cfg.storage_bandwidth.clone(),
+        pool: None,
     })?;
     let caches = crate::cache_pool::claim(&cfg.cache_root, cfg.workers as usize).map_err(|e| {
         anyhow::anyhow!(

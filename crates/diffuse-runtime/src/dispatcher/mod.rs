@@ -83,6 +83,9 @@ pub struct DispatcherConfig {
     /// task that none of them could ever hold fails at once instead of waiting for a bigger
     /// worker that will not come.
     pub fixed_pool: Option<u32>,
+    /// The elastic pool: where workers come from when the core asks for more (the core's
+    /// provisioning must then be dynamic). None: workers are the ones that connect.
+    pub pool: Option<crate::provisioner::PoolConfig>,
     /// Shared-storage emulation: serve `file://` objects under this root at this many bytes/s
     /// (see [`crate::gateway`]).
     pub storage_gateway: Option<(PathBuf, f64)>,
@@ -100,7 +103,15 @@ pub struct Handle {
     gateway: Option<Arc<crate::gateway::Gateway>>,
     /// For fetching captured output from workers.
     http: reqwest::Client,
+    /// The elastic pool, until `serve` starts it; and its command channel.
+    pool: Arc<Mutex<Option<PoolTask>>>,
+    pool_tx: Option<tokio::sync::mpsc::UnboundedSender<crate::provisioner::PoolCmd>>,
 }
+
+type PoolTask = (
+    crate::provisioner::Pool,
+    tokio::sync::mpsc::UnboundedReceiver<crate::provisioner::PoolCmd>,
+);
 
 /// An API error, with its HTTP status.
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +183,24 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
     let journal = Journal::open(&cfg.journal)?;
     let reader = Journal::reopen(&cfg.journal, true)?;
     let core = Core::new(cfg.core.clone());
+    let (tx, rx) = mpsc::channel();
+    let mut pool_task = None;
+    let mut pool_link = None;
+    if let Some(p) = &cfg.pool {
+        let (max, min) = match &cfg.core.provisioning {
+            diffuse_core::Provisioning::Dynamic(d) => (d.max_nodes, d.min_nodes),
+            diffuse_core::Provisioning::Static => {
+                anyhow::bail!("an elastic pool needs dynamic provisioning in the core")
+            }
+        };
+        let (ptx, prx) = tokio::sync::mpsc::unbounded_channel();
+        let name = p.backend.name();
+        let pool =
+            crate::provisioner::Pool::new(p.clone(), tx.clone()).map_err(|e| anyhow::anyhow!(e))?;
+        pool_task = Some((pool, prx));
+        pool_link = Some(scheduler::pool::PoolLink::new(ptx, name, min, max));
+    }
+    let pool_tx = pool_link.as_ref().map(|l| l.tx.clone());
     let scheduler = Scheduler::new(
         core,
         journal,
@@ -185,7 +214,10 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
             fixed_pool: cfg.fixed_pool,
         },
     )?;
-    let (tx, rx) = mpsc::channel();
+    let scheduler = match pool_link {
+        Some(link) => scheduler.with_pool(link),
+        None => scheduler,
+    };
     let thread = std::thread::Builder::new()
         .name("scheduler".into())
         .spawn(move || scheduler.run(rx))?;
@@ -205,6 +237,8 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
         http: reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()?,
+        pool: Arc::new(Mutex::new(pool_task)),
+        pool_tx,
     };
     Ok((handle, thread))
 }
@@ -366,7 +400,20 @@ pub async fn serve(
     limits: crate::server::Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    crate::server::serve(listener, router(handle), limits, shutdown).await
+    let pool = handle.pool.lock().expect("pool").take();
+    if let Some((pool, rx)) = pool {
+        tokio::spawn(pool.run(rx));
+    }
+    let pool_tx = handle.pool_tx.clone();
+    let served = crate::server::serve(listener, router(handle), limits, shutdown).await;
+    if let Some(tx) = pool_tx {
+        // Give every worker of the pool back before exiting.
+        let (done, wait) = oneshot::channel();
+        if tx.send(crate::provisioner::PoolCmd::Shutdown(done)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(120), wait).await;
+        }
+    }
+    served
 }
 
 async fn submit(

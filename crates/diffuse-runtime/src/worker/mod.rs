@@ -57,6 +57,8 @@ use tokio_tungstenite::tungstenite::Message;
 pub struct WorkerConfig {
     /// Dispatcher base URL, `http://host:port`.
     pub dispatcher: String,
+    /// The elastic pool's request this worker answers, when a provisioner started it.
+    pub request: Option<String>,
     /// Worker token.
     pub token: String,
     /// Cache directory (created if missing). Task directories go under `<cache-dir>/work`,
@@ -208,6 +210,8 @@ pub(crate) struct Ctx {
     running: Mutex<HashMap<Attempt, watch::Sender<Option<Stop>>>>,
     /// Input lookups under way at once, at most.
     lookups: tokio::sync::Semaphore,
+    /// A signal is stopping the worker.
+    leaving: std::sync::atomic::AtomicBool,
 }
 
 impl Ctx {
@@ -230,8 +234,25 @@ impl Ctx {
         }
     }
 
+    /// For a task that a signal not sent by this worker killed: whether the worker itself is
+    /// being stopped too (within a second), as when a resource manager signals every process
+    /// of a job at once and the task happened to die first.
+    async fn stopped_with_us(&self) -> bool {
+        for _ in 0..20 {
+            if self.leaving.load(std::sync::atomic::Ordering::SeqCst) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
     /// Ask every running attempt to stop.
     fn stop_all(&self, why: Stop) {
+        if why == Stop::Leaving {
+            self.leaving
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         for stop in self.running.lock().expect("running lock").values() {
             let _ = stop.send(Some(why));
         }
@@ -307,6 +328,7 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         launch: Launch::new(&cfg.task_env_drop, cfg.task_user.clone()),
         running: Mutex::new(HashMap::new()),
         lookups: tokio::sync::Semaphore::new(LOOKUPS_AT_ONCE),
+        leaving: std::sync::atomic::AtomicBool::new(false),
     });
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)
@@ -667,6 +689,7 @@ async fn connect(
         cache_quota: cfg.cache_size,
         peer_url,
         held,
+        request: cfg.request.clone(),
     };
     let lost = |e: anyhow::Error| Connect::Unreachable(e);
     let text = serde_json::to_string(&hello).expect("hello serializes");
@@ -759,9 +782,13 @@ async fn session(
                         let (ctx, noop) = (ctx.clone(), cfg.noop);
                         tasks.spawn(async move {
                             let report = if noop { Some(task::noop_report(&a)) } else { task::run_task(&ctx, *a).await };
-                            if let Some(report) = report {
-                                let _ = ctx.out.send(ToDispatcher::Finished(report));
+                            let Some(report) = report else { return };
+                            if report.exit_code.is_none() && report.error.is_none() && ctx.stopped_with_us().await {
+                                // Killed by a signal meant for the whole job (a resource
+                                // manager's scancel, a node shutdown): it runs again elsewhere.
+                                return;
                             }
+                            let _ = ctx.out.send(ToDispatcher::Finished(report));
                         });
                     }
                     ToWorker::Lookup { id, uris, timeout_ms } => {

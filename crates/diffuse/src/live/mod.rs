@@ -5,6 +5,7 @@
 pub mod cache;
 pub mod client;
 pub mod each;
+pub mod pool;
 pub mod run;
 pub mod serve;
 
@@ -58,7 +59,7 @@ pub struct SchedArgs {
 }
 
 impl SchedArgs {
-    fn core(&self) -> CoreConfig {
+    pub(crate) fn core(&self) -> CoreConfig {
         CoreConfig {
             policy: self.policy,
             window: self.window as usize,

@@ -85,6 +85,8 @@ pub struct DispatcherArgs {
     sched: SchedArgs,
     #[command(flatten)]
     storage: StorageArgs,
+    #[command(flatten)]
+    pool: super::pool::PoolArgs,
 }
 
 /// `diffuse dispatcher`.
@@ -116,9 +118,20 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         )?,
         metrics,
     };
+    let (provisioning, pool) = match a.pool.resolve(a.listen, &a.journal, &tokens.worker) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let (handle, thread) = dispatcher::start(DispatcherConfig {
         journal: a.journal.clone(),
-        core: a.sched.core(),
+        core: diffuse_core::CoreConfig {
+            provisioning,
+            ..a.sched.core()
+        },
+        pool,
         tokens,
         heartbeat: Duration::from_millis(500),
         heartbeat_timeout: Duration::from_secs(a.heartbeat_timeout),
@@ -165,8 +178,12 @@ async fn stop_signal() {
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
     /// Dispatcher URL.
-    #[arg(long, default_value = super::DEFAULT_DISPATCHER)]
+    #[arg(long, env = "DIFFUSE_DISPATCHER", default_value = super::DEFAULT_DISPATCHER)]
     dispatcher: String,
+    /// The elastic pool's request this worker answers; set by the dispatcher's provisioner in
+    /// the environment of the workers it starts (in a Slurm job, the job's name).
+    #[arg(long, env = "DIFFUSE_POOL_REQUEST", hide_env_values = true)]
+    request: Option<String>,
     /// Cache directory (created if missing). Task directories go under <cache-dir>/work,
     /// captured stdout/stderr under <cache-dir>/logs.
     #[arg(long)]
@@ -286,6 +303,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
     let machine = diffuse_runtime::worker::Machine::detect();
     rt.block_on(diffuse_runtime::worker::run(WorkerConfig {
         dispatcher: a.dispatcher.trim_end_matches('/').to_string(),
+        request: a.request,
         token,
         cache_dir: a.cache_dir,
         cache_size: a.cache_size,

@@ -19,9 +19,11 @@
 //! | [`workers`] | worker sessions, their messages, dispatch, losing a worker |
 //! | [`tasks`] | the task table: phases, the index by state, batches |
 //! | [`lookup`] | input lookups asked of workers |
+//! | [`pool`] | the elastic pool: provisioning decisions out, workers by state in |
 //! | [`writer`] | the journal writer thread |
 
 pub mod lookup;
+pub mod pool;
 pub mod tasks;
 mod workers;
 pub mod writer;
@@ -109,6 +111,8 @@ pub enum Cmd {
     Ended(usize, oneshot::Sender<(Vec<(String, String)>, usize)>),
     /// Ask every worker to finish and exit.
     ShutdownWorkers,
+    /// News from the elastic pool.
+    Pool(crate::provisioner::PoolEvent),
 }
 
 /// Dispatcher-wide counters (`/v1/status`, `/metrics`). Every submitted task is counted in
@@ -133,6 +137,16 @@ pub struct Status {
     pub cancelled: u64,
     /// Connected workers.
     pub workers: u32,
+    /// Workers by state: requested, pending, starting (pool requests not yet connected),
+    /// running, idle (connected), lost (disconnected, may come back), releasing.
+    #[serde(default)]
+    pub workers_by_state: std::collections::BTreeMap<String, u32>,
+    /// Every worker with its state and resource-manager job id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worker_list: Vec<pool::WorkerView>,
+    /// The elastic pool's settings and errors (none for a static pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<pool::PoolView>,
     /// Slots on connected workers.
     pub slots: u64,
     /// Slots running a task.
@@ -222,6 +236,8 @@ pub struct SchedulerConfig {
 struct Session {
     conn: u64,
     name: String,
+    /// The pool request it answers, if the pool started it.
+    request: Option<String>,
     peer_url: String,
     slots: u32,
     tx: UnboundedSender<ToWorker>,
@@ -240,6 +256,8 @@ pub struct Scheduler {
     /// Source version of each object: empty until a lookup or a worker's report gives one.
     versions: Vec<String>,
     sessions: FxHashMap<NodeId, Session>,
+    /// The elastic pool, unless static.
+    pool: Option<pool::PoolLink>,
     /// Workers were told to finish: one that connects later is told at once.
     shutting_down: bool,
     /// Outcomes sent to the writer and not yet confirmed committed.
@@ -286,6 +304,7 @@ impl Scheduler {
             uris: Vec::new(),
             versions: Vec::new(),
             sessions: FxHashMap::default(),
+            pool: None,
             shutting_down: false,
             unconfirmed: FxHashMap::default(),
             writer,
@@ -304,6 +323,12 @@ impl Scheduler {
             s.restore(st);
         }
         Ok(s)
+    }
+
+    /// Carry provisioning decisions out through this pool.
+    pub fn with_pool(mut self, link: pool::PoolLink) -> Scheduler {
+        self.pool = Some(link);
+        self
     }
 
     fn now(&self) -> Time {
@@ -476,6 +501,7 @@ impl Scheduler {
             Cmd::Cancel(id, reply) => {
                 let _ = reply.send(self.cancel(&id));
             }
+            Cmd::Pool(ev) => self.on_pool_event(ev),
             Cmd::Status(reply) => {
                 let _ = reply.send(self.status());
             }
@@ -549,7 +575,18 @@ impl Scheduler {
                 format!("{}: {}", task.def.id, self.spec_of(*t).resources)
             })
             .collect();
+        let (worker_list, pool) = self.workers_view();
+        let mut workers_by_state: std::collections::BTreeMap<String, u32> = pool::WORKER_STATES
+            .iter()
+            .map(|s| (s.to_string(), 0))
+            .collect();
+        for w in &worker_list {
+            *workers_by_state.entry(w.state.clone()).or_default() += 1;
+        }
         Status {
+            workers_by_state,
+            worker_list,
+            pool,
             unschedulable: unfit.len() as u64,
             unschedulable_examples: examples,
             queued: c.queued + self.looking_up,

@@ -49,6 +49,7 @@ impl Scheduler {
             disk,
             peer_url,
             held,
+            request,
             ..
         } = hello
         else {
@@ -75,11 +76,13 @@ impl Scheduler {
             let _ = tx.send(ToWorker::Shutdown);
         }
         tracing::info!(worker = %name, slots, peer = %peer_url, "worker joined");
+        self.pool_joined(&request);
         self.sessions.insert(
             node,
             Session {
                 conn,
                 name,
+                request,
                 peer_url,
                 slots,
                 tx,
@@ -217,6 +220,7 @@ impl Scheduler {
         };
         self.conns.remove(&session.conn);
         self.lookups.node_lost(node);
+        self.pool_disconnected(&session);
         let running = self.core.running_on(node).to_vec();
         if crashed {
             tracing::warn!(worker = %session.name, "worker lost ({why}); its tasks run again elsewhere");
@@ -358,16 +362,8 @@ impl Scheduler {
         while let Some(action) = self.core.poll_action(now) {
             match action {
                 Action::Dispatch(d) => self.dispatch(d.task, d.attempt, d.node, d.inputs),
-                Action::Provision { nodes } => {
-                    // No provisioner backend yet: nodes are the workers that connect.
-                    self.core.handle_provision_failed(nodes, now);
-                }
-                Action::Release { node } => {
-                    if let Some(s) = self.sessions.remove(&node) {
-                        self.conns.remove(&s.conn);
-                        let _ = s.tx.send(ToWorker::Shutdown);
-                    }
-                }
+                Action::Provision { nodes } => self.provision(nodes),
+                Action::Release { node } => self.release(node),
             }
         }
     }

@@ -1,0 +1,647 @@
+//! The elastic pool, live: workers acquired from a resource manager as the queue grows and
+//! given back when idle (the data-diffusion paper's dynamic resource provisioner).
+//!
+//! The scheduling core decides *how many* workers to ask for and *which* idle one to release
+//! (`Action::Provision`, `Action::Release`); this module carries the decisions out on a
+//! resource manager: [`local`] processes, [`slurm`] batch jobs, or a user's [`command`]s.
+//!
+//! It runs as one task on the dispatcher's async runtime, apart from the scheduler thread: a
+//! slow or hung `sbatch` or `squeue` delays other resource-manager calls, never a dispatch.
+//! The scheduler sends it [`PoolCmd`]s; it answers with [`PoolEvent`]s on the scheduler's
+//! channel. Every request has a name (`<prefix>-<n>`); the worker it starts carries that name
+//! in its hello (`DIFFUSE_POOL_REQUEST`), which is how a joining worker is matched to its job.
+//!
+//! Limits hold whatever the order of events: a request counts against `--max-workers` from
+//! the moment it is made until the resource manager shows its job gone (a released worker's
+//! job still counts while it ends), and against `--max-pending` until its job runs.
+//! Acquisitions beyond either wait in `wanted` and go out as room appears.
+
+pub mod command;
+pub mod local;
+pub mod rm;
+pub mod slurm;
+
+use crate::dispatcher::scheduler::Cmd;
+use rm::RmPolicy;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Which resource manager workers come from.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// `diffuse worker` processes on this machine.
+    Local,
+    /// One Slurm batch job per worker.
+    Slurm(slurm::SlurmConfig),
+    /// The user's start and stop commands.
+    Command(command::CommandConfig),
+}
+
+impl Backend {
+    /// Whether the commands it needs are installed: an error names the first missing one.
+    pub fn check(&self) -> Result<(), String> {
+        if let Backend::Slurm(_) = self {
+            for prog in ["sbatch", "squeue", "scancel"] {
+                if !on_path(prog) {
+                    return Err(format!(
+                        "--provisioner slurm: `{prog}` is not installed (not on PATH)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Its name as given to `--provisioner`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Local => "local",
+            Backend::Slurm(_) => "slurm",
+            Backend::Command(_) => "command",
+        }
+    }
+}
+
+/// How workers are started and what they bring.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// The resource manager.
+    pub backend: Backend,
+    /// Most workers alive at once (requested, pending, running or ending).
+    pub max_workers: u32,
+    /// Most requests not yet running at the resource manager.
+    pub max_pending: u32,
+    /// Cores of each worker (`--cores`; Slurm's `--cpus-per-task`).
+    pub cores: u32,
+    /// Cache quota of each worker, bytes.
+    pub cache_size: u64,
+    /// Each worker's cache directory; `{request}` stands for the request's name.
+    pub cache_dir: String,
+    /// More `diffuse worker` arguments, as given.
+    pub worker_args: Vec<String>,
+    /// The URL workers reach the dispatcher at.
+    pub dispatcher_url: String,
+    /// The worker token (passed in the environment).
+    pub worker_token: String,
+    /// The `diffuse` executable workers run.
+    pub exe: PathBuf,
+    /// Logs and scripts of the pool.
+    pub state_dir: PathBuf,
+    /// Request names start with this; unique to this dispatcher.
+    pub prefix: String,
+    /// Time limit and retries of resource-manager commands.
+    pub rm: RmPolicy,
+    /// How often the resource manager is asked for its jobs' states.
+    pub poll_interval: Duration,
+    /// A job running this long without its worker connecting is cancelled.
+    pub start_timeout: Duration,
+    /// A released (or disconnected) worker's job is cancelled if still there after this.
+    pub release_grace: Duration,
+}
+
+/// One worker's command line and environment.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The `diffuse` executable.
+    pub exe: PathBuf,
+    /// Arguments after `worker`... and `worker` itself for the local backend (see
+    /// [`PoolConfig::launch`]).
+    pub args: Vec<String>,
+    /// Environment added for it.
+    pub env: Vec<(String, String)>,
+    /// Its cores.
+    pub cores: u32,
+    /// The dispatcher's URL.
+    pub dispatcher: String,
+}
+
+impl PoolConfig {
+    /// What starts the worker of `request`: the arguments of `diffuse worker`.
+    pub fn launch(&self, request: &str) -> Launch {
+        let mut args = vec![
+            "--cache-dir".to_string(),
+            self.cache_dir.replace("{request}", request),
+            "--cache-size".into(),
+            self.cache_size.to_string(),
+            "--cores".into(),
+            self.cores.to_string(),
+            "--name".into(),
+            request.to_string(),
+        ];
+        args.extend(self.worker_args.iter().cloned());
+        Launch {
+            exe: self.exe.clone(),
+            args,
+            env: vec![
+                ("DIFFUSE_DISPATCHER".into(), self.dispatcher_url.clone()),
+                ("DIFFUSE_WORKER_TOKEN".into(), self.worker_token.clone()),
+                ("DIFFUSE_POOL_REQUEST".into(), request.to_string()),
+            ],
+            cores: self.cores,
+            dispatcher: self.dispatcher_url.clone(),
+        }
+    }
+}
+
+/// Where a request stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestState {
+    /// Being submitted.
+    Requested,
+    /// Queued at the resource manager.
+    Pending,
+    /// Running there; its worker has not connected yet.
+    Starting,
+    /// Its worker is connected (the scheduler tells running from idle).
+    Joined,
+    /// Its worker was connected and is not now (it may reconnect).
+    Lost,
+    /// Given back: told to stop, its job ending.
+    Releasing,
+    /// Its job is gone.
+    Gone,
+}
+
+/// A resource manager's view of one job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RmState {
+    /// Waiting for resources.
+    Pending,
+    /// Running.
+    Running,
+    /// Ended, and why.
+    Ended(String),
+}
+
+/// What the scheduler tells the pool.
+#[derive(Debug)]
+pub enum PoolCmd {
+    /// Acquire this many more workers.
+    Acquire(u32),
+    /// The worker of this request connected.
+    Joined(String),
+    /// The worker of this request disconnected (it may come back).
+    Disconnected(String),
+    /// Give back this request's worker (it was told to shut down).
+    Release(String),
+    /// Give back every worker; answered when their jobs are cancelled.
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// What the pool tells the scheduler.
+#[derive(Clone, Debug)]
+pub enum PoolEvent {
+    /// A request's state or job id changed.
+    State {
+        /// Request name.
+        request: String,
+        /// Its job id, once known.
+        job: Option<String>,
+        /// Its state.
+        state: RequestState,
+    },
+    /// A request ended without its worker ever connecting: that worker will not come.
+    NeverJoined {
+        /// Request name.
+        request: String,
+        /// Why.
+        reason: String,
+    },
+    /// A resource-manager call failed (shown in status until a later one succeeds).
+    Error(Option<String>),
+}
+
+struct Request {
+    job: Option<String>,
+    state: RequestState,
+    since: Instant,
+    joined_ever: bool,
+    /// When it was last told to stop (released or lost), and whether it was killed since.
+    stopping: Option<(Instant, bool)>,
+}
+
+/// The backends' common face.
+enum Rm {
+    Local(local::Local),
+    Slurm(slurm::Slurm),
+    Command(command::CommandBackend),
+}
+
+/// The pool's state, owned by its task.
+pub struct Pool {
+    cfg: PoolConfig,
+    rm: Rm,
+    requests: BTreeMap<String, Request>,
+    wanted: u32,
+    next: u64,
+    events: std::sync::mpsc::Sender<Cmd>,
+    /// No submission before this (after one failed).
+    quiet_until: Instant,
+    failures_in_a_row: u32,
+    last_poll: Option<Instant>,
+}
+
+impl Pool {
+    /// Set up the backend: write its files, check its commands exist. An error names the flag
+    /// or the command at fault.
+    pub fn new(cfg: PoolConfig, events: std::sync::mpsc::Sender<Cmd>) -> Result<Pool, String> {
+        std::fs::create_dir_all(&cfg.state_dir)
+            .map_err(|e| format!("cannot create {}: {e}", cfg.state_dir.display()))?;
+        cfg.backend.check()?;
+        let rm = match &cfg.backend {
+            Backend::Local => Rm::Local(local::Local::new(cfg.state_dir.clone())),
+            Backend::Slurm(s) => Rm::Slurm(slurm::Slurm::new(
+                s.clone(),
+                &cfg.state_dir,
+                cfg.prefix.clone(),
+                cfg.rm.clone(),
+            )?),
+            Backend::Command(c) => {
+                Rm::Command(command::CommandBackend::new(c.clone(), cfg.rm.clone()))
+            }
+        };
+        Ok(Pool {
+            cfg,
+            rm,
+            requests: BTreeMap::new(),
+            wanted: 0,
+            next: 1,
+            events,
+            quiet_until: Instant::now(),
+            failures_in_a_row: 0,
+            last_poll: None,
+        })
+    }
+
+    /// Serve the scheduler's commands until it goes away or says shut down; then give every
+    /// worker back.
+    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<PoolCmd>) {
+        self.adopt().await;
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                c = rx.recv() => match c {
+                    None => { self.shutdown().await; return; }
+                    Some(PoolCmd::Shutdown(done)) => {
+                        self.shutdown().await;
+                        let _ = done.send(());
+                        return;
+                    }
+                    Some(c) => self.on_cmd(c).await,
+                },
+                _ = tick.tick() => self.tick().await,
+            }
+        }
+    }
+
+    /// Jobs of this dispatcher left by an earlier run of it (Slurm only): counted and followed,
+    /// their workers welcome.
+    async fn adopt(&mut self) {
+        let Rm::Slurm(s) = &self.rm else { return };
+        let Ok(jobs) = s.poll().await else { return };
+        for (request, (job, state)) in jobs {
+            let state = match state {
+                RmState::Pending => RequestState::Pending,
+                RmState::Running => RequestState::Starting,
+                RmState::Ended(_) => continue,
+            };
+            if let Some(n) = request
+                .strip_prefix(&self.cfg.prefix)
+                .and_then(|r| r.strip_prefix('-'))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                self.next = self.next.max(n + 1);
+            }
+            tracing::info!(request, job, "adopted a worker job of an earlier run");
+            self.set(&request, Some(job), state);
+        }
+    }
+
+    async fn on_cmd(&mut self, c: PoolCmd) {
+        match c {
+            PoolCmd::Acquire(n) => {
+                self.wanted += n;
+                self.submit_what_fits().await;
+            }
+            PoolCmd::Joined(r) => {
+                if let Some(req) = self.requests.get_mut(&r) {
+                    req.joined_ever = true;
+                    req.stopping = None;
+                    if req.state != RequestState::Releasing {
+                        self.set_state(&r, RequestState::Joined);
+                    }
+                }
+            }
+            PoolCmd::Disconnected(r) => {
+                if let Some(req) = self.requests.get_mut(&r) {
+                    if req.state == RequestState::Joined {
+                        req.stopping = Some((Instant::now(), false));
+                        self.set_state(&r, RequestState::Lost);
+                    }
+                }
+            }
+            PoolCmd::Release(r) => {
+                if let Some(req) = self.requests.get_mut(&r) {
+                    if req.state != RequestState::Gone {
+                        req.stopping = Some((Instant::now(), false));
+                        self.set_state(&r, RequestState::Releasing);
+                    }
+                }
+            }
+            PoolCmd::Shutdown(_) => unreachable!("handled by run"),
+        }
+    }
+
+    fn alive(&self) -> u32 {
+        self.requests
+            .values()
+            .filter(|r| r.state != RequestState::Gone)
+            .count() as u32
+    }
+
+    fn pending(&self) -> u32 {
+        self.requests
+            .values()
+            .filter(|r| matches!(r.state, RequestState::Requested | RequestState::Pending))
+            .count() as u32
+    }
+
+    async fn submit_what_fits(&mut self) {
+        while self.wanted > 0
+            && self.alive() < self.cfg.max_workers
+            && self.pending() < self.cfg.max_pending
+            && Instant::now() >= self.quiet_until
+        {
+            self.wanted -= 1;
+            let request = format!("{}-{}", self.cfg.prefix, self.next);
+            self.next += 1;
+            self.set(&request, None, RequestState::Requested);
+            let launch = self.cfg.launch(&request);
+            let submitted = match &mut self.rm {
+                Rm::Local(l) => {
+                    let mut launch = launch;
+                    launch.args.insert(0, "worker".into());
+                    l.submit(&request, &launch)
+                        .map(|job| (job, RequestState::Starting))
+                }
+                Rm::Slurm(s) => s
+                    .submit(&request, &launch)
+                    .await
+                    .map(|job| (job, RequestState::Pending)),
+                Rm::Command(c) => c
+                    .submit(&request, &launch)
+                    .await
+                    .map(|job| (job, RequestState::Starting)),
+            };
+            match submitted {
+                Ok((job, state)) => {
+                    tracing::info!(
+                        request,
+                        job,
+                        backend = self.cfg.backend.name(),
+                        "worker requested"
+                    );
+                    self.failures_in_a_row = 0;
+                    self.error(None);
+                    self.set(&request, Some(job), state);
+                }
+                Err(e) => {
+                    self.failures_in_a_row += 1;
+                    let pause = Duration::from_secs(1 << self.failures_in_a_row.min(6));
+                    self.quiet_until = Instant::now() + pause;
+                    tracing::warn!(
+                        request,
+                        "cannot acquire a worker: {e}; next try in {pause:?}"
+                    );
+                    self.error(Some(format!("cannot acquire a worker: {e}")));
+                    self.gone(&request, Some(e));
+                }
+            }
+        }
+    }
+
+    async fn tick(&mut self) {
+        self.submit_what_fits().await;
+        self.follow_jobs().await;
+        let now = Instant::now();
+        let mut to_stop = Vec::new();
+        for (name, r) in &self.requests {
+            let overdue = match (r.state, r.stopping) {
+                (RequestState::Starting, _) => {
+                    now.duration_since(r.since) >= self.cfg.start_timeout
+                }
+                (RequestState::Releasing | RequestState::Lost, Some((t, killed))) => {
+                    now.duration_since(t) >= self.cfg.release_grace * (1 + killed as u32)
+                }
+                _ => false,
+            };
+            if overdue {
+                to_stop.push(name.clone());
+            }
+        }
+        for name in to_stop {
+            self.stop(&name).await;
+        }
+    }
+
+    /// Cancel a job that overstayed: a worker that never connected, or did not leave when told
+    /// (or stayed away). Killed harder the second time.
+    async fn stop(&mut self, name: &str) {
+        let Some(r) = self.requests.get_mut(name) else {
+            return;
+        };
+        let force = matches!(r.stopping, Some((_, true)));
+        let never = r.state == RequestState::Starting;
+        r.stopping = Some((Instant::now(), true));
+        if never {
+            r.state = RequestState::Releasing;
+        }
+        let job = r.job.clone().unwrap_or_default();
+        let launch = self.cfg.launch(name);
+        let result = match &mut self.rm {
+            Rm::Local(l) => l.cancel(name, force),
+            Rm::Slurm(s) => s.cancel(&job).await,
+            Rm::Command(c) => c.cancel(name, &job, &launch).await,
+        };
+        if let Err(e) = result {
+            tracing::warn!(request = name, "cannot stop its job: {e}");
+            self.error(Some(format!("cannot stop {name}: {e}")));
+        }
+        if never {
+            tracing::warn!(
+                request = name,
+                "its worker did not connect within {:?}; job cancelled",
+                self.cfg.start_timeout
+            );
+            let _ = self.events.send(Cmd::Pool(PoolEvent::NeverJoined {
+                request: name.to_string(),
+                reason: format!(
+                    "its worker did not connect within {:?}",
+                    self.cfg.start_timeout
+                ),
+            }));
+            if let Some(r) = self.requests.get_mut(name) {
+                r.joined_ever = true; // counted once
+            }
+        }
+        // Nothing follows a command backend's jobs: once stopped they are gone.
+        if matches!(self.rm, Rm::Command(_)) {
+            self.gone(name, None);
+        }
+    }
+
+    /// Ask the resource manager where the jobs stand (each `poll_interval` for Slurm; every
+    /// tick for local processes).
+    async fn follow_jobs(&mut self) {
+        let states: BTreeMap<String, (Option<String>, RmState)> = match &mut self.rm {
+            Rm::Local(l) => l.poll().into_iter().map(|(r, s)| (r, (None, s))).collect(),
+            Rm::Slurm(s) => {
+                if self
+                    .last_poll
+                    .is_some_and(|t| t.elapsed() < self.cfg.poll_interval)
+                {
+                    return;
+                }
+                self.last_poll = Some(Instant::now());
+                match s.poll().await {
+                    Ok(jobs) => jobs
+                        .into_iter()
+                        .map(|(r, (j, s))| (r, (Some(j), s)))
+                        .collect(),
+                    Err(e) => {
+                        self.error(Some(format!("cannot follow worker jobs: {e}")));
+                        return;
+                    }
+                }
+            }
+            Rm::Command(_) => return,
+        };
+        let names: Vec<String> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| !matches!(r.state, RequestState::Requested | RequestState::Gone))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            match states.get(&name) {
+                Some((_, RmState::Pending)) => {}
+                Some((_, RmState::Running))
+                    if self.requests[&name].state == RequestState::Pending =>
+                {
+                    self.set_state(&name, RequestState::Starting);
+                }
+                Some((_, RmState::Running)) => {}
+                Some((_, RmState::Ended(why))) => self.gone(&name, Some(why.clone())),
+                // Slurm forgets ended jobs after a while; local ended ones were reported once.
+                None if matches!(self.rm, Rm::Slurm(_)) => {
+                    self.gone(&name, Some("its job is no longer in squeue".into()))
+                }
+                None => {}
+            }
+        }
+    }
+
+    fn gone(&mut self, name: &str, why: Option<String>) {
+        let Some(r) = self.requests.get(name) else {
+            return;
+        };
+        if r.state == RequestState::Gone {
+            return;
+        }
+        let never = !r.joined_ever;
+        if never {
+            let reason = why.unwrap_or_else(|| "its job ended".into());
+            tracing::warn!(request = name, "its worker will not come: {reason}");
+            let _ = self.events.send(Cmd::Pool(PoolEvent::NeverJoined {
+                request: name.to_string(),
+                reason,
+            }));
+        } else {
+            tracing::info!(
+                request = name,
+                "worker job gone{}",
+                why.map(|w| format!(": {w}")).unwrap_or_default()
+            );
+        }
+        self.set_state(name, RequestState::Gone);
+        self.requests.remove(name);
+    }
+
+    fn set(&mut self, name: &str, job: Option<String>, state: RequestState) {
+        let r = self.requests.entry(name.to_string()).or_insert(Request {
+            job: None,
+            state,
+            since: Instant::now(),
+            joined_ever: false,
+            stopping: None,
+        });
+        if job.is_some() {
+            r.job = job;
+        }
+        self.set_state(name, state);
+    }
+
+    fn set_state(&mut self, name: &str, state: RequestState) {
+        let Some(r) = self.requests.get_mut(name) else {
+            return;
+        };
+        if r.state != state {
+            r.since = Instant::now();
+        }
+        r.state = state;
+        let _ = self.events.send(Cmd::Pool(PoolEvent::State {
+            request: name.to_string(),
+            job: r.job.clone(),
+            state,
+        }));
+    }
+
+    fn error(&self, e: Option<String>) {
+        let _ = self.events.send(Cmd::Pool(PoolEvent::Error(e)));
+    }
+
+    /// Give every worker back: cancel each job, and wait (a bounded time) for local ones.
+    async fn shutdown(&mut self) {
+        self.wanted = 0;
+        let names: Vec<String> = self.requests.keys().cloned().collect();
+        for name in &names {
+            let job = self.requests[name].job.clone().unwrap_or_default();
+            let launch = self.cfg.launch(name);
+            let result = match &mut self.rm {
+                Rm::Local(l) => l.cancel(name, false),
+                Rm::Slurm(s) => s.cancel(&job).await,
+                Rm::Command(c) => c.cancel(name, &job, &launch).await,
+            };
+            if let Err(e) = result {
+                tracing::warn!(request = %name, "cannot give its worker back: {e}");
+            }
+        }
+        if let Rm::Local(l) = &mut self.rm {
+            let deadline = Instant::now() + self.cfg.release_grace;
+            while Instant::now() < deadline && l.poll().values().any(|s| *s == RmState::Running) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            for name in &names {
+                let _ = l.cancel(name, true);
+            }
+        }
+        if !names.is_empty() {
+            tracing::info!("gave back {} worker(s)", names.len());
+        }
+    }
+}
+
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|d| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(d.join(prog))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}

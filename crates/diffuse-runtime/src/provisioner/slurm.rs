@@ -1,0 +1,188 @@
+//! The Slurm backend: one worker per batch job, submitted with `sbatch`, followed with
+//! `squeue`, released with `scancel`.
+//!
+//! Each request is a job named after it (`<prefix>-<n>`). A timed-out `sbatch` may still have
+//! submitted its job (measured on Slurm 22.05: the controller queued it and ran it once it
+//! answered again), so before any retry the name is looked up with `squeue`, and a job found
+//! is adopted instead of submitting a second one: `--max-workers` holds even then.
+
+use super::rm::{Call, RmPolicy};
+use super::{Launch, RmState};
+use rustc_hash::FxHashMap;
+use std::path::{Path, PathBuf};
+
+/// `sbatch` options of every worker job.
+#[derive(Clone, Debug, Default)]
+pub struct SlurmConfig {
+    /// `--partition`.
+    pub partition: Option<String>,
+    /// `--account`.
+    pub account: Option<String>,
+    /// `--qos`.
+    pub qos: Option<String>,
+    /// `--time`, in Slurm's format (e.g. `1:00:00`).
+    pub time: Option<String>,
+    /// More `sbatch` arguments, as given.
+    pub extra: Vec<String>,
+    /// A batch script of the user's, in which `{worker}` stands for the worker's command.
+    pub script: Option<PathBuf>,
+}
+
+/// Submits, follows and cancels worker jobs.
+pub struct Slurm {
+    cfg: SlurmConfig,
+    /// The batch script every job runs.
+    script: PathBuf,
+    /// Where jobs write their output (`<request>.out`).
+    log_dir: PathBuf,
+    /// Job names this dispatcher owns start with this.
+    prefix: String,
+    policy: RmPolicy,
+}
+
+/// What runs the worker inside a job: the arguments after the script name become its own.
+const WORKER_LINE: &str =
+    r#"exec "$DIFFUSE_EXE" worker ${SLURM_MEM_PER_NODE:+--memory ${SLURM_MEM_PER_NODE}MB} "$@""#;
+
+impl Slurm {
+    /// Write the batch script into `dir` and check that `sbatch` exists.
+    pub fn new(
+        cfg: SlurmConfig,
+        dir: &Path,
+        prefix: String,
+        policy: RmPolicy,
+    ) -> Result<Slurm, String> {
+        let body = match &cfg.script {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("--slurm-script {}: {e}", p.display()))?;
+                if !text.contains("{worker}") {
+                    return Err(format!(
+                        "--slurm-script {}: it has no {{worker}} line (where the worker starts)",
+                        p.display()
+                    ));
+                }
+                text.replace("{worker}", WORKER_LINE)
+            }
+            None => format!(
+                "#!/bin/sh\n# Written by `diffuse dispatcher --provisioner slurm`: one diffuse worker per job.\n{WORKER_LINE}\n"
+            ),
+        };
+        let script = dir.join("worker.sbatch");
+        std::fs::write(&script, body).map_err(|e| format!("{}: {e}", script.display()))?;
+        Ok(Slurm {
+            cfg,
+            script,
+            log_dir: dir.to_path_buf(),
+            prefix,
+            policy,
+        })
+    }
+
+    /// Submit one job for `request`; its job id.
+    pub async fn submit(&self, request: &str, launch: &Launch) -> Result<String, String> {
+        let mut call = Call::new("sbatch")
+            .args(["--parsable", "--job-name", request])
+            .args(["--cpus-per-task", &launch.cores.to_string()])
+            .arg_path("--output", &self.log_dir.join(format!("{request}.out")));
+        for (flag, value) in [
+            ("--partition", &self.cfg.partition),
+            ("--account", &self.cfg.account),
+            ("--qos", &self.cfg.qos),
+            ("--time", &self.cfg.time),
+        ] {
+            if let Some(v) = value {
+                call = call.args([flag, v.as_str()]);
+            }
+        }
+        call = call
+            .args(&self.cfg.extra)
+            .args([self.script.as_os_str()])
+            .args(&launch.args)
+            .env("DIFFUSE_EXE", &launch.exe.to_string_lossy());
+        for (k, v) in &launch.env {
+            call = call.env(k, v);
+        }
+        let mut pause = self.policy.backoff;
+        let mut last = String::new();
+        for attempt in 0..=self.policy.retries {
+            if attempt > 0 {
+                tokio::time::sleep(pause).await;
+                pause = pause.saturating_mul(2);
+                // The failed sbatch may have submitted it after all.
+                if let Ok(Some(job)) = self.find(request).await {
+                    tracing::warn!(request, job, "sbatch failed but its job exists: adopted");
+                    return Ok(job);
+                }
+            }
+            match call.once(self.policy.timeout).await {
+                Ok(out) => {
+                    let job = out.trim().split(';').next().unwrap_or("").to_string();
+                    if job.is_empty() {
+                        return Err(format!("`sbatch --parsable` printed no job id: {out:?}"));
+                    }
+                    return Ok(job);
+                }
+                Err(e) if e.contains("is not installed") => return Err(e),
+                Err(e) => {
+                    tracing::warn!("{e} (try {} of {})", attempt + 1, self.policy.retries + 1);
+                    last = e;
+                }
+            }
+        }
+        if let Ok(Some(job)) = self.find(request).await {
+            return Ok(job);
+        }
+        Err(last)
+    }
+
+    /// The job named `request`, if Slurm has it.
+    async fn find(&self, request: &str) -> Result<Option<String>, String> {
+        let out = Call::new("squeue")
+            .args(["--noheader", "--name", request, "--format", "%i"])
+            .once(self.policy.timeout)
+            .await?;
+        Ok(out.split_whitespace().next().map(str::to_string))
+    }
+
+    /// The state of every job of this dispatcher Slurm still shows, by job name.
+    pub async fn poll(&self) -> Result<FxHashMap<String, (String, RmState)>, String> {
+        let out = Call::new("squeue")
+            .args(["--noheader", "--states", "all", "--format", "%i|%j|%T"])
+            .run(&self.policy)
+            .await?;
+        let mut jobs = FxHashMap::default();
+        for line in out.lines() {
+            let mut f = line.trim().splitn(3, '|');
+            let (Some(id), Some(name), Some(state)) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            if !name.starts_with(&self.prefix) {
+                continue;
+            }
+            let state = match state {
+                "PENDING" | "CONFIGURING" | "REQUEUED" | "REQUEUE_HOLD" | "RESIZING"
+                | "SUSPENDED" => RmState::Pending,
+                "RUNNING" | "COMPLETING" | "STAGE_OUT" | "SIGNALING" => RmState::Running,
+                other => RmState::Ended(format!("Slurm job {id} {other}")),
+            };
+            jobs.insert(name.to_string(), (id.to_string(), state));
+        }
+        Ok(jobs)
+    }
+
+    /// Cancel a job.
+    pub async fn cancel(&self, job: &str) -> Result<(), String> {
+        Call::new("scancel")
+            .args([job])
+            .run(&self.policy)
+            .await
+            .map(drop)
+    }
+}
+
+impl Call {
+    fn arg_path(self, flag: &str, path: &Path) -> Call {
+        self.args([std::ffi::OsStr::new(flag), path.as_os_str()])
+    }
+}

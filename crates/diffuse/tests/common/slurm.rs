@@ -1,0 +1,111 @@
+//! A real one-node Slurm cluster (`scripts/slurm.sh`): munged, slurmctld and slurmd running as
+//! root, everything (config, munge key, state, spool, logs) under one directory, on ports of its
+//! own, declaring `cpus` CPUs however many the machine has (that many one-CPU jobs run at once).
+//! [`Slurm::start`] returns once a job has run on it (~4 s; the first start on a machine may also
+//! install the Debian packages with apt); dropping the [`Slurm`] stops its daemons and any job
+//! still running, and keeps the logs under `dir/log`. Not root: no cluster, the test skips.
+//!
+//! Every client command needs `SLURM_CONF` ([`Slurm::conf`]); [`Slurm::cmd`] sets it. There is no
+//! accounting (`sacct` fails): final job states are in `squeue -t all` for 5 minutes after a job
+//! ends, and in `scontrol show job`. Job ids start from 1 again at every start.
+
+#![allow(dead_code)] // each test crate uses a different part
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A running one-node Slurm cluster.
+pub struct Slurm {
+    /// Where everything lives (absolute).
+    pub dir: PathBuf,
+    /// `dir/slurm.conf`: what `SLURM_CONF` must be for every client command.
+    pub conf: PathBuf,
+}
+
+/// `scripts/slurm.sh`, from the repository root.
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/slurm.sh")
+}
+
+impl Slurm {
+    /// Starts one (via `scripts/slurm.sh up`) or returns None when not root (tests then print
+    /// SKIPPED). Anything left running in `dir` by an earlier start is stopped first.
+    pub fn start(dir: &Path, cpus: u32) -> Option<Slurm> {
+        let out = Command::new(script())
+            .arg("up")
+            .arg(dir)
+            .arg(cpus.to_string())
+            .output()
+            .expect("run scripts/slurm.sh");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        match out.status.code() {
+            Some(0) => {}
+            // Not root (and so Slurm can neither be installed nor run): the script says why.
+            Some(3) => {
+                eprintln!("{}", stderr.trim_end());
+                return None;
+            }
+            _ => panic!(
+                "scripts/slurm.sh up {} failed ({}):\n{stderr}",
+                dir.display(),
+                out.status
+            ),
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let conf = PathBuf::from(
+            stdout
+                .trim()
+                .strip_prefix("export SLURM_CONF=")
+                .unwrap_or_else(|| panic!("scripts/slurm.sh up printed {stdout:?}")),
+        );
+        let dir = conf.parent().expect("conf in dir").to_path_buf();
+        Some(Slurm { dir, conf })
+    }
+
+    /// Runs a client command (`squeue`, `scancel`, ...) with `SLURM_CONF` set; returns stdout.
+    /// Panics, with its stderr, if it fails.
+    pub fn cmd(&self, prog: &str, args: &[&str]) -> String {
+        let out = Command::new(prog)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .output()
+            .unwrap_or_else(|e| panic!("run {prog}: {e}"));
+        assert!(
+            out.status.success(),
+            "{prog} {args:?} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// (job id, state) of each job in `squeue -t all` (pending, running, and ended in the last
+    /// 5 minutes: COMPLETED, CANCELLED, FAILED, TIMEOUT, ...) whose name starts with `name_prefix`.
+    pub fn jobs(&self, name_prefix: &str) -> Vec<(String, String)> {
+        self.cmd("squeue", &["-h", "-t", "all", "-o", "%i %T %j"])
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.splitn(3, ' ');
+                let (id, state, name) = (fields.next()?, fields.next()?, fields.next()?);
+                name.starts_with(name_prefix)
+                    .then(|| (id.to_string(), state.to_string()))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Slurm {
+    /// `scripts/slurm.sh down`: the daemons and any job still running are gone when this returns.
+    fn drop(&mut self) {
+        match Command::new(script()).arg("down").arg(&self.dir).output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "scripts/slurm.sh down {} failed ({}):\n{}",
+                self.dir.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => eprintln!("run scripts/slurm.sh down: {e}"),
+        }
+    }
+}

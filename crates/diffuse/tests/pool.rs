@@ -1,0 +1,485 @@
+//! The elastic pool, live: a dispatcher that acquires workers as its queue grows and gives them
+//! back when idle, through local processes, a real Slurm (`scripts/slurm.sh`: munged, slurmctld
+//! and slurmd on this host) or the user's commands. Limits are sampled throughout; a worker
+//! killed under a running task (SIGKILL, `scancel`) loses no task; a hung `sbatch` stalls no
+//! dispatch; bad options are refused before anything starts.
+
+mod common;
+
+use common::cluster::{poll, Cluster};
+use common::host::{is_root, processes_with, skip};
+use common::slurm::Slurm;
+use serde_json::{json, Value};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn sleep_tasks(prefix: &str, n: usize, secs: f64) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"id": format!("{prefix}{i}"), "cmd": format!("sleep {secs}")}))
+        .collect()
+}
+
+/// Samples `measure` every 100 ms on a thread until dropped; keeps the largest value.
+struct Sampler {
+    max: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(measure: impl Fn() -> u64 + Send + 'static) -> Sampler {
+        let max = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (m, s) = (max.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                m.fetch_max(measure(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Sampler {
+            max,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn max(&self) -> u64 {
+        self.max.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Workers the dispatcher counts in any state (requested to releasing).
+fn pool_size(status: &Value) -> u64 {
+    status["workers_by_state"]
+        .as_object()
+        .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+}
+
+/// `diffuse worker` processes a pool of this cluster started (their command line names the
+/// request, `dfs-...`, and the cluster's directory).
+fn worker_processes(c: &Cluster) -> Vec<u32> {
+    let dir = c.dir.path().display().to_string();
+    let ours: Vec<u32> = processes_with(" worker ")
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains(&dir) && cmdline.contains("dfs-")
+        })
+        .collect();
+    // One per worker: its guard, not the worker proper under it.
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    ours.iter()
+        .copied()
+        .filter(|p| parent(*p).is_none_or(|pp| !ours.contains(&pp)))
+        .collect()
+}
+
+/// Status from a thread (a fresh client: the cluster's own is not shared).
+fn status_of(url: &str, token: &str) -> Option<Value> {
+    reqwest::blocking::Client::new()
+        .get(format!("{url}/v1/status"))
+        .bearer_auth(token)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .ok()?
+        .json()
+        .ok()
+}
+
+/// Every task succeeded, each once.
+fn all_succeeded(c: &Cluster, ids: &[String]) {
+    for id in ids {
+        let (task, _) = c.wait_succeeded(id);
+        assert_eq!(task["state"], "succeeded", "{task}");
+    }
+}
+
+/// SIGTERM the dispatcher, as a user stopping it would, and wait for it to exit: it gives
+/// its workers back first.
+fn stop_dispatcher(c: &mut Cluster) {
+    let d = c.dispatcher.as_mut().expect("dispatcher");
+    let _ = Command::new("kill")
+        .args(["-TERM", &d.child.id().to_string()])
+        .status();
+    let t = Instant::now();
+    while d.exited().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the dispatcher did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn pool_args<'a>(provisioner: &'a str, max: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "--provisioner",
+        provisioner,
+        "--max-workers",
+        max,
+        "--worker-cores",
+        "1",
+        "--worker-cache-size",
+        "50MB",
+        "--idle-release",
+        "3s",
+        "--release-grace",
+        "5s",
+    ];
+    a.extend_from_slice(more);
+    a
+}
+
+#[test]
+fn a_local_pool_grows_with_the_queue_and_shrinks_when_idle() {
+    let mut c = Cluster::start_with(&[], &pool_args("local", "3", &[]), &[]);
+    let (url, token) = (c.url.clone(), c.client_token.clone());
+    let sampled = Sampler::start(move || status_of(&url, &token).map_or(0, |s| pool_size(&s)));
+    assert_eq!(
+        pool_size(&c.status()),
+        0,
+        "nothing is acquired for an empty queue"
+    );
+
+    // A rising workload: 2 tasks, then 8, then 20.
+    let mut ids = Vec::new();
+    for (wave, n) in [2usize, 8, 20].into_iter().enumerate() {
+        let tasks = sleep_tasks(&format!("w{wave}-"), n, 0.4);
+        ids.extend(tasks.iter().map(|t| t["id"].as_str().unwrap().to_string()));
+        c.submit(&tasks);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // A worker dies under its task (SIGKILL of its whole process group): nothing is lost.
+    let victim = poll("a worker process of the pool", || {
+        worker_processes(&c).first().copied()
+    });
+    let _ = Command::new("kill")
+        .args(["-KILL", &format!("-{victim}")])
+        .status();
+    all_succeeded(&c, &ids);
+    assert_eq!(c.status()["succeeded"], ids.len() as u64);
+
+    // Idle: every worker is released, and its process is gone.
+    poll("the idle pool released", || {
+        (pool_size(&c.status()) == 0 && worker_processes(&c).is_empty()).then_some(())
+    });
+    let max = sampled.max();
+    drop(sampled);
+    assert!(
+        max <= 3,
+        "--max-workers 3, yet {max} workers were counted at once"
+    );
+    assert!(max >= 2, "the pool never grew past {max} worker(s)");
+    stop_dispatcher(&mut c);
+}
+
+#[test]
+fn a_stopped_dispatcher_gives_its_workers_back() {
+    let mut c = Cluster::start_with(&[], &pool_args("local", "2", &["--min-workers", "2"]), &[]);
+    poll("min-workers started and connected", || {
+        (c.status()["workers_by_state"]["idle"] == 2).then_some(())
+    });
+    let list = c.status()["worker_list"].clone();
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .all(|w| w["job"].is_string()),
+        "each worker shows its job id: {list}"
+    );
+    assert_eq!(worker_processes(&c).len(), 2);
+    stop_dispatcher(&mut c);
+    poll("no worker process left", || {
+        worker_processes(&c).is_empty().then_some(())
+    });
+}
+
+#[test]
+fn a_command_pool_starts_and_stops_workers_with_the_users_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("commands.log");
+    let start = format!(
+        "echo start {{request}} >> {l}; {{worker}} > {d}/{{request}}.out 2>&1 & echo $!",
+        l = log.display(),
+        d = dir.path().display()
+    );
+    let stop = format!(
+        "echo stop {{request}} {{job}} >> {l}; kill {{job}}",
+        l = log.display()
+    );
+    let cache = format!("{}/cache-{{request}}", dir.path().display());
+    let mut c = Cluster::start_with(
+        &[],
+        &pool_args(
+            "command",
+            "2",
+            &[
+                "--start-command",
+                &start,
+                "--stop-command",
+                &stop,
+                "--worker-cache-dir",
+                &cache,
+            ],
+        ),
+        &[],
+    );
+    let tasks = sleep_tasks("c", 6, 0.2);
+    c.submit(&tasks);
+    let ids: Vec<String> = tasks
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().into())
+        .collect();
+    all_succeeded(&c, &ids);
+    poll("idle command workers released", || {
+        (pool_size(&c.status()) == 0).then_some(())
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    let starts = text.lines().filter(|l| l.starts_with("start dfs-")).count();
+    assert!((1..=2).contains(&starts), "{text}");
+    stop_dispatcher(&mut c);
+}
+
+#[test]
+fn bad_pool_options_are_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.sqlite");
+    let journal = journal.to_str().unwrap();
+    let env = [("DIFFUSE_CLIENT_TOKEN", "c"), ("DIFFUSE_WORKER_TOKEN", "w")];
+    let no_slurm = tempfile::tempdir().unwrap();
+    let path = format!("{}:/usr/bin/env-only-absent", no_slurm.path().display());
+    /// Arguments, extra environment, what the error says.
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (vec!["--provisioner", "pbs"], vec![], "invalid value 'pbs'"),
+        (
+            vec![
+                "--provisioner",
+                "local",
+                "--min-workers",
+                "5",
+                "--max-workers",
+                "2",
+            ],
+            vec![],
+            "--min-workers 5 is above --max-workers 2",
+        ),
+        (
+            vec!["--provisioner", "slurm"],
+            vec![("PATH", path.as_str())],
+            "`sbatch` is not installed",
+        ),
+        (
+            vec!["--provisioner", "command"],
+            vec![],
+            "--provisioner command needs --start-command",
+        ),
+        (
+            vec!["--max-workers", "3"],
+            vec![],
+            "--max-workers needs --provisioner",
+        ),
+    ];
+    for (args, extra_env, says) in cases {
+        let mut all = vec![
+            "dispatcher",
+            "--listen",
+            "127.0.0.1:0",
+            "--journal",
+            journal,
+        ];
+        all.extend(args.iter().copied());
+        let mut e = env.to_vec();
+        e.extend(extra_env);
+        // Port 0 with a pool is refused too; give a port so each case fails for its own reason.
+        if args.contains(&"local") || args.contains(&"slurm") || args.contains(&"command") {
+            all.extend(["--url", "http://127.0.0.1:1"]);
+        }
+        let bin = common::BIN;
+        let out = Command::new(bin).args(&all).envs(e).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(says),
+            "{args:?}: expected {says:?} in {stderr}"
+        );
+        assert!(
+            !std::path::Path::new(journal).exists(),
+            "{args:?}: the journal was created"
+        );
+    }
+}
+
+// ----- a real Slurm -----
+
+/// Jobs of this dispatcher Slurm shows as pending or running.
+fn live_jobs(slurm: &Slurm) -> Vec<(String, String)> {
+    slurm
+        .jobs("dfs-")
+        .into_iter()
+        .filter(|(_, state)| {
+            matches!(
+                state.as_str(),
+                "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING"
+            )
+        })
+        .collect()
+}
+
+fn slurm_or_skip(name: &str, cpus: u32) -> Option<(Slurm, tempfile::TempDir)> {
+    if !is_root() {
+        skip(&format!("{name}: needs root to run Slurm's daemons"));
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let slurm = Slurm::start(&dir.path().join("slurm"), cpus)?;
+    Some((slurm, dir))
+}
+
+#[test]
+fn a_slurm_pool_acquires_workers_with_sbatch_and_gives_them_back() {
+    let Some((slurm, dir)) = slurm_or_skip("slurm pool", 8) else {
+        return;
+    };
+    let conf = slurm.conf.to_str().unwrap().to_string();
+    let cache = format!("{}/cache-{{request}}", dir.path().display());
+    let mut c = Cluster::start_with(
+        &[("SLURM_CONF", &conf)],
+        &pool_args(
+            "slurm",
+            "3",
+            &[
+                "--worker-cache-dir",
+                &cache,
+                "--rm-poll",
+                "1s",
+                "--slurm-time",
+                "10",
+            ],
+        ),
+        &[],
+    );
+    let conf2 = conf.clone();
+    let jobs_sampled = Sampler::start(move || {
+        let out = Command::new("squeue")
+            .args(["--noheader", "--format", "%j %T"])
+            .env("SLURM_CONF", &conf2)
+            .output();
+        out.map_or(0, |o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with("dfs-"))
+                .count() as u64
+        })
+    });
+    let mut ids = Vec::new();
+    for (wave, n) in [2usize, 8, 16].into_iter().enumerate() {
+        let tasks = sleep_tasks(&format!("s{wave}-"), n, 0.5);
+        ids.extend(tasks.iter().map(|t| t["id"].as_str().unwrap().to_string()));
+        c.submit(&tasks);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // scancel a worker job while it runs a task: the task runs again elsewhere.
+    let running = poll("a worker job running a task", || {
+        let s = c.status();
+        let list = s["worker_list"].as_array()?.clone();
+        list.into_iter()
+            .find(|w| w["state"] == "running")
+            .and_then(|w| w["job"].as_str().map(str::to_string))
+    });
+    slurm.cmd("scancel", &[&running]);
+    all_succeeded(&c, &ids);
+
+    // Idle: after the release timeout, squeue shows no job of the pool left.
+    poll("the pool's jobs gone from squeue", || {
+        (live_jobs(&slurm).is_empty() && pool_size(&c.status()) == 0).then_some(())
+    });
+    let max = jobs_sampled.max();
+    drop(jobs_sampled);
+    assert!(
+        max <= 3,
+        "--max-workers 3, yet squeue showed {max} jobs at once"
+    );
+    assert!(max >= 2, "the pool never grew past {max} job(s)");
+    let all = slurm.jobs("dfs-");
+    assert!(
+        all.iter().any(|(j, st)| *j == running && st == "CANCELLED"),
+        "the cancelled job: {all:?}"
+    );
+    stop_dispatcher(&mut c);
+}
+
+#[test]
+fn a_hung_sbatch_times_out_and_stalls_no_dispatch() {
+    let Some((slurm, dir)) = slurm_or_skip("hung sbatch", 4) else {
+        return;
+    };
+    // An sbatch that never answers, first on PATH; squeue and scancel are Slurm's.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let calls = dir.path().join("sbatch-calls");
+    let wrapper = bin.join("sbatch");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho called >> {}\nexec sleep 600\n",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let conf = slurm.conf.to_str().unwrap().to_string();
+    let mut c = Cluster::start_with(
+        &[("SLURM_CONF", &conf), ("PATH", &path)],
+        &pool_args("slurm", "2", &["--rm-timeout", "2s", "--rm-retries", "1"]),
+        &[],
+    );
+    // A worker started by hand keeps the queue moving while sbatch hangs.
+    c.worker("by-hand", 2, "10MB");
+    let tasks = sleep_tasks("h", 10, 0.1);
+    let t = Instant::now();
+    c.submit(&tasks);
+    let ids: Vec<String> = tasks
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().into())
+        .collect();
+    all_succeeded(&c, &ids);
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "dispatch waited for sbatch: {:?}",
+        t.elapsed()
+    );
+    let s = poll("the time-out reported in status", || {
+        let s = c.status();
+        s["pool"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("did not answer within"))
+            .then_some(s)
+    });
+    assert!(live_jobs(&slurm).is_empty(), "no job was submitted: {s}");
+    assert!(std::fs::read_to_string(&calls).unwrap().lines().count() >= 2);
+    stop_dispatcher(&mut c);
+}
