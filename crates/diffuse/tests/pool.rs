@@ -209,6 +209,25 @@ fn a_stopped_dispatcher_gives_its_workers_back() {
         "each worker shows its job id: {list}"
     );
     assert_eq!(worker_processes(&c).len(), 2);
+    let metrics = c
+        .http
+        .get(format!("{}/metrics", c.url))
+        .bearer_auth(&c.client_token)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(metrics.contains("diffuse_workers{state=\"idle\"} 2"), "{metrics}");
+    let out = common::run_diffuse(
+        &["status", "--dispatcher", &c.url],
+        None,
+        &[("DIFFUSE_CLIENT_TOKEN", &c.client_token)],
+        Duration::from_secs(30),
+    );
+    assert!(out.stdout.contains("pool: local, 2-2 workers; idle 2"), "{}", out.stdout);
+    let rows = out.stdout.lines().filter(|l| l.starts_with("  dfs-") && l.contains(" idle "));
+    assert_eq!(rows.count(), 2, "{}", out.stdout);
+    assert!(out.stdout.contains("job "), "{}", out.stdout);
     stop_dispatcher(&mut c);
     poll("no worker process left", || {
         worker_processes(&c).is_empty().then_some(())

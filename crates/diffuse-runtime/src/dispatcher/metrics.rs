@@ -35,6 +35,26 @@ pub fn metrics_text(s: &Status) -> String {
         "gauge",
         &[("", s.workers as f64)],
     );
+    let by_state: Vec<(String, f64)> = s
+        .workers_by_state
+        .iter()
+        .map(|(k, n)| (format!("{{state=\"{k}\"}}"), *n as f64))
+        .collect();
+    let by_state: Vec<(&str, f64)> = by_state.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+    metric(
+        "diffuse_workers",
+        "Workers by state: requested, pending, starting (pool requests not yet connected), running, idle, lost, releasing.",
+        "gauge",
+        &by_state,
+    );
+    if let Some(p) = &s.pool {
+        metric(
+            "diffuse_pool_failed_requests_total",
+            "Pool requests whose worker never connected (failed submissions, jobs that ended first).",
+            "counter",
+            &[("", p.failed_requests as f64)],
+        );
+    }
     metric(
         "diffuse_tasks",
         "Tasks by state.",

@@ -391,6 +391,42 @@ fn print_status(s: &Value, json: bool) {
             s["running"].as_u64().unwrap_or(0) + s["ending"].as_u64().unwrap_or(0),
             s["succeeded"], s["failed"], s["cancelled"], s["workers"], s["slots"], s["busy_slots"]
         );
+        print_workers(s);
+    }
+}
+
+/// Workers by state, with an elastic pool's settings and its last resource-manager error, then
+/// one line per worker (name, state, job id).
+fn print_workers(s: &Value) {
+    let by_state: Vec<String> = s["workers_by_state"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let pool = &s["pool"];
+    if let Some(p) = pool["provisioner"].as_str() {
+        println!(
+            "pool: {p}, {}-{} workers; {}; {} request(s) failed",
+            pool["min_workers"],
+            pool["max_workers"],
+            if by_state.is_empty() { "none now".to_string() } else { by_state.join(", ") },
+            pool["failed_requests"]
+        );
+        if let Some(e) = pool["last_error"].as_str() {
+            println!("pool error: {e}");
+        }
+    } else if !by_state.is_empty() {
+        println!("workers: {}", by_state.join(", "));
+    }
+    for w in s["worker_list"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<24} {:<10} {}",
+            w["name"].as_str().unwrap_or(""),
+            w["state"].as_str().unwrap_or(""),
+            w["job"].as_str().map(|j| format!("job {j}")).unwrap_or_default()
+        );
     }
 }
 
