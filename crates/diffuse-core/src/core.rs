@@ -24,6 +24,7 @@ use crate::time::Time;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
 use thiserror::Error;
 
 /// Settings of a core.
@@ -124,6 +125,8 @@ struct TaskEntry {
     retries_left: u32,
     /// The node of its last failed attempt: another node is preferred for the next one.
     avoid: Option<NodeId>,
+    /// The most time it runs, as stated: it goes only to a node that stays that long.
+    walltime: Option<Duration>,
 }
 
 #[derive(Clone, Debug)]
@@ -136,6 +139,8 @@ struct NodeEntry {
     /// Peer reads from this node that running tasks were told to make.
     serving: u32,
     idle_since: Option<Time>,
+    /// When it will leave (a batch job's time limit), if it knows.
+    ends_at: Option<Time>,
 }
 
 /// The tasks that ended because their node was lost ([`Core::handle_node_lost`]).
@@ -190,7 +195,8 @@ pub struct Core {
     /// Queued tasks that ask for more than one core, or anything else (the ones that may fit no
     /// node).
     demanding: BTreeSet<TaskId>,
-    /// Queued tasks that avoid a node (retries). With none of these and no demanding task, every
+    /// Queued tasks that avoid a node (retries) or state a walltime (which some node may not
+    /// have left). With none of these and no demanding task, every
     /// queued task fits any node with a free core, and decisions skip the check.
     avoiding: BTreeSet<TaskId>,
     actions: VecDeque<Action>,
@@ -308,6 +314,7 @@ impl Core {
             priority: spec.priority,
             retries_left: spec.retries,
             avoid: None,
+            walltime: spec.walltime,
         };
         self.tasks.insert(spec.id, entry);
         self.enqueue(spec.id);
@@ -321,7 +328,7 @@ impl Core {
         if !entry.resources.is_one_core() {
             self.demanding.insert(task);
         }
-        if entry.avoid.is_some() {
+        if entry.avoid.is_some() || entry.walltime.is_some() {
             self.avoiding.insert(task);
         }
         if self.policy.uses_locality() {
@@ -405,6 +412,7 @@ impl Core {
                 running: Vec::new(),
                 serving: 0,
                 idle_since: Some(now),
+                ends_at: None,
             },
         );
         self.free.insert(node);
@@ -413,6 +421,15 @@ impl Core {
         self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(1);
         self.dirty = true;
         Ok(())
+    }
+
+    /// `node` will leave at `ends_at` (a batch job's time limit; None: not known): a task that
+    /// states a walltime is sent to it only if it would end by then.
+    pub fn handle_node_deadline(&mut self, node: NodeId, ends_at: Option<Time>) {
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.ends_at = ends_at;
+            self.dirty = true;
+        }
     }
 
     /// Nodes asked for with `Action::Provision` that will not come (the resource manager refused).
@@ -743,11 +760,14 @@ impl Core {
                         let elsewhere = self.free.len() > 1;
                         let tasks = &self.tasks;
                         let uniform = self.demanding.is_empty() && self.avoiding.is_empty();
+                        let ends_at = n.ends_at;
                         let fits = |t: TaskId| {
                             uniform || {
                                 let e = &tasks[&t];
                                 (e.resources.is_one_core() || e.resources.fits_in(&room))
                                     && !(elsewhere && e.avoid == Some(node))
+                                    && e.walltime
+                                        .is_none_or(|w| ends_at.is_none_or(|end| now + w <= end))
                             }
                         };
                         let view = SchedView {

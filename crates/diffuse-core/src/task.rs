@@ -29,6 +29,10 @@ pub struct TaskSpec {
     pub priority: i16,
     /// How many more attempts a retryable failure ([`Outcome::Retryable`]) may have.
     pub retries: u32,
+    /// The most time it runs, as its submitter states it: it is sent only to a node that will
+    /// still be there that long (see [`crate::Core::handle_node_deadline`]). None: any node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walltime: Option<std::time::Duration>,
 }
 
 impl TaskSpec {
@@ -41,7 +45,14 @@ impl TaskSpec {
             resources: Resources::ONE_CORE,
             priority: 0,
             retries: 0,
+            walltime: None,
         }
+    }
+
+    /// The same task stating it runs at most `walltime`.
+    pub fn with_walltime(mut self, walltime: Option<std::time::Duration>) -> Self {
+        self.walltime = walltime;
+        self
     }
 
     /// The same task asking for `resources`.

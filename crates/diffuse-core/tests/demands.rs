@@ -332,3 +332,44 @@ mod random {
         }
     }
 }
+
+// ----- walltime -----
+
+#[test]
+fn a_task_goes_only_to_a_node_that_stays_as_long_as_it_says_it_runs() {
+    use std::time::Duration;
+    for policy in [PolicyKind::Fa, PolicyKind::Gcc] {
+        let mut env = TestEnv::new(policy);
+        env.node(1, 1);
+        let ends = env.now + Duration::from_secs(60);
+        env.core.handle_node_deadline(n(1), Some(ends));
+        let long = |i| spec(i, &[]).with_walltime(Some(Duration::from_secs(90)));
+        let short = |i| spec(i, &[]).with_walltime(Some(Duration::from_secs(30)));
+        env.submit(long(1));
+        assert!(
+            env.take_dispatches().is_empty(),
+            "{policy:?}: 90 s do not fit in the 60 s n1 has left"
+        );
+        env.submit(short(2));
+        let d = env.take_one();
+        assert_eq!((d.task, d.node), (t(2), n(1)), "{policy:?}");
+        env.finish(2);
+        // 40 s later, n1 has 20 s left: not even the short task fits; one that states nothing
+        // does.
+        env.advance(40);
+        env.submit(short(3));
+        assert!(env.take_dispatches().is_empty(), "{policy:?}");
+        env.task(4, &[]);
+        assert_eq!(env.take_one().task, t(4), "{policy:?}");
+        env.finish(4);
+        // A node with no time limit takes the long ones.
+        env.node(2, 2);
+        let got: Vec<_> = env
+            .take_dispatches()
+            .iter()
+            .map(|d| (d.task, d.node))
+            .collect();
+        assert_eq!(got, vec![(t(1), n(2)), (t(3), n(2))], "{policy:?}");
+        env.check();
+    }
+}

@@ -49,6 +49,9 @@ pub enum ToDispatcher {
         /// dispatcher's provisioner started it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request: Option<String>,
+        /// Seconds until it leaves on its own (its batch job's time limit less a margin).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        leaves_in_s: Option<f64>,
     },
     /// The worker now caches these objects.
     Cached {

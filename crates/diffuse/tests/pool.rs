@@ -217,15 +217,25 @@ fn a_stopped_dispatcher_gives_its_workers_back() {
         .unwrap()
         .text()
         .unwrap();
-    assert!(metrics.contains("diffuse_workers{state=\"idle\"} 2"), "{metrics}");
+    assert!(
+        metrics.contains("diffuse_workers{state=\"idle\"} 2"),
+        "{metrics}"
+    );
     let out = common::run_diffuse(
         &["status", "--dispatcher", &c.url],
         None,
         &[("DIFFUSE_CLIENT_TOKEN", &c.client_token)],
         Duration::from_secs(30),
     );
-    assert!(out.stdout.contains("pool: local, 2-2 workers; idle 2"), "{}", out.stdout);
-    let rows = out.stdout.lines().filter(|l| l.starts_with("  dfs-") && l.contains(" idle "));
+    assert!(
+        out.stdout.contains("pool: local, 2-2 workers; idle 2"),
+        "{}",
+        out.stdout
+    );
+    let rows = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("  dfs-") && l.contains(" idle "));
     assert_eq!(rows.count(), 2, "{}", out.stdout);
     assert!(out.stdout.contains("job "), "{}", out.stdout);
     stop_dispatcher(&mut c);
@@ -500,5 +510,64 @@ fn a_hung_sbatch_times_out_and_stalls_no_dispatch() {
     });
     assert!(live_jobs(&slurm).is_empty(), "no job was submitted: {s}");
     assert!(std::fs::read_to_string(&calls).unwrap().lines().count() >= 2);
+    stop_dispatcher(&mut c);
+}
+
+#[test]
+fn a_worker_near_its_jobs_time_limit_takes_no_task_that_would_not_fit_leaves_and_is_replaced() {
+    let Some((slurm, dir)) = slurm_or_skip("time limit", 4) else {
+        return;
+    };
+    let conf = slurm.conf.to_str().unwrap().to_string();
+    let cache = format!("{}/cache-{{request}}", dir.path().display());
+    // Jobs of one minute; each worker leaves 48 s before its limit, so it serves ~11 s.
+    let mut c = Cluster::start_with(
+        &[("SLURM_CONF", &conf)],
+        &pool_args(
+            "slurm",
+            "1",
+            &[
+                "--worker-cache-dir",
+                &cache,
+                "--rm-poll",
+                "1s",
+                "--slurm-time",
+                "1",
+                "--worker-arg=--leave-before=48s",
+            ],
+        ),
+        &[],
+    );
+    let tasks: Vec<Value> = (0..30)
+        .map(|i| json!({"id": format!("l{i}"), "cmd": "sleep 0.5", "walltime_s": 4}))
+        .collect();
+    c.submit(&tasks);
+    let ids: Vec<String> = tasks
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().into())
+        .collect();
+    all_succeeded(&c, &ids);
+    let mut nodes = std::collections::BTreeSet::new();
+    for id in &ids {
+        let t = c.task(id);
+        assert_eq!(
+            t["outcome"]["attempt"], 1,
+            "no task was stopped by its worker leaving: {t}"
+        );
+        nodes.insert(t["node"].as_str().unwrap().to_string());
+    }
+    assert!(
+        nodes.len() >= 2,
+        "the worker that left was replaced while work remained: {nodes:?}"
+    );
+    let jobs = slurm.jobs("dfs-");
+    assert!(
+        jobs.iter().all(|(_, st)| st != "TIMEOUT"),
+        "no worker job reached its time limit: {jobs:?}"
+    );
+    assert!(
+        jobs.iter().any(|(_, st)| st == "COMPLETED"),
+        "a worker left by itself: {jobs:?}"
+    );
     stop_dispatcher(&mut c);
 }

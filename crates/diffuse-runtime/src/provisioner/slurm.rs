@@ -10,6 +10,7 @@ use super::rm::{Call, RmPolicy};
 use super::{Launch, RmState};
 use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// `sbatch` options of every worker job.
 #[derive(Clone, Debug, Default)]
@@ -181,8 +182,66 @@ impl Slurm {
     }
 }
 
+/// Slurm's time left (`squeue -o %L`): `MM:SS`, `HH:MM:SS` or `D-HH:MM:SS`; None for
+/// `UNLIMITED`, `NOT_SET` or anything else.
+pub fn parse_time_left(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (days, clock) = match s.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, s),
+    };
+    let parts: Vec<u64> = clock
+        .split(':')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    let secs = match parts[..] {
+        [m, s] => m * 60 + s,
+        [h, m, s] => h * 3600 + m * 60 + s,
+        _ => return None,
+    };
+    Some(Duration::from_secs(days * 86400 + secs))
+}
+
+/// Inside a Slurm job (`SLURM_JOB_ID` set): the time its limit leaves, asked of `squeue`.
+pub async fn time_left_of_this_job() -> Option<Duration> {
+    let job = std::env::var("SLURM_JOB_ID").ok()?;
+    let out = Call::new("squeue")
+        .args(["--noheader", "--jobs", job.as_str(), "--format", "%L"])
+        .once(Duration::from_secs(15))
+        .await;
+    match out {
+        Ok(text) => parse_time_left(&text),
+        Err(e) => {
+            tracing::warn!("cannot learn this job's time limit: {e}");
+            None
+        }
+    }
+}
+
 impl Call {
     fn arg_path(self, flag: &str, path: &Path) -> Call {
         self.args([std::ffi::OsStr::new(flag), path.as_os_str()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time_left;
+    use std::time::Duration;
+
+    #[test]
+    fn reads_slurms_time_left() {
+        assert_eq!(parse_time_left("0:59"), Some(Duration::from_secs(59)));
+        assert_eq!(parse_time_left("12:30"), Some(Duration::from_secs(750)));
+        assert_eq!(
+            parse_time_left("1:00:05\n"),
+            Some(Duration::from_secs(3605))
+        );
+        assert_eq!(
+            parse_time_left("2-03:00:00"),
+            Some(Duration::from_secs(2 * 86400 + 3 * 3600))
+        );
+        assert_eq!(parse_time_left("UNLIMITED"), None);
+        assert_eq!(parse_time_left("NOT_SET"), None);
     }
 }

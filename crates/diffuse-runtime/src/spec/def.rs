@@ -68,6 +68,9 @@ pub struct TaskMore {
     pub disk: Option<u64>,
     /// Time limit, seconds (default: the worker's `--task-timeout`, or none).
     pub timeout_s: Option<f64>,
+    /// The most time it runs, seconds, as its submitter expects (default: its time limit): it
+    /// is sent only to a worker whose batch job still has that long.
+    pub walltime_s: Option<f64>,
     /// How many more attempts a non-zero exit or a time-out gets (default: the dispatcher's
     /// `--retries`, 0 unless set).
     pub retries: Option<u32>,
@@ -136,6 +139,8 @@ pub struct TaskWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     timeout_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    walltime_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     retries: Option<u32>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     env: BTreeMap<String, String>,
@@ -161,6 +166,7 @@ impl From<TaskDef> for TaskWire {
             gpus: m.gpus,
             disk: m.disk.map(SizeValue::Bytes),
             timeout_s: m.timeout_s,
+            walltime_s: m.walltime_s,
             retries: m.retries,
             env: m.env,
             priority: (m.priority != 0).then_some(m.priority as i64),
@@ -270,12 +276,9 @@ impl TaskWire {
         };
         let memory = size("memory", w.memory)?;
         let disk = size("disk", w.disk)?;
-        if let Some(t) = w.timeout_s {
-            if !t.is_finite() || t <= 0.0 || t > 1e9 {
-                return Err(err(
-                    "timeout_s",
-                    "must be a positive number of seconds".into(),
-                ));
+        for (field, value) in [("timeout_s", w.timeout_s), ("walltime_s", w.walltime_s)] {
+            if value.is_some_and(|t| !t.is_finite() || t <= 0.0 || t > 1e9) {
+                return Err(err(field, "must be a positive number of seconds".into()));
             }
         }
         for (k, v) in &w.env {
@@ -315,6 +318,7 @@ impl TaskWire {
             gpus: w.gpus.filter(|g| *g > 0),
             disk,
             timeout_s: w.timeout_s,
+            walltime_s: w.walltime_s,
             retries: w.retries,
             env: w.env,
             priority,

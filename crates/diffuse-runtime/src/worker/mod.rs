@@ -59,6 +59,9 @@ pub struct WorkerConfig {
     pub dispatcher: String,
     /// The elastic pool's request this worker answers, when a provisioner started it.
     pub request: Option<String>,
+    /// When it leaves on its own, before its batch job's time limit: running tasks are stopped
+    /// (they run again elsewhere) and the dispatcher told, as on SIGTERM.
+    pub leave_at: Option<std::time::Instant>,
     /// Worker token.
     pub token: String,
     /// Cache directory (created if missing). Task directories go under `<cache-dir>/work`,
@@ -349,7 +352,7 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
             let _ = peer_stopped.await;
         },
     ));
-    let mut signals = Signals::new()?;
+    let mut signals = Signals::new(cfg.leave_at)?;
 
     // One session per connection. When a connection is lost the running tasks are stopped (the
     // dispatcher has given their attempts up and runs them again, so their results would be
@@ -517,26 +520,36 @@ fn confine_cache_dir(root: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// SIGTERM and SIGINT.
+/// What stops a worker on its own: SIGTERM, SIGINT, or the time to leave before its batch
+/// job's limit.
 struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    leave_at: Option<tokio::time::Instant>,
 }
 
 impl Signals {
-    fn new() -> std::io::Result<Signals> {
+    fn new(leave_at: Option<std::time::Instant>) -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
+            leave_at: leave_at.map(tokio::time::Instant::from_std),
         })
     }
 
-    /// The next SIGTERM or SIGINT.
+    /// The next SIGTERM or SIGINT, or the time to leave.
     async fn next(&mut self) {
+        let leave = async {
+            match self.leave_at {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = self.term.recv() => tracing::info!("SIGTERM: stopping"),
             _ = self.int.recv() => tracing::info!("SIGINT: stopping"),
+            () = leave => tracing::info!("the batch job's time limit is near: leaving"),
         }
     }
 }
@@ -690,6 +703,10 @@ async fn connect(
         peer_url,
         held,
         request: cfg.request.clone(),
+        leaves_in_s: cfg.leave_at.map(|t| {
+            t.saturating_duration_since(std::time::Instant::now())
+                .as_secs_f64()
+        }),
     };
     let lost = |e: anyhow::Error| Connect::Unreachable(e);
     let text = serde_json::to_string(&hello).expect("hello serializes");

@@ -411,7 +411,11 @@ fn print_workers(s: &Value) {
             "pool: {p}, {}-{} workers; {}; {} request(s) failed",
             pool["min_workers"],
             pool["max_workers"],
-            if by_state.is_empty() { "none now".to_string() } else { by_state.join(", ") },
+            if by_state.is_empty() {
+                "none now".to_string()
+            } else {
+                by_state.join(", ")
+            },
             pool["failed_requests"]
         );
         if let Some(e) = pool["last_error"].as_str() {
@@ -425,7 +429,10 @@ fn print_workers(s: &Value) {
             "  {:<24} {:<10} {}",
             w["name"].as_str().unwrap_or(""),
             w["state"].as_str().unwrap_or(""),
-            w["job"].as_str().map(|j| format!("job {j}")).unwrap_or_default()
+            w["job"]
+                .as_str()
+                .map(|j| format!("job {j}"))
+                .unwrap_or_default()
         );
     }
 }

@@ -184,6 +184,15 @@ pub struct WorkerArgs {
     /// the environment of the workers it starts (in a Slurm job, the job's name).
     #[arg(long, env = "DIFFUSE_POOL_REQUEST", hide_env_values = true)]
     request: Option<String>,
+    /// This worker's allocation ends in this long (e.g. 4h) [default: inside a Slurm job, the
+    /// job's time left (squeue %L); else never]. Tasks stating a walltime_s that would not end
+    /// in time are not sent to it.
+    #[arg(long, value_parser = seconds, allow_hyphen_values = true)]
+    ends_in: Option<Duration>,
+    /// Leave this long before the allocation ends: running tasks are stopped (they run again
+    /// on another worker) and the worker exits, so the resource manager never kills it mid-task.
+    #[arg(long, default_value = "60s", value_parser = seconds, allow_hyphen_values = true)]
+    leave_before: Duration,
     /// Cache directory (created if missing). Task directories go under <cache-dir>/work,
     /// captured stdout/stderr under <cache-dir>/logs.
     #[arg(long)]
@@ -301,9 +310,22 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         .enable_all()
         .build()?;
     let machine = diffuse_runtime::worker::Machine::detect();
+    let started = std::time::Instant::now();
+    let ends_in = match a.ends_in {
+        Some(d) => Some(d),
+        None => rt.block_on(diffuse_runtime::provisioner::slurm::time_left_of_this_job()),
+    };
+    let leave_at = ends_in.map(|d| started + d.saturating_sub(a.leave_before));
+    if let Some(d) = ends_in {
+        tracing::info!(
+            "the allocation ends in {d:?}: leaving {:?} before",
+            a.leave_before
+        );
+    }
     rt.block_on(diffuse_runtime::worker::run(WorkerConfig {
         dispatcher: a.dispatcher.trim_end_matches('/').to_string(),
         request: a.request,
+        leave_at,
         token,
         cache_dir: a.cache_dir,
         cache_size: a.cache_size,

@@ -431,6 +431,12 @@ impl Scheduler {
         })
         .with_priority(more.priority)
         .with_retries(more.retries.unwrap_or(self.cfg.retries))
+        .with_walltime(
+            more.walltime_s
+                .or(more.timeout_s)
+                .map(Duration::from_secs_f64)
+                .or(self.cfg.task_timeout),
+        )
     }
 
     fn count_outcome(&mut self, state: OutcomeState) {

@@ -50,6 +50,7 @@ impl Scheduler {
             peer_url,
             held,
             request,
+            leaves_in_s,
             ..
         } = hello
         else {
@@ -67,6 +68,10 @@ impl Scheduler {
         if let Err(e) = self.core.handle_node_joined_with(node, capacity, now) {
             tracing::error!("worker {name}: {e}");
             return;
+        }
+        if let Some(s) = leaves_in_s.filter(|s| s.is_finite() && *s >= 0.0) {
+            let ends = now + std::time::Duration::from_secs_f64(s.min(1e9));
+            self.core.handle_node_deadline(node, Some(ends));
         }
         let _ = tx.send(ToWorker::Welcome {
             node: node.0,
