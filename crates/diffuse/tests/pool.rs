@@ -209,6 +209,15 @@ fn a_stopped_dispatcher_gives_its_workers_back() {
         "each worker shows its job id: {list}"
     );
     assert_eq!(worker_processes(&c).len(), 2);
+    for pid in worker_processes(&c) {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let env = String::from_utf8_lossy(&env);
+        assert!(env.contains("DIFFUSE_POOL_REQUEST=dfs-"), "{env}");
+        assert!(
+            !env.contains(&c.client_token),
+            "a worker has no use for the client token"
+        );
+    }
     let metrics = c
         .http
         .get(format!("{}/metrics", c.url))

@@ -34,6 +34,8 @@ impl Local {
         let child = Command::new(&launch.exe)
             .args(&launch.args)
             .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .env_remove("DIFFUSE_CLIENT_TOKEN")
+            .env_remove("DIFFUSE_METRICS_TOKEN")
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -28,7 +28,9 @@ impl Default for RmPolicy {
     }
 }
 
-/// One command line: a program, its arguments and extra environment.
+/// One command line: a program, its arguments and extra environment. It never gets the
+/// dispatcher's client or metrics token (a batch job's environment is kept by the resource
+/// manager, and a worker needs neither).
 #[derive(Clone, Debug, Default)]
 pub struct Call {
     /// Program (looked up on `PATH`).
@@ -80,6 +82,8 @@ impl Call {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env_remove("DIFFUSE_CLIENT_TOKEN")
+            .env_remove("DIFFUSE_METRICS_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
