@@ -367,6 +367,9 @@ fn the_readme_tells_what_a_new_user_needs() {
         "diffuse logs",
         "diffuse cancel",
         "docs/security.md",
+        "--provisioner slurm",
+        "`walltime_s`",
+        "docs/provisioning.md",
     ] {
         assert!(readme.contains(needed), "README does not mention {needed}");
     }
@@ -389,6 +392,8 @@ fn the_help_of_every_command_explains_its_options() {
                 "--gpu-ids",
                 "--max-output",
                 "--log-retention",
+                "--ends-in",
+                "--leave-before",
             ][..],
         ),
         (
@@ -397,6 +402,13 @@ fn the_help_of_every_command_explains_its_options() {
                 "--metrics-token-file",
                 "--lookup-timeout",
                 "--header-timeout",
+                "--provisioner",
+                "--max-workers",
+                "--max-pending",
+                "--idle-release",
+                "--slurm-partition",
+                "--start-command",
+                "--rm-timeout",
             ],
         ),
         (
