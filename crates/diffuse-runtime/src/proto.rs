@@ -203,6 +203,12 @@ pub enum ToWorker {
     },
     /// Finish running tasks' reports, then exit.
     Shutdown,
+    /// Copy these objects into the cache (a worker about to be released hands off what only
+    /// it holds): each is fetched as a task's input would be, and reported `Cached`.
+    Fetch {
+        /// The objects, each with its source (a peer).
+        inputs: Vec<AssignedInput>,
+    },
     /// Look up the size and version of each URI, each within `timeout_ms`; answer `LookedUp`.
     Lookup {
         /// Request id, returned in the answer.

@@ -827,6 +827,11 @@ async fn session(
                         let _ = ctx.out.send(ToDispatcher::Evicted { uris });
                     }
                     ToWorker::Shutdown => draining = true,
+                    ToWorker::Fetch { inputs } => {
+                        for input in inputs {
+                            tokio::spawn(stage::prefetch(ctx.clone(), input));
+                        }
+                    }
                     ToWorker::Welcome { .. } => {}
                 }
             }
