@@ -362,7 +362,7 @@ impl Scheduler {
                     // No provisioner backend yet: nodes are the workers that connect.
                     self.core.handle_provision_failed(nodes, now);
                 }
-                Action::Release { node } => {
+                Action::Release { node, .. } => {
                     if let Some(s) = self.sessions.remove(&node) {
                         self.conns.remove(&s.conn);
                         let _ = s.tx.send(ToWorker::Shutdown);
