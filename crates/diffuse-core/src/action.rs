@@ -1,5 +1,6 @@
 //! What the core asks its driver to do (`Core::poll_action`).
 
+use crate::handoff::Handoff;
 use crate::ids::{NodeId, ObjectId, TaskId};
 use serde::{Deserialize, Serialize};
 
@@ -44,5 +45,9 @@ pub enum Action {
     Release {
         /// The node, idle at the time of the decision.
         node: NodeId,
+        /// Cache hand-off: push these objects from `node` to the named surviving nodes first
+        /// (within the configured time bound), then release it. Each target reports
+        /// `handle_object_cached` when its copy is complete; empty when hand-off is off.
+        handoff: Vec<Handoff>,
     },
 }

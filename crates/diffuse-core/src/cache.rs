@@ -135,6 +135,23 @@ impl NodeCache {
         self.entries.keys().copied()
     }
 
+    /// Size of `object` if it is held.
+    pub fn size_of(&self, object: ObjectId) -> Option<u64> {
+        self.entries.get(&object).map(|e| e.size)
+    }
+
+    /// The policy's own measure of heat: held objects from the one it would evict last to its
+    /// next victim (most recently used first for LRU, most often used for LFU, newest for
+    /// FIFO). Empty for Random, which ranks nothing.
+    pub fn hottest_first(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        self.order.iter().rev().map(|(_, o)| *o)
+    }
+
+    /// Eviction policy.
+    pub fn policy(&self) -> EvictionPolicy {
+        self.policy
+    }
+
     /// Record a use of `object` (a local hit). Returns false if it is not held.
     pub fn touch(&mut self, object: ObjectId) -> bool {
         self.tick += 1;
@@ -310,6 +327,30 @@ mod tests {
         };
         assert_eq!(run(7), run(7));
         assert_ne!(run(7), run(8));
+    }
+
+    #[test]
+    fn hottest_first_is_the_reverse_of_the_eviction_order() {
+        let mut lru = NodeCache::new(EvictionPolicy::Lru, 100, 0);
+        let mut lfu = NodeCache::new(EvictionPolicy::Lfu, 100, 0);
+        let mut fifo = NodeCache::new(EvictionPolicy::Fifo, 100, 0);
+        let mut random = NodeCache::new(EvictionPolicy::Random, 100, 0);
+        for c in [&mut lru, &mut lfu, &mut fifo, &mut random] {
+            for i in 1..=3 {
+                c.insert(o(i), 10);
+            }
+            c.touch(o(1));
+            c.touch(o(1));
+            c.touch(o(2));
+        }
+        let hot = |c: &NodeCache| c.hottest_first().collect::<Vec<_>>();
+        assert_eq!(hot(&lru), vec![o(2), o(1), o(3)]);
+        assert_eq!(hot(&lfu), vec![o(1), o(2), o(3)]);
+        assert_eq!(hot(&fifo), vec![o(3), o(2), o(1)]);
+        assert!(hot(&random).is_empty(), "Random ranks nothing");
+        assert_eq!(lru.next_victim(), Some(o(3)));
+        assert_eq!(lru.size_of(o(2)), Some(10));
+        assert_eq!(lru.size_of(o(9)), None);
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! and the live dispatcher make the same decisions from the same events.
 
 use crate::action::{Action, Dispatch, Source};
+use crate::cache::EvictionPolicy;
 use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
+use crate::handoff::{self, CacheModel, Handoff, HandoffConfig, PlanInput, Target, Want};
 use crate::ids::{NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
@@ -46,6 +48,11 @@ pub struct CoreConfig {
     /// a newly popular object spreads as a tree of replicas instead of every node queueing on the
     /// first holder's NIC.
     pub peer_read_limit: u32,
+    /// Cache hand-off on release (None: off, a released node's cache is lost). It acts only
+    /// when dynamic provisioning releases a node, and only toward nodes whose driver reported
+    /// their cache with [`Core::handle_node_cache`].
+    #[serde(default)]
+    pub handoff: Option<HandoffConfig>,
 }
 
 impl Default for CoreConfig {
@@ -57,6 +64,7 @@ impl Default for CoreConfig {
             provisioning: Provisioning::Static,
             crash_limit: 3,
             peer_read_limit: 4,
+            handoff: None,
         }
     }
 }
@@ -205,6 +213,8 @@ pub struct Core {
     allocator: Option<Allocator>,
     next_check: Time,
     counts: Counts,
+    /// The nodes' caches as hand-off plans them (only with hand-off on and a data-aware policy).
+    caches: Option<CacheModel>,
 }
 
 impl Core {
@@ -220,6 +230,7 @@ impl Core {
             Provisioning::Static => None,
             Provisioning::Dynamic(d) => Some(Allocator::new(d.clone())),
         };
+        let caches = (cfg.handoff.is_some() && policy.uses_locality()).then(CacheModel::new);
         Core {
             cfg,
             policy,
@@ -238,6 +249,7 @@ impl Core {
             allocator,
             next_check: Time::ZERO,
             counts: Counts::default(),
+            caches,
         }
     }
 
@@ -259,6 +271,11 @@ impl Core {
     /// The location index.
     pub fn index(&self) -> &LocationIndex {
         &self.index
+    }
+
+    /// The nodes' caches as cache hand-off sees them (None: hand-off is off).
+    pub fn cache_model(&self) -> Option<&CacheModel> {
+        self.caches.as_ref()
     }
 
     /// Nodes that hold `object` (Hercules' `locate`).
@@ -303,6 +320,11 @@ impl Core {
         for i in spec.inputs {
             if !inputs.iter().any(|j| j.object == i.object) {
                 inputs.push(i);
+            }
+        }
+        if let Some(c) = self.caches.as_mut() {
+            for i in &inputs {
+                c.learn_size(i.object, i.size);
             }
         }
         let entry = TaskEntry {
@@ -416,6 +438,9 @@ impl Core {
             },
         );
         self.free.insert(node);
+        if let Some(c) = self.caches.as_mut() {
+            c.node_joined(node);
+        }
         self.counts.nodes += 1;
         self.counts.slots += capacity.cores as u64;
         self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(1);
@@ -430,6 +455,25 @@ impl Core {
             n.ends_at = ends_at;
             self.dirty = true;
         }
+    }
+
+    /// `node`'s cache holds at most `quota` bytes and evicts by `eviction`. Optional: it only
+    /// tells cache hand-off how much room the node has (a node that never reports it receives no
+    /// pushes) and how its policy ranks what it holds.
+    pub fn handle_node_cache(
+        &mut self,
+        node: NodeId,
+        quota: u64,
+        eviction: EvictionPolicy,
+        _now: Time,
+    ) -> Result<(), CoreError> {
+        if !self.nodes.contains_key(&node) {
+            return Err(CoreError::UnknownNode(node));
+        }
+        if let Some(c) = self.caches.as_mut() {
+            c.set_cache(node, quota, eviction);
+        }
+        Ok(())
     }
 
     /// Nodes asked for with `Action::Provision` that will not come (the resource manager refused).
@@ -514,6 +558,9 @@ impl Core {
         self.counts.nodes -= 1;
         self.counts.slots -= entry.capacity.cores as u64;
         self.index.remove_node(node);
+        if let Some(c) = self.caches.as_mut() {
+            c.node_removed(node);
+        }
         self.incoming.retain(|(n, _), _| *n != node);
         for object in self.effective.remove_node(node) {
             self.locality.object_removed(node, object);
@@ -628,6 +675,9 @@ impl Core {
         }
         self.index.add(node, object);
         self.effective_add(node, object);
+        if let Some(c) = self.caches.as_mut() {
+            c.cached(node, object);
+        }
         Ok(())
     }
 
@@ -643,6 +693,9 @@ impl Core {
         }
         if self.index.remove(node, object) {
             self.effective_remove_if_unused(node, object);
+            if let Some(c) = self.caches.as_mut() {
+                c.evicted(node, object);
+            }
         }
         Ok(())
     }
@@ -673,6 +726,9 @@ impl Core {
             self.index.remove(*n, object);
             self.effective_remove_if_unused(*n, object);
         }
+        if let Some(c) = self.caches.as_mut() {
+            c.invalidated(object, &holders);
+        }
         if !holders.is_empty() {
             // A task held back for a holder (MCH) may now run anywhere.
             self.dirty = true;
@@ -690,6 +746,9 @@ impl Core {
         }
         let cfg = alloc.config().clone();
         self.next_check = now + cfg.check_interval;
+        if let (Some(c), Some(h)) = (self.caches.as_mut(), &self.cfg.handoff) {
+            c.expire(now, h.time_bound);
+        }
         let want = alloc.nodes_to_acquire(Demand {
             queued: self.counts.queued,
             free_slots: self.counts.slots - self.counts.busy_slots,
@@ -716,13 +775,54 @@ impl Core {
             })
             .collect();
         idle.sort();
+        let keep = cfg.min_nodes.min(self.counts.nodes) as usize;
+        idle.truncate(self.counts.nodes as usize - keep);
+        let releasing: BTreeSet<NodeId> = idle.iter().map(|(_, n)| *n).collect();
         for (_, node) in idle {
-            if self.counts.nodes <= cfg.min_nodes {
-                break;
-            }
+            let handoff = self.plan_handoff(node, &releasing, now);
             self.forget_node(node);
-            self.actions.push_back(Action::Release { node });
+            self.actions.push_back(Action::Release { node, handoff });
         }
+    }
+
+    /// What `node` pushes before it goes (see [`handoff`]); the nodes in `releasing` go in the
+    /// same round and receive nothing. The pushes reserve room on their targets.
+    fn plan_handoff(
+        &mut self,
+        node: NodeId,
+        releasing: &BTreeSet<NodeId>,
+        now: Time,
+    ) -> Vec<Handoff> {
+        let (Some(cfg), Some(caches)) = (&self.cfg.handoff, &self.caches) else {
+            return Vec::new();
+        };
+        let targets: Vec<Target> = self
+            .nodes
+            .iter()
+            .filter(|(id, _)| !releasing.contains(id))
+            .map(|(id, n)| Target {
+                node: *id,
+                busy: !n.running.is_empty() || n.serving > 0,
+            })
+            .collect();
+        let locality = &self.locality;
+        let wanted = |o: ObjectId| {
+            locality
+                .wanted(o)
+                .map(|(readers, first)| Want { readers, first })
+        };
+        let plan = handoff::plan(&PlanInput {
+            node,
+            index: &self.effective,
+            caches,
+            targets: &targets,
+            wanted: &wanted,
+            budget: cfg.budget,
+        });
+        if let Some(c) = self.caches.as_mut() {
+            c.reserve(&plan, now);
+        }
+        plan
     }
 
     // ----- outputs -----
@@ -838,6 +938,9 @@ impl Core {
                 || self.incoming.contains_key(&(node, input.object))
             {
                 // Held, or being fetched to this node for another task: join that fetch.
+                if let Some(c) = self.caches.as_mut() {
+                    c.touched(node, input.object);
+                }
                 Source::Local
             } else {
                 let holders = self.index.holders(input.object);
@@ -1006,6 +1109,9 @@ impl Core {
         }
         if self.policy.uses_locality() {
             self.locality.check(&self.effective)?;
+        }
+        if let Some(c) = &self.caches {
+            c.check(&self.index)?;
         }
         Ok(())
     }

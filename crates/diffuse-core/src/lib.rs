@@ -15,6 +15,7 @@
 //! | [`index`] | object <-> node location index | centralized index |
 //! | [`cache`] | a node's cache with Random/FIFO/LRU/LFU eviction | store, eviction policy |
 //! | [`provision`] | static and dynamic provisioning | DRP |
+//! | [`handoff`] | cache hand-off on release: what a released node pushes, and where | (open question, section 6) |
 //! | [`model`] | the abstract model of section 3.1 | abstract model |
 //! | [`action`] | what the core asks the driver to do | |
 //! | [`task`], [`ids`], [`time`] | vocabulary | task, executor = slot, store = node cache |
@@ -23,6 +24,7 @@ pub mod action;
 pub mod cache;
 pub mod core;
 pub mod dispatch;
+pub mod handoff;
 pub mod ids;
 pub mod index;
 pub mod locality;
@@ -37,6 +39,7 @@ pub use crate::action::{Action, Dispatch, Source};
 pub use crate::cache::{Admission, EvictionPolicy, NodeCache};
 pub use crate::core::{Core, CoreConfig, CoreError, Counts, LostTasks};
 pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
+pub use crate::handoff::{Handoff, HandoffConfig};
 pub use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 pub use crate::provision::{DynamicConfig, Provisioning, StepPolicy};
 pub use crate::resources::{Bytes, Resources};

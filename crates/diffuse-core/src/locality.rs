@@ -270,6 +270,17 @@ impl Locality {
         })
     }
 
+    /// How many queued tasks read `object`, and the earliest queue position among them.
+    pub fn wanted(&self, object: ObjectId) -> Option<(u32, u64)> {
+        let tasks = self.waiting.get(&object)?;
+        let first = tasks
+            .iter()
+            .filter_map(|t| self.queued.get(t))
+            .map(|q| q.seq)
+            .min()?;
+        Some((tasks.len() as u32, first))
+    }
+
     /// Queued tasks with no input cached anywhere, in queue order: (seq, task).
     pub fn cold(&self) -> impl Iterator<Item = (u64, TaskId)> + '_ {
         self.cold.iter().copied()

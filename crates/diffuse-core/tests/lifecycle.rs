@@ -508,8 +508,14 @@ fn dynamic_provisioning_releases_idle_nodes_but_keeps_min_nodes() {
     assert_eq!(
         env.take_actions(),
         vec![
-            Action::Release { node: n(2) },
-            Action::Release { node: n(3) }
+            Action::Release {
+                node: n(2),
+                handoff: vec![]
+            },
+            Action::Release {
+                node: n(3),
+                handoff: vec![]
+            }
         ]
     );
     let c = env.counts();
@@ -545,11 +551,23 @@ fn dynamic_provisioning_keeps_busy_and_serving_nodes() {
     // t1 done at 40 s: n1 no longer serves and goes; n2 has been idle for 1 s only.
     env.finish(1);
     env.advance(1).timeout();
-    assert_eq!(env.take_actions(), vec![Action::Release { node: n(1) }]);
+    assert_eq!(
+        env.take_actions(),
+        vec![Action::Release {
+            node: n(1),
+            handoff: vec![]
+        }]
+    );
     assert!(env.core.locate(o(10)).is_empty());
     // n2 goes once idle long enough (min_nodes 0).
     env.advance(30).timeout();
-    assert_eq!(env.take_actions(), vec![Action::Release { node: n(2) }]);
+    assert_eq!(
+        env.take_actions(),
+        vec![Action::Release {
+            node: n(2),
+            handoff: vec![]
+        }]
+    );
     assert_eq!(env.counts().nodes, 0);
 }
 
@@ -590,7 +608,10 @@ fn rejoined_node_keeps_its_own_peer_read_count() {
     env.advance(40).timeout();
     let a = env.take_actions();
     assert!(
-        !a.contains(&Action::Release { node: n(1) }),
+        !a.contains(&Action::Release {
+            node: n(1),
+            handoff: vec![]
+        }),
         "n1 released while serving t2's read: {a:?}"
     );
 }

@@ -7,8 +7,8 @@ mod support;
 use diffuse_core::index::LocationIndex;
 use diffuse_core::{
     Action, Admission, Core, CoreConfig, CoreError, Counts, Dispatch, DynamicConfig,
-    EvictionPolicy, NodeCache, NodeId, ObjectId, Outcome, PolicyKind, Provisioning, Source,
-    StepPolicy, TaskId, TaskState, Time,
+    EvictionPolicy, HandoffConfig, NodeCache, NodeId, ObjectId, Outcome, PolicyKind, Provisioning,
+    Source, StepPolicy, TaskId, TaskState, Time,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -78,6 +78,8 @@ struct Knobs {
     threshold: f64,
     step: StepPolicy,
     peer_read_limit: u32,
+    /// Cache hand-off: (budget, cache quota of every node), or off.
+    handoff: Option<(u64, u64)>,
 }
 
 fn knobs_strategy() -> impl Strategy<Value = Knobs> {
@@ -92,14 +94,19 @@ fn knobs_strategy() -> impl Strategy<Value = Knobs> {
             StepPolicy::AllAtOnce,
         ]),
         0..=2u32,
+        prop::option::of((
+            prop::sample::select(vec![0u64, 50, 150, 10_000]),
+            prop::sample::select(vec![60u64, 200, 10_000]),
+        )),
     )
         .prop_map(
-            |(window, crash_limit, threshold, step, peer_read_limit)| Knobs {
+            |(window, crash_limit, threshold, step, peer_read_limit, handoff)| Knobs {
                 window,
                 crash_limit,
                 threshold,
                 step,
                 peer_read_limit,
+                handoff,
             },
         )
 }
@@ -183,6 +190,10 @@ impl Model {
             provisioning,
             crash_limit: knobs.crash_limit,
             peer_read_limit: knobs.peer_read_limit,
+            handoff: knobs.handoff.map(|(budget, _)| HandoffConfig {
+                budget,
+                time_bound: Duration::from_secs(5),
+            }),
         });
         Model {
             policy,
@@ -309,6 +320,11 @@ impl Model {
                 let id = NodeId(self.next_node);
                 self.next_node += 1;
                 self.core.handle_node_joined(id, *slots, now).unwrap();
+                if let Some((_, quota)) = self.knobs.handoff {
+                    self.core
+                        .handle_node_cache(id, quota, EvictionPolicy::Lru, now)
+                        .unwrap();
+                }
                 self.nodes.insert(
                     id,
                     ShadowNode {
@@ -476,6 +492,8 @@ impl Model {
     fn drain(&mut self) {
         self.invariants();
         let mut guard = 0;
+        let mut released: Vec<NodeId> = Vec::new();
+        let mut targets: Vec<NodeId> = Vec::new();
         while let Some(a) = self.core.poll_action(self.now) {
             guard += 1;
             assert!(guard < 10_000, "poll_action never runs dry");
@@ -490,8 +508,11 @@ impl Model {
                         "asked beyond max_nodes"
                     );
                 }
-                Action::Release { node } => {
+                Action::Release { node, handoff } => {
                     assert!(self.dynamic, "static core released {node}");
+                    self.check_handoff(node, &handoff);
+                    released.push(node);
+                    targets.extend(handoff.iter().map(|h| h.to));
                     let n = self.nodes.get(&node).expect("released a live node");
                     assert!(n.running.is_empty(), "released busy {node}");
                     assert_eq!(self.serving(node), 0, "released {node} serving a peer read");
@@ -507,7 +528,50 @@ impl Model {
             }
             self.invariants();
         }
+        for t in &targets {
+            assert!(
+                !released.contains(t),
+                "{t} receives pushes but is released in the same round"
+            );
+        }
         self.invariants();
+    }
+
+    /// A release's hand-off plan: objects only `node` holds (and no node is fetching), each
+    /// once, to live nodes, within the budget and the targets' quotas.
+    fn check_handoff(&self, node: NodeId, plan: &[diffuse_core::Handoff]) {
+        let Some((budget, quota)) = self.knobs.handoff.filter(|_| self.policy != PolicyKind::Fa)
+        else {
+            assert!(
+                plan.is_empty(),
+                "hand-off is off but {node} pushes {plan:?}"
+            );
+            return;
+        };
+        let total: u64 = plan.iter().map(|h| h.size).sum();
+        assert!(
+            total <= budget,
+            "{node} pushes {total} bytes, budget {budget}"
+        );
+        let mut to: BTreeMap<NodeId, u64> = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for h in plan {
+            assert!(seen.insert(h.object), "{} pushed twice", h.object);
+            assert!(self.nodes[&node].objects.contains(&h.object));
+            assert_ne!(h.to, node);
+            assert!(self.nodes.contains_key(&h.to), "push to unknown {}", h.to);
+            for other in self.nodes.keys().filter(|n| **n != node) {
+                assert!(
+                    !self.scored_holds(*other, h.object),
+                    "{} pushed from {node} but {other} holds or fetches it",
+                    h.object
+                );
+            }
+            *to.entry(h.to).or_default() += h.size;
+        }
+        for (t, bytes) in to {
+            assert!(bytes <= quota, "{bytes} bytes pushed to {t}, quota {quota}");
+        }
     }
 
     fn on_dispatch(&mut self, d: Dispatch) {

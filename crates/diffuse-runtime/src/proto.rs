@@ -52,6 +52,9 @@ pub enum ToDispatcher {
         /// Seconds until it leaves on its own (its batch job's time limit less a margin).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         leaves_in_s: Option<f64>,
+        /// Its cache's eviction policy (how cache hand-off ranks what it holds).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        eviction: Option<diffuse_core::EvictionPolicy>,
     },
     /// The worker now caches these objects.
     Cached {

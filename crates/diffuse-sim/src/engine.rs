@@ -7,16 +7,16 @@
 //! and carries out the core's actions, exactly as the live dispatcher does.
 
 use crate::flows::{FlowNet, ResourceId};
-use crate::report::{percentile, ModelReport, Sample, Summary};
+use crate::report::{percentile, HandoffReport, ModelReport, Sample, Summary};
 use crate::testbed::Testbed;
 use crate::workload::{Arrival, Workload};
 use diffuse_core::model::{predict, ModelInput};
 use diffuse_core::{
-    Action, Admission, Core, CoreConfig, DynamicConfig, EvictionPolicy, Input, NodeCache, NodeId,
-    ObjectId, Outcome, PolicyKind, Provisioning, Resources, Source, StepPolicy, TaskId, TaskSpec,
-    Time,
+    Action, Admission, Core, CoreConfig, DynamicConfig, EvictionPolicy, Handoff, HandoffConfig,
+    Input, NodeCache, NodeId, ObjectId, Outcome, PolicyKind, Provisioning, Resources, Source,
+    StepPolicy, TaskId, TaskSpec, Time,
 };
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
@@ -47,6 +47,10 @@ pub struct SimConfig {
     pub seed: u64,
     /// Most concurrent peer reads a node serves (0: no limit); see `CoreConfig::peer_read_limit`.
     pub peer_read_limit: u32,
+    /// Cache hand-off on release (dynamic provisioning only; None: a released node's cache is
+    /// lost, as in the paper). Pushes are peer transfers from the released node, which stays
+    /// allocated (and billed) until they end or the time bound cuts them off.
+    pub handoff: Option<HandoffConfig>,
     /// Run `Core::check_invariants` after every step (slow; for tests).
     pub check_invariants: bool,
 }
@@ -87,6 +91,7 @@ impl SimConfig {
             dynamic: None,
             seed: 1,
             peer_read_limit: CoreConfig::default().peer_read_limit,
+            handoff: None,
             check_invariants: false,
         }
     }
@@ -129,6 +134,45 @@ enum Ev {
     ComputeDone(TaskId),
     NodeUp(NodeId),
     Sample,
+    /// A hand-off push starts moving (after the peer latency).
+    PushStart(u64),
+    /// A released node's time bound for its pushes is up.
+    HandoffDeadline(NodeId),
+}
+
+/// What a flow in the network carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tag {
+    /// Input `i` of a task's current attempt.
+    Input(TaskId, u32),
+    /// A hand-off push.
+    Push(u64),
+}
+
+/// A hand-off push from a released node.
+struct Push {
+    from: NodeId,
+    handoff: Handoff,
+}
+
+/// How a push ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// The target holds the object.
+    Cached,
+    /// The time bound was up.
+    Cut,
+    /// The target was released, or had no room left.
+    Lost,
+}
+
+/// A released node still pushing its hand-off.
+struct Leaving {
+    node: SimNode,
+    /// Pushes not yet ended.
+    pushes: u32,
+    /// When the core released it, seconds.
+    released: f64,
 }
 
 /// Source actually used for an access (the planned one may have vanished in between).
@@ -172,12 +216,19 @@ pub struct Simulation {
     waiting: FxHashMap<TaskId, Arrival>,
     running: FxHashMap<TaskId, Running>,
     nodes: FxHashMap<NodeId, SimNode>,
-    net: FlowNet<(TaskId, u32)>,
+    net: FlowNet<Tag>,
     /// Fetches in progress to a node, with the (task, input) pairs waiting for each.
     inflight: FxHashMap<(NodeId, ObjectId), Vec<(TaskId, u32)>>,
     storage: ResourceId,
     next_task: u64,
     next_node: u32,
+    /// Released nodes whose hand-off pushes are under way.
+    leaving: FxHashMap<NodeId, Leaving>,
+    pushes: FxHashMap<u64, Push>,
+    next_push: u64,
+    /// Copies hand-off made that nobody has read yet: (node, object).
+    pushed_unread: FxHashSet<(NodeId, ObjectId)>,
+    handoff: HandoffReport,
     // metrics
     samples: Vec<Sample>,
     current: Sample,
@@ -219,6 +270,7 @@ impl Simulation {
             provisioning,
             crash_limit: 3,
             peer_read_limit: cfg.peer_read_limit,
+            handoff: cfg.handoff.clone(),
         });
         let mut net = FlowNet::new();
         let storage = net.add_resource(cfg.testbed.storage_bw);
@@ -237,6 +289,11 @@ impl Simulation {
             storage,
             next_task: 0,
             next_node: 0,
+            leaving: FxHashMap::default(),
+            pushes: FxHashMap::default(),
+            next_push: 0,
+            pushed_unread: FxHashSet::default(),
+            handoff: HandoffReport::default(),
             samples: Vec::new(),
             current: Sample::default(),
             bytes: [0; 3],
@@ -309,8 +366,15 @@ impl Simulation {
             self.step(next.max(self.now))?;
         }
         let end = self.last_done;
+        let slots = self.cfg.testbed.slots_per_node as f64;
         for n in self.nodes.values() {
-            self.cpu_seconds += (end - n.joined).max(0.0) * self.cfg.testbed.slots_per_node as f64;
+            self.cpu_seconds += (end - n.joined).max(0.0) * slots;
+        }
+        // Released nodes still pushing when the last task ended are billed to the end, as the
+        // others are.
+        for l in std::mem::take(&mut self.leaving).into_values() {
+            self.cpu_seconds += (end - l.node.joined).max(0.0) * slots;
+            self.handoff.cpu_hours += (end - l.released).max(0.0) * slots / 3600.0;
         }
         self.close_sample();
         let summary = self.summarise(wall.elapsed().as_secs_f64());
@@ -326,7 +390,10 @@ impl Simulation {
         self.now = now;
         let t = secs(now);
         for flow in self.net.advance(t) {
-            self.input_done(flow.tag.0, flow.tag.1 as usize, flow.bytes)?;
+            match flow.tag {
+                Tag::Input(task, i) => self.input_done(task, i as usize, flow.bytes)?,
+                Tag::Push(id) => self.push_done(id)?,
+            }
         }
         while let Some(Reverse((when, _, ev))) = self.heap.peek().copied() {
             if when > now {
@@ -420,7 +487,7 @@ impl Simulation {
                 let (resources, _) = &r.plan[i as usize];
                 let size = r.inputs[i as usize].1;
                 let resources = resources.clone();
-                self.net.start(t, size, &resources, (task, i));
+                self.net.start(t, size, &resources, Tag::Input(task, i));
             }
             Ev::ComputeDone(task) => {
                 let r = self.running.remove(&task).expect("running task");
@@ -452,6 +519,9 @@ impl Simulation {
                 self.core
                     .handle_node_joined(node, self.cfg.testbed.slots_per_node, self.now)
                     .map_err(|e| self.core_err(e))?;
+                self.core
+                    .handle_node_cache(node, self.cfg.cache_size, self.cfg.eviction, self.now)
+                    .map_err(|e| self.core_err(e))?;
             }
             Ev::Sample => {
                 self.close_sample();
@@ -459,8 +529,96 @@ impl Simulation {
                     self.push(self.now + Duration::from_secs(1), Ev::Sample);
                 }
             }
+            Ev::PushStart(id) => {
+                let Some(p) = self.pushes.get(&id) else {
+                    return Ok(());
+                };
+                let (from, to) = (p.from, p.handoff.to);
+                let size = p.handoff.size;
+                let src = self.leaving.get(&from).map(|l| l.node.nic_out);
+                match (src, self.nodes.get(&to)) {
+                    (Some(out), Some(target)) => {
+                        let resources = [out, target.nic_in];
+                        self.net.start(t, size, &resources, Tag::Push(id));
+                    }
+                    _ => self.push_ended(id, Ended::Lost),
+                }
+            }
+            Ev::HandoffDeadline(node) => {
+                if self.leaving.contains_key(&node) {
+                    // Cut what is still moving; pushes still waiting for their start go too.
+                    let pushes = &self.pushes;
+                    self.net.cancel(|tag| {
+                        matches!(tag, Tag::Push(id) if pushes.get(id).is_some_and(|p| p.from == node))
+                    });
+                    let mut ids: Vec<u64> = self
+                        .pushes
+                        .iter()
+                        .filter(|(_, p)| p.from == node)
+                        .map(|(id, _)| *id)
+                        .collect();
+                    ids.sort();
+                    for id in ids {
+                        self.push_ended(id, Ended::Cut);
+                    }
+                }
+            }
         }
         Ok(())
+    }
+
+    /// A push's transfer completed: the target caches the object if it still has room for it
+    /// without evicting anything, and tells the core.
+    fn push_done(&mut self, id: u64) -> Result<(), SimError> {
+        let Some(p) = self.pushes.get(&id) else {
+            return Ok(());
+        };
+        let h = p.handoff;
+        let mut ended = Ended::Lost;
+        if let Some(target) = self.nodes.get_mut(&h.to) {
+            let c = &mut target.cache;
+            if !c.contains(h.object) && c.used() + h.size <= c.quota() {
+                let admitted = c.insert(h.object, h.size);
+                debug_assert_eq!(admitted, Admission::Stored(Vec::new()));
+                self.core
+                    .handle_object_cached(h.to, h.object, self.now)
+                    .map_err(|e| self.core_err(e))?;
+                self.pushed_unread.insert((h.to, h.object));
+                ended = Ended::Cached;
+            } else if c.contains(h.object) {
+                // The target fetched it meanwhile: nothing lost.
+                ended = Ended::Cached;
+            }
+        }
+        self.push_ended(id, ended);
+        Ok(())
+    }
+
+    /// A push ended (arrived and cached, or given up); the last one of a released node ends its
+    /// billing.
+    fn push_ended(&mut self, id: u64, how: Ended) {
+        let Some(p) = self.pushes.remove(&id) else {
+            return;
+        };
+        match how {
+            Ended::Cached => {
+                self.handoff.pushed += 1;
+                self.handoff.pushed_bytes += p.handoff.size;
+            }
+            Ended::Cut => self.handoff.cut += 1,
+            Ended::Lost => self.handoff.lost += 1,
+        }
+        let Some(l) = self.leaving.get_mut(&p.from) else {
+            return;
+        };
+        l.pushes -= 1;
+        if l.pushes == 0 {
+            let l = self.leaving.remove(&p.from).expect("leaving node");
+            let slots = self.cfg.testbed.slots_per_node as f64;
+            let now = secs(self.now);
+            self.cpu_seconds += (now - l.node.joined) * slots;
+            self.handoff.cpu_hours += (now - l.released) * slots / 3600.0;
+        }
     }
 
     fn close_sample(&mut self) {
@@ -507,11 +665,48 @@ impl Simulation {
                     self.push(at, Ev::NodeUp(id));
                 }
             }
-            Action::Release { node } => {
-                if let Some(n) = self.nodes.remove(&node) {
+            Action::Release { node, handoff } => {
+                let Some(n) = self.nodes.remove(&node) else {
+                    return;
+                };
+                self.pushed_unread.retain(|(holder, _)| *holder != node);
+                if handoff.is_empty() {
                     self.cpu_seconds +=
                         (secs(self.now) - n.joined) * self.cfg.testbed.slots_per_node as f64;
+                    return;
                 }
+                // The node stays allocated, serving nothing but its pushes, until they end or
+                // the time bound is up.
+                self.handoff.releases += 1;
+                self.handoff.planned += handoff.len() as u64;
+                self.handoff.planned_bytes += handoff.iter().map(|h| h.size).sum::<u64>();
+                self.leaving.insert(
+                    node,
+                    Leaving {
+                        node: n,
+                        pushes: handoff.len() as u32,
+                        released: secs(self.now),
+                    },
+                );
+                let bound = self
+                    .cfg
+                    .handoff
+                    .as_ref()
+                    .map_or(Duration::ZERO, |h| h.time_bound);
+                let start = self.now + Duration::from_secs_f64(self.cfg.testbed.peer_latency_s);
+                for h in handoff {
+                    let id = self.next_push;
+                    self.next_push += 1;
+                    self.pushes.insert(
+                        id,
+                        Push {
+                            from: node,
+                            handoff: h,
+                        },
+                    );
+                    self.push(start, Ev::PushStart(id));
+                }
+                self.push(self.now + bound, Ev::HandoffDeadline(node));
             }
         }
     }
@@ -564,6 +759,16 @@ impl Simulation {
                     tb.storage_latency_s,
                 ),
             };
+            let read_from = match (used, src) {
+                (Used::Local, _) => Some(node),
+                (Used::Peer, Source::Peer(p)) => Some(*p),
+                _ => None,
+            };
+            if let Some(holder) = read_from {
+                if self.pushed_unread.remove(&(holder, *object)) {
+                    self.handoff.useful += 1;
+                }
+            }
             if used == Used::Local {
                 self.nodes
                     .get_mut(&node)
@@ -619,6 +824,7 @@ impl Simulation {
             let n = self.nodes.get_mut(&node).expect("node of a running task");
             if let Admission::Stored(evicted) = n.cache.insert(object, size) {
                 for o in evicted {
+                    self.pushed_unread.remove(&(node, o));
                     self.core
                         .handle_object_evicted(node, o, self.now)
                         .map_err(|e| self.core_err(e))?;
@@ -775,6 +981,7 @@ impl Simulation {
             bytes_peer: self.bytes[1],
             bytes_storage: self.bytes[2],
             nodes_acquired: self.nodes_acquired,
+            handoff: self.handoff,
             model: ModelReport {
                 input,
                 predicted: predict(&input),

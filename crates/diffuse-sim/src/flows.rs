@@ -117,6 +117,26 @@ impl<T: Clone> FlowNet<T> {
             .min_by(f64::total_cmp)
     }
 
+    /// Stop the flows whose tag matches `cut` (call `advance(now)` first); returns them, with
+    /// `remaining` bytes not moved.
+    pub fn cancel(&mut self, cut: impl Fn(&T) -> bool) -> Vec<Flow<T>> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.flows.len() {
+            if cut(&self.flows[i].tag) {
+                let f = self.flows.swap_remove(i);
+                for r in &f.resources[..f.used] {
+                    self.resources[*r as usize].flows -= 1;
+                }
+                self.dirty = true;
+                out.push(f);
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
     /// Move every flow forward to time `t`; returns the flows that completed by then.
     pub fn advance(&mut self, t: f64) -> Vec<Flow<T>> {
         self.recompute();
@@ -168,5 +188,20 @@ mod tests {
         assert!((t - (2.0 + 40.0 / 30.0)).abs() < 1e-9);
         assert_eq!(net.advance(t).len(), 1);
         assert!(net.is_empty());
+    }
+
+    #[test]
+    fn a_cancelled_flow_gives_its_share_back() {
+        let mut net = FlowNet::new();
+        let nic = net.add_resource(100.0);
+        net.start(0.0, 1000, &[nic], "a");
+        net.start(0.0, 100, &[nic], "b");
+        assert_eq!(net.next_completion(), Some(2.0));
+        net.advance(1.0);
+        let cut = net.cancel(|t| *t == "a");
+        assert_eq!(cut.len(), 1);
+        assert_eq!(net.load(nic), 1);
+        // b moved 50 bytes at 50 B/s and now has the whole 100 B/s for its other 50.
+        assert_eq!(net.next_completion(), Some(1.5));
     }
 }

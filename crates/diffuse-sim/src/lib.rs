@@ -23,6 +23,6 @@ pub mod testbed;
 pub mod workload;
 
 pub use engine::{simulate, DynamicSettings, SimConfig, SimError};
-pub use report::{Sample, SeriesRow, Summary};
+pub use report::{HandoffReport, Sample, SeriesRow, Summary};
 pub use testbed::Testbed;
 pub use workload::{Arrival, Workload};

@@ -198,10 +198,36 @@ pub struct Summary {
     pub bytes_storage: u64,
     /// Nodes acquired over the run (joined at least once).
     pub nodes_acquired: u64,
+    /// Cache hand-off on release: what was planned and what arrived.
+    pub handoff: HandoffReport,
     /// The abstract model next to the measurement.
     pub model: ModelReport,
     /// Wall-clock time of the simulation, seconds.
     pub sim_wall_s: f64,
+}
+
+/// Cache hand-off over a run (all zero when it is off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct HandoffReport {
+    /// Releases whose plan pushed something.
+    pub releases: u64,
+    /// Objects planned.
+    pub planned: u64,
+    /// Bytes planned.
+    pub planned_bytes: u64,
+    /// Objects that arrived and were cached by their target.
+    pub pushed: u64,
+    /// Bytes that arrived and were cached.
+    pub pushed_bytes: u64,
+    /// Pushes cut off by the time bound.
+    pub cut: u64,
+    /// Pushes whose target was released (or its copy no longer fit) before they arrived.
+    pub lost: u64,
+    /// Pushed objects read at least once from their target afterwards (a local or peer hit
+    /// that would otherwise have been a miss, or a fetch from another node).
+    pub useful: u64,
+    /// Slot-hours released nodes were kept for their pushes (part of `cpu_hours`).
+    pub cpu_hours: f64,
 }
 
 /// The `p`-th percentile (0..=100) of `values` by nearest rank.

@@ -14,10 +14,12 @@
 //! - compute starts when the last input is read; node ids are given in order and the core offers
 //!   free nodes in id order, so with everything free the oldest task goes to node 0.
 
-use diffuse_core::{EvictionPolicy, ObjectId, PolicyKind, StepPolicy};
+use diffuse_core::{EvictionPolicy, HandoffConfig, ObjectId, PolicyKind, StepPolicy};
 use diffuse_sim::{
-    simulate, Arrival, DynamicSettings, Sample, SimConfig, Summary, Testbed, Workload,
+    simulate, Arrival, DynamicSettings, HandoffReport, Sample, SimConfig, Summary, Testbed,
+    Workload,
 };
+use std::time::Duration;
 
 const EPS: f64 = 1e-6;
 
@@ -646,6 +648,86 @@ fn dynamic_one_at_a_time_adds_a_node_per_check() {
     close(s.avg_response_s, 7.5, "response");
 }
 
+// ----- cache hand-off on release -----
+
+/// Up to 3 nodes of one slot, up at once, 3 s idle timeout, all-at-once steps. At 0: task 0
+/// reads o0 and computes 10 s, task 1 reads o1 and computes 1 s; at 8: task 2 reads o1.
+fn handoff_scenario(handoff: Option<HandoffConfig>) -> SimConfig {
+    let arrivals = vec![
+        at(0.0, &[(0, 100)], 10.0),
+        at(0.0, &[(1, 100)], 1.0),
+        at(8.0, &[(1, 100)], 1.0),
+    ];
+    SimConfig {
+        dynamic: dynamic(StepPolicy::AllAtOnce, 3.0),
+        handoff,
+        ..config(testbed(3, 1), arrivals, 1000)
+    }
+}
+
+fn handoff(budget: u64, time_bound_s: f64) -> Option<HandoffConfig> {
+    Some(HandoffConfig {
+        budget,
+        time_bound: Duration::from_secs_f64(time_bound_s),
+    })
+}
+
+#[test]
+fn without_handoff_a_released_nodes_object_is_read_from_storage_again() {
+    // Two nodes join at 0; tasks 0 and 1 share storage (50 B/s each) 0..2. Task 1 computes
+    // 2..3 on node 1, which idles from 3 and goes at the check at 6 (6 slot-seconds), o1 with
+    // it. Task 2 at 8: node 0 is busy until 12, so node 2 joins at 8 and reads o1 from storage
+    // 8..9, computes 9..10. Nodes 0 and 2 count to the end (12): 12 + 4 slot-seconds.
+    let s = summary(handoff_scenario(None));
+    close(s.makespan_s, 12.0, "makespan");
+    assert_eq!((s.bytes_storage, s.bytes_peer), (300, 0));
+    close(s.cpu_hours, (6.0 + 12.0 + 4.0) / 3600.0, "cpu hours");
+    assert_eq!(s.handoff, HandoffReport::default());
+}
+
+#[test]
+fn a_released_node_pushes_its_only_copy_and_is_billed_until_the_push_ends() {
+    // As above, but at 6 node 1 pushes o1 (its only copy) to node 0, busy with room: NIC to
+    // NIC at 1000 B/s, 6..6.1; node 1 is billed to 6.1. Task 2 on node 2 reads o1 from node 0,
+    // a peer, 8..8.1.
+    let s = summary(handoff_scenario(handoff(1000, 10.0)));
+    close(s.makespan_s, 12.0, "makespan");
+    assert_eq!((s.bytes_storage, s.bytes_peer), (200, 100));
+    close(s.hit_peer, 1.0 / 3.0, "task 2's read is a peer hit");
+    close(s.cpu_hours, (6.1 + 12.0 + 4.0) / 3600.0, "cpu hours");
+    let h = s.handoff;
+    assert_eq!(
+        (
+            h.releases,
+            h.planned,
+            h.planned_bytes,
+            h.pushed,
+            h.pushed_bytes
+        ),
+        (1, 1, 100, 1, 100)
+    );
+    assert_eq!((h.cut, h.lost, h.useful), (0, 0, 1));
+    close(h.cpu_hours, 0.1 / 3600.0, "hand-off slot-seconds");
+}
+
+#[test]
+fn a_push_beyond_the_time_bound_is_cut_off() {
+    // The bound is 0.05 s: the push (0.1 s) is cut at 6.05, node 1 is billed to then, and
+    // task 2 reads o1 from storage as without hand-off.
+    let s = summary(handoff_scenario(handoff(1000, 0.05)));
+    assert_eq!((s.bytes_storage, s.bytes_peer), (300, 0));
+    close(s.cpu_hours, (6.05 + 12.0 + 4.0) / 3600.0, "cpu hours");
+    let h = s.handoff;
+    assert_eq!((h.planned, h.pushed, h.cut, h.useful), (1, 0, 1, 0));
+}
+
+#[test]
+fn a_budget_smaller_than_the_object_pushes_nothing() {
+    let s = summary(handoff_scenario(handoff(99, 10.0)));
+    assert_eq!((s.bytes_storage, s.handoff.planned), (300, 0));
+    close(s.cpu_hours, (6.0 + 12.0 + 4.0) / 3600.0, "cpu hours");
+}
+
 // ----- determinism and many-task runs -----
 
 /// A deterministic pseudo-random stream (SplitMix64), so the tests do not depend on `rand`.
@@ -732,6 +814,50 @@ fn same_config_and_seed_give_the_same_summary() {
     b.sim_wall_s = 0.0;
     assert_eq!(a, b);
     assert_eq!(sa, sb);
+}
+
+#[test]
+fn many_tasks_with_handoff_under_every_eviction_policy_finish_exactly_once() {
+    // Short idle timeouts release nodes all along; every release hands off within 40 MB and
+    // 0.5 s. `run` checks every task finishes once and every input is read once; the simulator
+    // checks the core's invariants (its cache model included) and every cache against the
+    // index at every step. Same config, same summary.
+    // Bursts of 40 tasks every 10 s, and in between one task every 0.5 s: after a burst the
+    // pool shrinks to the nodes the trickle keeps busy, which receive the others' objects.
+    const MB10: u64 = 10_000_000;
+    let mut rng = Mix(5);
+    let mut arrivals = Vec::new();
+    for burst in 0..8 {
+        let start = burst as f64 * 10.0;
+        for k in 0..40 {
+            arrivals.push(at(start + k as f64 * 0.01, &[(rng.below(30), MB10)], 0.05));
+        }
+        for k in 2..20 {
+            arrivals.push(at(start + k as f64 * 0.5, &[(rng.below(30), MB10)], 0.05));
+        }
+    }
+    for eviction in [
+        EvictionPolicy::Lru,
+        EvictionPolicy::Fifo,
+        EvictionPolicy::Lfu,
+        EvictionPolicy::Random,
+    ] {
+        let cfg = SimConfig {
+            eviction,
+            dynamic: dynamic(StepPolicy::Exponential, 1.0),
+            handoff: handoff(40_000_000, 0.5),
+            ..config(small_teragrid(), arrivals.clone(), 200_000_000)
+        };
+        let (mut a, _) = run(cfg.clone());
+        let (mut b, _) = run(cfg);
+        let h = a.handoff;
+        assert!(h.releases > 0 && h.pushed > 0, "{eviction}: {h:?}");
+        assert_eq!(h.planned, h.pushed + h.cut + h.lost, "{eviction}: {h:?}");
+        assert!(h.useful <= h.pushed, "{eviction}");
+        a.sim_wall_s = 0.0;
+        b.sim_wall_s = 0.0;
+        assert_eq!(a, b, "{eviction}: deterministic");
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use crate::size::{format_size, parse_size};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use diffuse_core::{EvictionPolicy, PolicyKind, StepPolicy};
+use diffuse_core::{EvictionPolicy, HandoffConfig, PolicyKind, StepPolicy};
 use diffuse_sim::paper;
 use diffuse_sim::plot::plot;
 use diffuse_sim::report::{series, write_csv};
@@ -49,6 +49,21 @@ fn seconds(s: &str) -> Result<f64, String> {
         Ok(v)
     } else {
         Err(format!("'{s}' seconds is more than 1e9 (about 31 years)"))
+    }
+}
+
+/// `--handoff`: off, or a byte budget per release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandoffArg(pub Option<u64>);
+
+/// `none`, or a byte budget per release such as `1GB`.
+fn handoff_budget(s: &str) -> Result<HandoffArg, String> {
+    if s.eq_ignore_ascii_case("none") {
+        Ok(HandoffArg(None))
+    } else {
+        parse_size(s)
+            .map(|b| HandoffArg(Some(b)))
+            .map_err(|e| format!("{e}; or 'none' to turn hand-off off"))
     }
 }
 
@@ -100,6 +115,18 @@ pub struct SimArgs {
     /// Dynamic provisioning: release a node idle this many seconds.
     #[arg(long, default_value_t = 30.0, value_parser = seconds, allow_hyphen_values = true)]
     idle_timeout: f64,
+    /// Dynamic provisioning: nodes kept even when idle.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    min_nodes: u32,
+    /// Dynamic provisioning: cache hand-off on release, `none` or the most bytes one released
+    /// node pushes to surviving nodes with room (objects only it holds: queued tasks' first,
+    /// then its hottest), e.g. 1GB.
+    #[arg(long, value_parser = handoff_budget, default_value = "none")]
+    handoff: HandoffArg,
+    /// Dynamic provisioning: seconds a released node may spend on its hand-off pushes (it is
+    /// billed until they end); what has not arrived by then is given up.
+    #[arg(long, default_value_t = 10.0, value_parser = seconds, allow_hyphen_values = true)]
+    handoff_time: f64,
     /// Testbed model: teragrid-2007 (MI) or teragrid-2008 (SW, AP) [default: the workload's].
     #[arg(long, value_parser = testbed)]
     testbed: Option<Testbed>,
@@ -172,7 +199,11 @@ fn config(a: &SimArgs) -> SimConfig {
         cfg.dynamic = Some(DynamicSettings {
             step: a.step,
             idle_timeout_s: a.idle_timeout,
-            min_nodes: 0,
+            min_nodes: a.min_nodes,
+        });
+        cfg.handoff = a.handoff.0.map(|budget| HandoffConfig {
+            budget,
+            time_bound: std::time::Duration::from_secs_f64(a.handoff_time),
         });
     }
     cfg
@@ -237,6 +268,21 @@ fn print_summary(s: &Summary) {
     println!("  response time     {:.2} s average", s.avg_response_s);
     println!("  peak queue        {}", s.peak_queue);
     println!("  CPU-hours         {:.1}", s.cpu_hours);
+    let h = &s.handoff;
+    if h.planned > 0 {
+        println!(
+            "  hand-off          {} releases, {} of {} planned pushed ({} of {}), {} cut by the time bound, {} lost, {} read later; {:.1} CPU-hours pushing",
+            h.releases,
+            h.pushed,
+            h.planned,
+            format_size(h.pushed_bytes),
+            format_size(h.planned_bytes),
+            h.cut,
+            h.lost,
+            h.useful,
+            h.cpu_hours
+        );
+    }
     println!(
         "  bytes             {} local, {} peer, {} storage",
         format_size(s.bytes_local),

@@ -580,3 +580,74 @@ fn a_worker_near_its_jobs_time_limit_takes_no_task_that_would_not_fit_leaves_and
     );
     stop_dispatcher(&mut c);
 }
+
+/// Phase 1 spreads 8 files over two workers; one is released when idle; phase 2 reads them all
+/// again. Returns the bytes phase 2 read from storage, and the status after it.
+fn reread_after_release(handoff: &str) -> (u64, Value) {
+    let mut c = Cluster::start_with(
+        &[],
+        &pool_args(
+            "local",
+            "2",
+            &["--min-workers", "1", "--handoff", handoff, "--step", "all"],
+        ),
+        &[],
+    );
+    let files: Vec<String> = (0..8)
+        .map(|i| {
+            let p = c.data(&format!("f{i}"), &common::cluster::random_bytes(1 << 20));
+            common::cluster::file_uri(&p)
+        })
+        .collect();
+    let phase = |c: &Cluster, name: &str| {
+        let tasks: Vec<Value> = files
+            .iter()
+            .enumerate()
+            .map(|(i, uri)| {
+                json!({"id": format!("{name}{i}"), "cmd": "sleep 0.4; wc -c {inputs[0]}", "inputs": [uri]})
+            })
+            .collect();
+        c.submit(&tasks);
+        let ids: Vec<String> = tasks
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().into())
+            .collect();
+        all_succeeded(c, &ids);
+    };
+    phase(&c, "a");
+    let nodes: std::collections::BTreeSet<String> = (0..8)
+        .map(|i| {
+            c.task(&format!("a{i}"))["node"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(nodes.len(), 2, "phase 1 ran on two workers: {nodes:?}");
+    poll("one idle worker released", || {
+        let s = c.status();
+        (s["worker_list"].as_array()?.len() == 1 && s["workers"] == 1).then_some(())
+    });
+    let before = c.status()["traffic"]["bytes_storage"].as_u64().unwrap();
+    phase(&c, "b");
+    let s = c.status();
+    let after = s["traffic"]["bytes_storage"].as_u64().unwrap();
+    stop_dispatcher(&mut c);
+    (after - before, s)
+}
+
+#[test]
+fn a_released_worker_hands_its_cache_off_and_nothing_is_read_again_from_storage() {
+    let (storage, s) = reread_after_release("4GB");
+    assert_eq!(storage, 0, "every file was still on a worker: {s}");
+    assert!(
+        s["pool"]["handed_off"].as_u64().unwrap() >= 1,
+        "the released worker's files were pushed: {s}"
+    );
+    let (storage, s) = reread_after_release("none");
+    assert!(
+        storage >= 1 << 20,
+        "without hand-off, the released worker's files are read from storage again: {s}"
+    );
+    assert_eq!(s["pool"]["handed_off"], 0);
+}

@@ -703,6 +703,7 @@ async fn connect(
         peer_url,
         held,
         request: cfg.request.clone(),
+        eviction: Some(cfg.eviction),
         leaves_in_s: cfg.leave_at.map(|t| {
             t.saturating_duration_since(std::time::Instant::now())
                 .as_secs_f64()

@@ -5,7 +5,7 @@
 use super::seconds;
 use crate::size::parse_size;
 use clap::{Args, ValueEnum};
-use diffuse_core::{DynamicConfig, Provisioning, StepPolicy};
+use diffuse_core::{DynamicConfig, HandoffConfig, Provisioning, StepPolicy};
 use diffuse_runtime::provisioner::command::CommandConfig;
 use diffuse_runtime::provisioner::rm::RmPolicy;
 use diffuse_runtime::provisioner::slurm::SlurmConfig;
@@ -113,6 +113,28 @@ pub struct PoolArgs {
     /// Command that stops one worker, with {job} and {request}.
     #[arg(long)]
     pub stop_command: Option<String>,
+    /// Before an idle worker is released, push the objects only it holds that queued tasks will
+    /// read (then the hottest) to surviving workers with room, up to this many bytes; `none`
+    /// releases it at once.
+    #[arg(long, default_value = "4GB", value_parser = handoff_budget)]
+    pub handoff: Budget,
+    /// Most time a release's hand-off may take; the worker leaves then, pushed or not.
+    #[arg(long, default_value = "30s", value_parser = seconds, allow_hyphen_values = true)]
+    pub handoff_time: Duration,
+}
+
+/// A hand-off budget: bytes, or none.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget(pub Option<u64>);
+
+/// `none` or a size.
+fn handoff_budget(s: &str) -> Result<Budget, String> {
+    match s {
+        "none" | "0" => Ok(Budget(None)),
+        _ => parse_size(s)
+            .map(|b| Budget(Some(b)))
+            .map_err(|e| format!("{e} (or none)")),
+    }
 }
 
 impl PoolArgs {
@@ -123,7 +145,7 @@ impl PoolArgs {
         listen: std::net::SocketAddr,
         journal: &Path,
         worker_token: &str,
-    ) -> Result<(Provisioning, Option<PoolConfig>), String> {
+    ) -> Result<(Provisioning, Option<HandoffConfig>, Option<PoolConfig>), String> {
         let max = self.max_workers.unwrap_or(4);
         if self.provisioner == Provisioner::Static {
             let set: Vec<&str> = [
@@ -141,7 +163,7 @@ impl PoolArgs {
                     set.join(", ")
                 ));
             }
-            return Ok((Provisioning::Static, None));
+            return Ok((Provisioning::Static, None, None));
         }
         if self.min_workers > max {
             return Err(format!(
@@ -231,7 +253,11 @@ impl PoolArgs {
             idle_timeout: self.idle_release,
             check_interval: Duration::from_millis(500),
         };
-        Ok((Provisioning::Dynamic(dynamic), Some(cfg)))
+        let handoff = self.handoff.0.map(|budget| HandoffConfig {
+            budget,
+            time_bound: self.handoff_time,
+        });
+        Ok((Provisioning::Dynamic(dynamic), handoff, Some(cfg)))
     }
 }
 

@@ -118,7 +118,7 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         )?,
         metrics,
     };
-    let (provisioning, pool) = match a.pool.resolve(a.listen, &a.journal, &tokens.worker) {
+    let (provisioning, handoff, pool) = match a.pool.resolve(a.listen, &a.journal, &tokens.worker) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -129,6 +129,7 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         journal: a.journal.clone(),
         core: diffuse_core::CoreConfig {
             provisioning,
+            handoff,
             ..a.sched.core()
         },
         pool,

@@ -479,6 +479,7 @@ impl Scheduler {
             }
             if Instant::now() >= next_check {
                 self.check_heartbeats();
+                self.finish_handoffs();
                 self.fail_unfit();
                 let now = self.now();
                 if self.core.poll_timeout().is_some_and(|t| t <= now) {

@@ -1,13 +1,16 @@
 //! The scheduler's side of the elastic pool: it passes the core's `Provision` and `Release`
 //! decisions to the pool task ([`crate::provisioner`]), tells it which requests' workers came
-//! and went, and keeps the table of workers by state that `status` and `/metrics` show.
+//! and went, and keeps the table of workers by state that `status` and `/metrics` show. A
+//! released worker first hands its cache off: the core's plan is carried out by the targets
+//! fetching from it as from any peer, and it leaves once they have their copies.
 
 use super::{Scheduler, Session};
-use crate::proto::ToWorker;
+use crate::proto::{AssignedInput, InputSource, ToWorker};
 use crate::provisioner::{PoolCmd, PoolEvent, RequestState};
-use diffuse_core::NodeId;
+use diffuse_core::{Handoff, NodeId, ObjectId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// The link to the pool task, and what the scheduler knows of its requests.
@@ -23,6 +26,19 @@ pub struct PoolLink {
     rows: BTreeMap<String, (Option<String>, RequestState)>,
     last_error: Option<String>,
     never_joined: u64,
+    /// Released workers still handing their cache off.
+    handing: Vec<Handing>,
+    /// Objects handed off and bytes, since the start.
+    handed: (u64, u64),
+}
+
+/// A released worker whose objects are being pushed to the survivors: it is shut down once
+/// every target has reported its copy cached, or at `until`.
+struct Handing {
+    session: Session,
+    /// (target, object, bytes) not yet reported cached.
+    waiting: Vec<(NodeId, ObjectId, u64)>,
+    until: Instant,
 }
 
 impl PoolLink {
@@ -36,6 +52,8 @@ impl PoolLink {
             rows: BTreeMap::new(),
             last_error: None,
             never_joined: 0,
+            handing: Vec::new(),
+            handed: (0, 0),
         }
     }
 }
@@ -63,6 +81,12 @@ pub struct PoolView {
     pub max_workers: u32,
     /// Requests whose worker never connected (failed submissions, jobs that ended first).
     pub failed_requests: u64,
+    /// Objects released workers handed off to survivors before leaving, and their bytes.
+    #[serde(default)]
+    pub handed_off: u64,
+    /// See `handed_off`.
+    #[serde(default)]
+    pub handed_off_bytes: u64,
     /// The last resource-manager error, until a call succeeds again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -91,16 +115,90 @@ impl Scheduler {
         }
     }
 
-    /// The core released an idle worker: it is told to shut down, and its job given back.
-    pub(super) fn release(&mut self, node: NodeId) {
+    /// The core released an idle worker. First the objects of its plan are pushed to the
+    /// survivors (each target fetches from it as from any peer); then, once every copy is
+    /// reported cached or the time bound passes, it is told to shut down and its job given back.
+    pub(super) fn release(&mut self, node: NodeId, handoff: Vec<Handoff>) {
         let Some(s) = self.sessions.remove(&node) else {
             return;
         };
+        // Its messages are no longer the core's business; its peer server still serves.
         self.conns.remove(&s.conn);
-        let _ = s.tx.send(ToWorker::Shutdown);
-        tracing::info!(worker = %s.name, "idle worker released");
-        if let (Some(p), Some(r)) = (&self.pool, &s.request) {
-            let _ = p.tx.send(PoolCmd::Release(r.clone()));
+        let bound = self
+            .core
+            .config()
+            .handoff
+            .as_ref()
+            .map(|h| h.time_bound)
+            .unwrap_or_default();
+        let mut by_target: BTreeMap<NodeId, Vec<AssignedInput>> = BTreeMap::new();
+        let mut waiting = Vec::new();
+        for h in handoff {
+            if !self.sessions.contains_key(&h.to) {
+                continue;
+            }
+            by_target.entry(h.to).or_default().push(AssignedInput {
+                uri: self.uris[h.object.0 as usize].clone(),
+                size: h.size,
+                version: self.versions[h.object.0 as usize].clone(),
+                source: InputSource::Peer {
+                    url: s.peer_url.clone(),
+                },
+            });
+            waiting.push((h.to, h.object, h.size));
+        }
+        let Some(p) = self.pool.as_mut() else {
+            return finish_release(None, s);
+        };
+        if waiting.is_empty() {
+            return finish_release(Some(p), s);
+        }
+        tracing::info!(
+            worker = %s.name,
+            objects = waiting.len(),
+            bytes = waiting.iter().map(|w| w.2).sum::<u64>(),
+            "handing its cache off before release"
+        );
+        for (target, inputs) in by_target {
+            let _ = self.sessions[&target].tx.send(ToWorker::Fetch { inputs });
+        }
+        p.handing.push(Handing {
+            session: s,
+            waiting,
+            until: Instant::now() + bound,
+        });
+    }
+
+    /// `node` now holds `object`: a hand-off waiting for it is one copy closer to done.
+    pub(super) fn handed_off(&mut self, node: NodeId, object: ObjectId) {
+        let Some(p) = self.pool.as_mut() else { return };
+        for h in &mut p.handing {
+            if let Some(i) = h
+                .waiting
+                .iter()
+                .position(|(n, o, _)| *n == node && *o == object)
+            {
+                let (_, _, bytes) = h.waiting.swap_remove(i);
+                p.handed.0 += 1;
+                p.handed.1 += bytes;
+            }
+        }
+        self.finish_handoffs();
+    }
+
+    /// Release the workers whose hand-off is complete or out of time.
+    pub(super) fn finish_handoffs(&mut self) {
+        let Some(p) = self.pool.as_mut() else { return };
+        let now = Instant::now();
+        let (done, going): (Vec<Handing>, Vec<Handing>) = std::mem::take(&mut p.handing)
+            .into_iter()
+            .partition(|h| h.waiting.is_empty() || now >= h.until);
+        p.handing = going;
+        for h in done {
+            if !h.waiting.is_empty() {
+                tracing::info!(worker = %h.session.name, left = h.waiting.len(), "hand-off cut at its time bound");
+            }
+            finish_release(Some(p), h.session);
         }
     }
 
@@ -166,7 +264,12 @@ impl Scheduler {
             return (views, None);
         };
         for (request, (job, state)) in &p.rows {
+            let handing = p
+                .handing
+                .iter()
+                .any(|h| h.session.request.as_deref() == Some(request.as_str()));
             let state = match (state, by_request.get(request.as_str())) {
+                _ if handing => "releasing",
                 (RequestState::Releasing, _) => "releasing",
                 (_, Some(_)) => "", // shown below, from its session
                 (RequestState::Requested, _) => "requested",
@@ -204,8 +307,19 @@ impl Scheduler {
             min_workers: p.min,
             max_workers: p.max,
             failed_requests: p.never_joined,
+            handed_off: p.handed.0,
+            handed_off_bytes: p.handed.1,
             last_error: p.last_error.clone(),
         };
         (views, Some(view))
+    }
+}
+
+/// Tell a released worker to shut down, and give its job back.
+fn finish_release(pool: Option<&mut PoolLink>, s: Session) {
+    let _ = s.tx.send(ToWorker::Shutdown);
+    tracing::info!(worker = %s.name, "idle worker released");
+    if let (Some(p), Some(r)) = (pool, &s.request) {
+        let _ = p.tx.send(PoolCmd::Release(r.clone()));
     }
 }

@@ -51,6 +51,8 @@ impl Scheduler {
             held,
             request,
             leaves_in_s,
+            eviction,
+            cache_quota,
             ..
         } = hello
         else {
@@ -69,6 +71,9 @@ impl Scheduler {
             tracing::error!("worker {name}: {e}");
             return;
         }
+        let _ = self
+            .core
+            .handle_node_cache(node, cache_quota, eviction.unwrap_or_default(), now);
         if let Some(s) = leaves_in_s.filter(|s| s.is_finite() && *s >= 0.0) {
             let ends = now + std::time::Duration::from_secs_f64(s.min(1e9));
             self.core.handle_node_deadline(node, Some(ends));
@@ -111,6 +116,7 @@ impl Scheduler {
             }
             if *known == h.version {
                 let _ = self.core.handle_object_cached(node, o, now);
+                self.handed_off(node, o);
             } else {
                 stale.push(h.uri);
             }
@@ -368,7 +374,7 @@ impl Scheduler {
             match action {
                 Action::Dispatch(d) => self.dispatch(d.task, d.attempt, d.node, d.inputs),
                 Action::Provision { nodes } => self.provision(nodes),
-                Action::Release { node } => self.release(node),
+                Action::Release { node, handoff } => self.release(node, handoff),
             }
         }
     }
