@@ -6,7 +6,7 @@ if [ -n "${DIFFUSE_BIN:-}" ]; then
   DIFFUSE="$DIFFUSE_BIN"
 else
   cargo build --release --locked -p diffuse >/dev/null 2>&1
-  DIFFUSE="$PWD/target/release/diffuse"
+  DIFFUSE="${CARGO_TARGET_DIR:-$PWD/target}/release/diffuse"
 fi
 WORK=$(mktemp -d /tmp/diffuse-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT

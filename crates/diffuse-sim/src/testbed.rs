@@ -62,11 +62,33 @@ impl Testbed {
         }
     }
 
+    /// `diffuse worker` processes on one machine, as `diffuse dispatcher --provisioner local`
+    /// starts them, measured on the project's 2-core machine by bench/wave.sh (see
+    /// docs/simulation.md): one-core workers that join 15 ms after they are asked for;
+    /// storage and caches on the same disk through the page cache; peers over loopback. The
+    /// dispatch latency includes what a live task costs beyond its compute: submission and
+    /// dispatch (3 ms), staging (1 ms) and starting its `sh -c` (10 ms).
+    pub fn local() -> Testbed {
+        Testbed {
+            name: "local",
+            nodes: 6,
+            slots_per_node: 1,
+            storage_bw: 1e9,
+            storage_latency_s: 0.001,
+            nic_bw: 2e9,
+            disk_bw: 5e9,
+            peer_latency_s: 0.001,
+            dispatch_latency_s: 0.015,
+            node_startup_s: 0.015,
+        }
+    }
+
     /// A preset by name.
     pub fn by_name(name: &str) -> Option<Testbed> {
         match name {
             "teragrid-2007" => Some(Self::teragrid_2007()),
             "teragrid-2008" => Some(Self::teragrid_2008()),
+            "local" => Some(Self::local()),
             _ => None,
         }
     }

@@ -1,5 +1,5 @@
 //! Workload generators: MI, SW and AP exactly as defined in `shared/papers/NOTES.md`, plus
-//! hand-written task lists for tests.
+//! hand-written task lists for tests and lists read from a JSON Lines file ([`read_arrivals`]).
 //!
 //! A workload is a lazy, seeded stream of arrivals in time order, so that the 2,000,000 tasks of
 //! SW are never all in memory at once.
@@ -206,6 +206,121 @@ fn spread(rates: impl Iterator<Item = u64>) -> impl Iterator<Item = f64> {
         .flat_map(|(sec, a)| (0..a).map(move |k| sec as f64 + k as f64 / a as f64))
 }
 
+/// Read a workload from JSON Lines, one task per line:
+/// `{"time": s, "compute_s": s, "inputs": [[object_index, bytes], ...], "cores": 1}`.
+///
+/// `time` is the arrival in seconds from the start and `compute_s` the time it runs once its
+/// inputs are read (both from 0 to 10^9); `inputs` (default none) names objects by index,
+/// each with its size in bytes; `cores` defaults to 1; an optional `id` string is ignored.
+/// Blank lines are skipped. Arrivals may come in any order: they are sorted by time (ties keep
+/// the file's order). An object given two different sizes, an object listed twice in one task,
+/// an unknown field or a malformed line is refused with the line number (from 1) named.
+pub fn read_arrivals(text: &str) -> Result<Vec<Arrival>, String> {
+    let mut out = Vec::new();
+    // Object index -> (size, first line that gave it).
+    let mut sizes: rustc_hash::FxHashMap<u64, (u64, usize)> = Default::default();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let a = arrival_line(line).map_err(|e| format!("line {n}: {e}"))?;
+        let mut seen = Vec::with_capacity(a.inputs.len());
+        for &(ObjectId(o), size) in &a.inputs {
+            if seen.contains(&o) {
+                return Err(format!("line {n}: object {o} is listed twice"));
+            }
+            seen.push(o);
+            let (first, at) = *sizes.entry(o).or_insert((size, n));
+            if first != size {
+                return Err(format!(
+                    "line {n}: object {o} is {size} bytes here but {first} bytes on line {at}"
+                ));
+            }
+        }
+        out.push(a);
+    }
+    if out.is_empty() {
+        return Err("no arrivals (every line is blank)".into());
+    }
+    out.sort_by(|a, b| a.time.total_cmp(&b.time));
+    Ok(out)
+}
+
+/// One line of an arrivals file; the error names the field at fault.
+fn arrival_line(line: &str) -> Result<Arrival, String> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+        // serde_json counts lines and columns within the one line it was given.
+        let msg = e.to_string();
+        msg.rsplit_once(" at line 1 column ")
+            .map_or(msg.clone(), |(m, c)| format!("{m} (column {c})"))
+    })?;
+    let serde_json::Value::Object(fields) = v else {
+        return Err("expected a JSON object".into());
+    };
+    for k in fields.keys() {
+        if !["time", "compute_s", "inputs", "cores", "id"].contains(&k.as_str()) {
+            return Err(format!(
+                "unknown field `{k}` (expected time, compute_s, inputs, cores, id)"
+            ));
+        }
+    }
+    let seconds = |name: &str| -> Result<f64, String> {
+        let x = fields
+            .get(name)
+            .ok_or_else(|| format!("missing field `{name}`"))?;
+        match x.as_f64() {
+            // At most 10^9 s (about 31 years): virtual time must fit a Duration.
+            Some(s) if (0.0..=1e9).contains(&s) => Ok(s),
+            _ => Err(format!(
+                "`{name}` must be a number of seconds from 0 to 1e9, not {x}"
+            )),
+        }
+    };
+    let time = seconds("time")?;
+    let compute_s = seconds("compute_s")?;
+    let cores = match fields.get("cores") {
+        None => 1,
+        Some(c) => match c.as_u64() {
+            Some(k) if k >= 1 && k <= u32::MAX as u64 => k as u32,
+            _ => {
+                return Err(format!(
+                    "`cores` must be a whole number, at least 1, not {c}"
+                ))
+            }
+        },
+    };
+    let mut inputs = Vec::new();
+    if let Some(list) = fields.get("inputs") {
+        let bad = |x: &serde_json::Value| {
+            format!(
+                "`inputs` must be a list of [object_index, bytes] pairs of whole numbers, not {x}"
+            )
+        };
+        for pair in list.as_array().ok_or_else(|| bad(list))? {
+            match pair.as_array().map(Vec::as_slice) {
+                Some([o, b]) => match (o.as_u64(), b.as_u64()) {
+                    (Some(o), Some(b)) => inputs.push((ObjectId(o), b)),
+                    _ => return Err(bad(pair)),
+                },
+                _ => return Err(bad(pair)),
+            }
+        }
+    }
+    if let Some(id) = fields.get("id") {
+        if !id.is_string() {
+            return Err(format!("`id` must be a string, not {id}"));
+        }
+    }
+    Ok(Arrival {
+        time,
+        inputs,
+        compute_s,
+        cores,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,5 +386,74 @@ mod tests {
         let c: Vec<Arrival> = Workload::Mi.arrivals(4).take(100).collect();
         assert_eq!(a, b);
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn reads_an_arrivals_file() {
+        let text = r#"{"time": 1.5, "compute_s": 1, "inputs": [[3, 1000]], "cores": 2, "id": "t1"}
+
+{"time": 0.25, "compute_s": 0.5, "inputs": [[3, 1000], [4, 20]]}
+{"time": 2, "compute_s": 0}
+"#;
+        let a = read_arrivals(text).unwrap();
+        assert_eq!(a.len(), 3);
+        // Sorted by time; defaults filled in.
+        assert_eq!(a[0].time, 0.25);
+        assert_eq!(a[0].inputs, vec![(ObjectId(3), 1000), (ObjectId(4), 20)]);
+        assert_eq!(a[0].cores, 1);
+        assert_eq!(a[1].cores, 2);
+        assert!(a[2].inputs.is_empty());
+        let info = Workload::Custom(a).info();
+        assert_eq!((info.tasks, info.objects, info.dataset_bytes), (3, 2, 1020));
+        assert_eq!(info.last_arrival_s, 2.0);
+    }
+
+    #[test]
+    fn a_bad_line_is_refused_with_its_number() {
+        let good = r#"{"time": 0, "compute_s": 1, "inputs": [[0, 10]]}"#;
+        for (bad, words) in [
+            ("{\"time\": 1}", &["line 2", "compute_s"][..]),
+            ("not json", &["line 2", "column"]),
+            (
+                r#"{"time": 1, "compute_s": 1, "colour": "red"}"#,
+                &["line 2", "colour"],
+            ),
+            (
+                r#"{"time": -1, "compute_s": 1}"#,
+                &["line 2", "`time`", "-1"],
+            ),
+            (
+                r#"{"time": 1, "compute_s": 1, "id": 7}"#,
+                &["line 2", "`id`"],
+            ),
+            ("[1, 2]", &["line 2", "object"]),
+            (r#"{"time": 1e12, "compute_s": 1}"#, &["line 2", "`time`"]),
+            (
+                r#"{"time": 1, "compute_s": 1, "cores": 0}"#,
+                &["line 2", "cores"],
+            ),
+            (
+                r#"{"time": 1, "compute_s": 1, "inputs": [[0, 11]]}"#,
+                &["line 2", "object 0", "11 bytes", "line 1"],
+            ),
+            (
+                r#"{"time": 1, "compute_s": 1, "inputs": [[5, 1], [5, 1]]}"#,
+                &["line 2", "object 5", "twice"],
+            ),
+            (
+                r#"{"time": 1, "compute_s": 1, "inputs": [[5]]}"#,
+                &["line 2"],
+            ),
+            (
+                r#"{"time": "soon", "compute_s": 1}"#,
+                &["line 2", "`time`", "soon"],
+            ),
+        ] {
+            let err = read_arrivals(&format!("{good}\n{bad}\n")).unwrap_err();
+            for w in words {
+                assert!(err.contains(w), "{bad}: {err} (expected {w})");
+            }
+        }
+        assert!(read_arrivals("\n  \n").unwrap_err().contains("no arrivals"));
     }
 }

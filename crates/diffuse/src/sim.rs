@@ -7,7 +7,8 @@ use diffuse_core::{EvictionPolicy, HandoffConfig, PolicyKind, StepPolicy};
 use diffuse_sim::paper;
 use diffuse_sim::plot::plot;
 use diffuse_sim::report::{series, write_csv};
-use diffuse_sim::{simulate, DynamicSettings, SimConfig, Summary, Testbed, Workload};
+use diffuse_sim::workload::read_arrivals;
+use diffuse_sim::{simulate, Arrival, DynamicSettings, SimConfig, Summary, Testbed, Workload};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -21,6 +22,9 @@ pub enum WorkloadArg {
     Ap,
     /// Every experiment of the paper's table, side by side with the paper's figures.
     Paper,
+    /// Tasks read from --arrivals FILE (JSON Lines: time, compute_s, inputs, cores), e.g. the
+    /// arrivals of a live run; testbed `local`, dynamic provisioning, step `all`.
+    Arrivals,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -68,8 +72,17 @@ fn handoff_budget(s: &str) -> Result<HandoffArg, String> {
 }
 
 fn testbed(s: &str) -> Result<Testbed, String> {
-    Testbed::by_name(s)
-        .ok_or_else(|| format!("unknown testbed '{s}' (expected teragrid-2007 or teragrid-2008)"))
+    Testbed::by_name(s).ok_or_else(|| {
+        format!("unknown testbed '{s}' (expected teragrid-2007, teragrid-2008 or local)")
+    })
+}
+
+/// A duration in seconds that may be zero (from 0 to 10^9).
+fn seconds_or_zero(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(0.0) => Ok(0.0),
+        _ => seconds(s),
+    }
 }
 
 pub fn threshold(s: &str) -> Result<f64, String> {
@@ -91,13 +104,14 @@ pub struct SimArgs {
     /// Dispatch policy: fa, mcu, mch or gcc.
     #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
     policy: PolicyKind,
-    /// Cache size per node, e.g. 2GB, 1.5GB, 512MiB [default: MI 2GB, SW and AP 50GB].
+    /// Cache size per node, e.g. 2GB, 1.5GB, 512MiB [default: MI 2GB, SW and AP 50GB,
+    /// arrivals 10GB].
     #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     cache_size: Option<u64>,
-    /// Maximum number of nodes [default: the testbed's, MI 64, SW and AP 100].
+    /// Maximum number of nodes [default: the testbed's, MI 64, SW and AP 100, arrivals 6].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     nodes: Option<u32>,
-    /// Provisioning [default: MI dynamic, SW and AP static].
+    /// Provisioning [default: MI and arrivals dynamic, SW and AP static].
     #[arg(long, value_enum)]
     provisioning: Option<ProvisioningArg>,
     /// Scheduling window: how many queued tasks a decision looks at.
@@ -109,9 +123,10 @@ pub struct SimArgs {
     /// Per-node eviction policy: random, fifo, lru or lfu.
     #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
     eviction: EvictionPolicy,
-    /// Dynamic provisioning step: one, additive:K, exponential or all.
-    #[arg(long, value_parser = |s: &str| s.parse::<StepPolicy>(), default_value = "exponential")]
-    step: StepPolicy,
+    /// Dynamic provisioning step: one, additive:K, exponential or all [default: exponential;
+    /// arrivals: all, as `diffuse dispatcher --step`].
+    #[arg(long, value_parser = |s: &str| s.parse::<StepPolicy>())]
+    step: Option<StepPolicy>,
     /// Dynamic provisioning: release a node idle this many seconds.
     #[arg(long, default_value_t = 30.0, value_parser = seconds, allow_hyphen_values = true)]
     idle_timeout: f64,
@@ -127,9 +142,20 @@ pub struct SimArgs {
     /// billed until they end); what has not arrived by then is given up.
     #[arg(long, default_value_t = 10.0, value_parser = seconds, allow_hyphen_values = true)]
     handoff_time: f64,
-    /// Testbed model: teragrid-2007 (MI) or teragrid-2008 (SW, AP) [default: the workload's].
+    /// Testbed model: teragrid-2007 (MI), teragrid-2008 (SW, AP) or local (arrivals: local
+    /// worker processes on one machine, see docs/simulation.md) [default: the workload's].
     #[arg(long, value_parser = testbed)]
     testbed: Option<Testbed>,
+    /// Slots (cores) per node, in place of the testbed's (the dispatcher's --worker-cores).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    slots_per_node: Option<u32>,
+    /// Seconds from asking for a node to its joining, in place of the testbed's.
+    #[arg(long, value_parser = seconds_or_zero, allow_hyphen_values = true)]
+    node_startup: Option<f64>,
+    /// arrivals only: the JSON Lines file of tasks, one per line:
+    /// {"time": s, "compute_s": s, "inputs": [[object_index, bytes], ...], "cores": 1}.
+    #[arg(long, value_name = "FILE")]
+    arrivals: Option<PathBuf>,
     /// AP compute time per task, seconds (the paper uses 1 and 0.1).
     #[arg(long, default_value_t = 1.0, value_parser = seconds, allow_hyphen_values = true)]
     ap_compute: f64,
@@ -161,17 +187,26 @@ pub struct SimArgs {
 }
 
 /// Defaults a workload brings: its testbed, cache size and provisioning, from the paper.
+/// Arrivals: the live dispatcher's defaults (`--worker-cache-size 10GB`, a dynamic pool).
 pub fn defaults(w: WorkloadArg) -> (Testbed, u64, bool) {
     match w {
         WorkloadArg::Mi => (Testbed::teragrid_2007(), 2_000_000_000, true),
+        WorkloadArg::Arrivals => (Testbed::local(), 10_000_000_000, true),
         _ => (Testbed::teragrid_2008(), 50_000_000_000, false),
     }
 }
 
-fn config(a: &SimArgs) -> SimConfig {
+/// `custom`: the arrivals read from `--arrivals` (workload `arrivals`).
+fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
     let (mut testbed, cache, dynamic) = defaults(a.workload);
     if let Some(t) = &a.testbed {
         testbed = t.clone();
+    }
+    if let Some(s) = a.slots_per_node {
+        testbed.slots_per_node = s;
+    }
+    if let Some(s) = a.node_startup {
+        testbed.node_startup_s = s;
     }
     let workload = match a.workload {
         WorkloadArg::Mi => Workload::Mi,
@@ -179,6 +214,7 @@ fn config(a: &SimArgs) -> SimConfig {
         WorkloadArg::Ap => Workload::Ap {
             compute_s: a.ap_compute,
         },
+        WorkloadArg::Arrivals => Workload::Custom(custom.expect("arrivals were read")),
         WorkloadArg::Paper => unreachable!("paper is handled separately"),
     };
     let mut cfg = SimConfig::new(workload, testbed, a.cache_size.unwrap_or(cache));
@@ -196,8 +232,13 @@ fn config(a: &SimArgs) -> SimConfig {
         .provisioning
         .map_or(dynamic, |p| p == ProvisioningArg::Dynamic);
     if dynamic {
+        let step = a.step.unwrap_or(if a.workload == WorkloadArg::Arrivals {
+            StepPolicy::AllAtOnce
+        } else {
+            StepPolicy::Exponential
+        });
         cfg.dynamic = Some(DynamicSettings {
-            step: a.step,
+            step,
             idle_timeout_s: a.idle_timeout,
             min_nodes: a.min_nodes,
         });
@@ -211,10 +252,32 @@ fn config(a: &SimArgs) -> SimConfig {
 
 /// Run `diffuse sim`.
 pub fn run(a: SimArgs) -> Result<ExitCode> {
+    if a.arrivals.is_some() && a.workload != WorkloadArg::Arrivals {
+        eprintln!("error: --arrivals FILE goes with the workload `arrivals` only");
+        return Ok(ExitCode::from(2));
+    }
     if a.workload == WorkloadArg::Paper {
         return run_paper(&a);
     }
-    let cfg = config(&a);
+    let custom = match (&a.arrivals, a.workload == WorkloadArg::Arrivals) {
+        (Some(path), true) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--arrivals: cannot read {}", path.display()))?;
+            match read_arrivals(&text) {
+                Ok(list) => Some(list),
+                Err(e) => {
+                    eprintln!("error: {}: {e}", path.display());
+                    return Ok(ExitCode::from(2));
+                }
+            }
+        }
+        (None, true) => {
+            eprintln!("error: the workload `arrivals` needs --arrivals FILE");
+            return Ok(ExitCode::from(2));
+        }
+        _ => None,
+    };
+    let cfg = config(&a, custom);
     let (summary, samples) = simulate(cfg)?;
     let rows = series(&samples, a.series_step as usize);
     if let Some(path) = &a.series {
