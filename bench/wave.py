@@ -159,6 +159,11 @@ def drive(work, url, token):
     with open(f"{work}/live_tasks.json", "w") as f:
         json.dump(out, f)
     print(f"live: {len(plan)} tasks submitted, at most {late * 1000:.0f} ms after their arrival time")
+    s = request(f"{url}/v1/status", token)
+    tr, pool = s["traffic"], s.get("pool", {})
+    print(f"live: read from storage {tr['storage']} times ({tr['bytes_storage']} B), from peers "
+          f"{tr['peer']}, locally {tr['local']}; handed off {pool.get('handed_off', 0)} objects "
+          f"({pool.get('handed_off_bytes', 0)} B)")
 
 
 def read_csv(path):
