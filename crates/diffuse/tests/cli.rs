@@ -73,6 +73,9 @@ fn sim_help_describes_every_workload_and_flag() {
         "--eviction",
         "--step",
         "--idle-timeout",
+        "--min-nodes",
+        "--handoff",
+        "--handoff-time",
         "--testbed",
         "--ap-compute",
         "--peer-read-limit",
@@ -171,6 +174,9 @@ fn zero_or_negative_counts_are_refused() {
         &["--peer-read-limit"],
     );
     refused(&["sim", "mi", "--seed", "abc"], &["--seed"]);
+    refused(&["sim", "mi", "--min-nodes=-1"], &["--min-nodes"]);
+    refused(&["sim", "mi", "--handoff", "lots"], &["--handoff", "none"]);
+    refused(&["sim", "mi", "--handoff=-1GB"], &["--handoff"]);
 }
 
 #[test]
@@ -184,6 +190,7 @@ fn threshold_outside_zero_one_is_refused() {
 #[test]
 fn non_positive_durations_are_refused() {
     refused(&["sim", "mi", "--idle-timeout", "0"], &["--idle-timeout"]);
+    refused(&["sim", "mi", "--handoff-time", "0"], &["--handoff-time"]);
     refused(&["sim", "mi", "--idle-timeout=-1"], &["--idle-timeout"]);
     refused(&["sim", "mi", "--idle-timeout", "nan"], &["--idle-timeout"]);
     refused(&["sim", "ap", "--ap-compute", "0"], &["--ap-compute"]);
