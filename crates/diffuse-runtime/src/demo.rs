@@ -105,6 +105,8 @@ pub async fn run_policy(
         task_timeout: None,
         defs: None,
         print: None,
+        max_workers: None,
+        idle_release: std::time::Duration::from_secs(30),
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -62,6 +62,12 @@ pub struct RunConfig {
     /// Print each task's stdout on this process's stdout as the task ends, whole (`Some(true)`:
     /// in the order the tasks were given).
     pub print: Option<bool>,
+    /// An elastic pool instead of `workers` fixed ones: local workers started as the queue
+    /// grows, at most this many, each released after `idle_release` without a task. Their
+    /// caches live in the run directory (a repeated run starts cold).
+    pub max_workers: Option<u32>,
+    /// See `max_workers`.
+    pub idle_release: Duration,
 }
 
 /// A failed task, as the summary shows it.
@@ -290,20 +296,40 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         worker: token(),
         metrics: None,
     };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(anyhow::Error::from)?;
+    let url = format!(
+        "http://{}",
+        listener.local_addr().map_err(anyhow::Error::from)?
+    );
+    let elastic = cfg
+        .max_workers
+        .map(|max| elastic_pool(&cfg, max, &url, &tokens.worker));
     let (handle, scheduler) = dispatcher::start(DispatcherConfig {
         journal: journal.clone(),
-        core: cfg.core.clone(),
+        core: match &elastic {
+            Some((core, _)) => core.clone(),
+            None => cfg.core.clone(),
+        },
         tokens: tokens.clone(),
         heartbeat: Duration::from_millis(500),
         heartbeat_timeout: Duration::from_secs(10),
         lookup_timeout: Duration::from_secs(30),
         retries: cfg.retries,
         task_timeout: cfg.task_timeout,
-        fixed_pool: Some(cfg.workers),
+        fixed_pool: cfg.max_workers.is_none().then_some(cfg.workers),
         storage_gateway: cfg.storage_bandwidth.clone(),
-        pool: None,
+        pool: elastic.map(|(_, pool)| pool),
     })?;
-    let caches = crate::cache_pool::claim(&cfg.cache_root, cfg.workers as usize).map_err(|e| {
+    // An elastic pool's workers come from the dispatcher's provisioner; a fixed pool's are
+    // started here, on caches kept between runs.
+    let fixed = if cfg.max_workers.is_some() {
+        0
+    } else {
+        cfg.workers
+    };
+    let caches = crate::cache_pool::claim(&cfg.cache_root, fixed as usize).map_err(|e| {
         anyhow::anyhow!(
             "cannot use the cache directory {}: {e}",
             cfg.cache_root.display()
@@ -329,13 +355,6 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     }
     let logs = cfg.run_dir.join("logs");
     std::fs::create_dir_all(&logs).map_err(anyhow::Error::from)?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(anyhow::Error::from)?;
-    let url = format!(
-        "http://{}",
-        listener.local_addr().map_err(anyhow::Error::from)?
-    );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(dispatcher::serve(
         listener,
@@ -355,7 +374,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let mut signal = std::pin::pin!(interrupted());
     let mut stopped_by: Option<String> = None;
     tokio::select! {
-        r = wait_for_workers(&handle, cfg.workers, &mut workers) => r?,
+        r = wait_for_workers(&handle, fixed, &mut workers) => r?,
         s = &mut signal => stopped_by = Some(s),
     }
 
@@ -584,6 +603,78 @@ const MAX_RESTARTS: u32 = 10;
 /// `<run-dir>/logs/`, its own log to `<run-dir>/logs/worker-<i>.log` (appended to across
 /// restarts). The local workers share this machine: each gets an equal part of its memory and
 /// every N-th of its GPUs, so no two hand out the same GPU.
+/// The core settings and the local provisioner of `run --max-workers`: workers with the same
+/// options as a fixed pool's, caches under `<run-dir>/pool/`.
+fn elastic_pool(
+    cfg: &RunConfig,
+    max: u32,
+    url: &str,
+    token: &str,
+) -> (diffuse_core::CoreConfig, crate::provisioner::PoolConfig) {
+    let logs = cfg.run_dir.join("logs");
+    let mut args: Vec<String> = vec![
+        "--log-dir".into(),
+        logs.display().to_string(),
+        "--keep-logs".into(),
+        "--eviction".into(),
+        cfg.eviction.to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+    ];
+    let machine = crate::worker::Machine::detect();
+    if let Some(memory) = machine.memory {
+        args.extend([
+            "--memory".into(),
+            (memory / u64::from(max.max(1))).to_string(),
+        ]);
+    }
+    args.extend(["--gpus".into(), "0".into()]);
+    for root in &cfg.input_roots {
+        args.extend(["--input-root".into(), root.display().to_string()]);
+    }
+    if cfg.noop {
+        args.push("--noop".into());
+    }
+    if cfg.storage_bandwidth.is_some() {
+        args.extend(["--storage-gateway".into(), url.to_string()]);
+    }
+    let pool_dir = cfg.run_dir.join("pool");
+    let core = diffuse_core::CoreConfig {
+        provisioning: diffuse_core::Provisioning::Dynamic(diffuse_core::DynamicConfig {
+            step: diffuse_core::StepPolicy::AllAtOnce,
+            min_nodes: 0,
+            max_nodes: max,
+            slots_per_node: cfg.slots_per_worker,
+            idle_timeout: cfg.idle_release,
+            check_interval: Duration::from_millis(500),
+        }),
+        handoff: Some(diffuse_core::HandoffConfig {
+            budget: 4 << 30,
+            time_bound: Duration::from_secs(30),
+        }),
+        ..cfg.core.clone()
+    };
+    let pool = crate::provisioner::PoolConfig {
+        backend: crate::provisioner::Backend::Local,
+        max_workers: max,
+        max_pending: max,
+        cores: cfg.slots_per_worker,
+        cache_size: cfg.cache_size,
+        cache_dir: format!("{}/{{request}}", pool_dir.display()),
+        worker_args: args,
+        dispatcher_url: url.to_string(),
+        worker_token: token.to_string(),
+        exe: cfg.exe.clone(),
+        state_dir: pool_dir,
+        prefix: "worker".into(),
+        rm: crate::provisioner::rm::RmPolicy::default(),
+        poll_interval: Duration::from_secs(1),
+        start_timeout: Duration::from_secs(60),
+        release_grace: Duration::from_secs(10),
+    };
+    (core, pool)
+}
+
 fn start_worker(
     cfg: &RunConfig,
     i: u32,

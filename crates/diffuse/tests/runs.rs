@@ -275,3 +275,54 @@ fn a_task_no_local_worker_can_hold_fails_with_the_reason_instead_of_waiting() {
         );
     }
 }
+
+#[test]
+fn a_run_with_max_workers_starts_workers_as_needed_and_gives_them_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let mut args = vec![
+        "run".to_string(),
+        "--max-workers".into(),
+        "3".into(),
+        "--cores-per-worker".into(),
+        "1".into(),
+        "--idle-release".into(),
+        "2s".into(),
+        "--run-dir".into(),
+        dir.path().join("r").display().to_string(),
+        "--each".into(),
+        "sleep 0.3; wc -c < {}".into(),
+        "--print".into(),
+        "--keep-order".into(),
+    ];
+    for i in 0..9 {
+        let f = data.join(format!("f{i}"));
+        std::fs::write(&f, vec![b'x'; i]).unwrap();
+        args.push(f.display().to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = in_dir(dir.path(), &args);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let want: String = (0..9).map(|i| format!("{i}\n")).collect();
+    assert_eq!(out.stdout, want);
+    assert!(out.stderr.contains("9 ok, 0 failed"), "{}", out.stderr);
+    // Its workers came from the pool (their caches and logs under <run-dir>/pool), and none
+    // outlives the run.
+    let pool: Vec<String> = std::fs::read_dir(dir.path().join("r/pool"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".log"))
+        .collect();
+    assert!((1..=3).contains(&pool.len()), "{pool:?}");
+    let marker = dir.path().join("r/pool").display().to_string();
+    assert!(
+        common::host::processes_with(&marker).is_empty(),
+        "a pool worker outlived its run"
+    );
+    let bad = in_dir(
+        dir.path(),
+        &["run", "--max-workers", "2", "--workers", "3", "x.jsonl"],
+    );
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+}

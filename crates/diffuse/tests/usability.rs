@@ -421,6 +421,8 @@ fn the_help_of_every_command_explains_its_options() {
                 "--retries",
                 "--task-timeout",
                 "--cores-per-worker",
+                "--max-workers",
+                "--idle-release",
             ],
         ),
         ("logs", &["--attempt", "--stderr"]),

@@ -33,9 +33,17 @@ pub struct RunArgs {
     /// others run. The task file is the one the run started with.
     #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["items", "run_dir", "each"])]
     resume: Option<PathBuf>,
-    /// Local worker processes, each with its own cache directory.
+    /// Local worker processes, each with its own cache directory (kept between runs).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     workers: u32,
+    /// Instead of --workers fixed ones: start local workers as the queue grows, at most this
+    /// many, and release each after --idle-release without a task (the dispatcher's elastic
+    /// pool; caches in the run directory, so a repeated run starts cold).
+    #[arg(long, conflicts_with = "workers", value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    max_workers: Option<u32>,
+    /// With --max-workers: a worker with no task for this long is released.
+    #[arg(long, default_value = "30s", requires = "max_workers", value_parser = super::seconds, allow_hyphen_values = true)]
+    idle_release: std::time::Duration,
     /// Cores per worker: the sum of the "cores" of the tasks a worker runs at once.
     #[arg(long = "cores-per-worker", value_name = "CORES", visible_alias = "slots-per-worker", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     slots_per_worker: u32,
@@ -130,6 +138,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             .unwrap_or_else(diffuse_runtime::cache_pool::default_root),
         retries: a.task.retries,
         task_timeout: a.task.task_timeout,
+        max_workers: a.max_workers,
+        idle_release: a.idle_release,
     };
     let summary = match super::runtime()?.block_on(diffuse_runtime::run::run(cfg)) {
         Ok(s) => s,
