@@ -385,6 +385,24 @@ fn live_jobs(slurm: &Slurm) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A dispatcher whose pool is this Slurm's (`SLURM_CONF` and `extra_env` in its environment),
+/// with at most `max` workers, caches under `dir`, squeue asked every second.
+fn slurm_dispatcher(
+    slurm: &Slurm,
+    dir: &tempfile::TempDir,
+    max: &str,
+    more: &[&str],
+    extra_env: &[(&str, &str)],
+) -> Cluster {
+    let conf = slurm.conf.to_str().unwrap().to_string();
+    let cache = format!("{}/cache-{{request}}", dir.path().display());
+    let mut args = vec!["--worker-cache-dir", &cache, "--rm-poll", "1s"];
+    args.extend_from_slice(more);
+    let mut env = vec![("SLURM_CONF", conf.as_str())];
+    env.extend_from_slice(extra_env);
+    Cluster::start_with(&env, &pool_args("slurm", max, &args), &[])
+}
+
 fn slurm_or_skip(name: &str, cpus: u32) -> Option<(Slurm, tempfile::TempDir)> {
     if !is_root() {
         skip(&format!("{name}: needs root to run Slurm's daemons"));
@@ -401,23 +419,7 @@ fn a_slurm_pool_acquires_workers_with_sbatch_and_gives_them_back() {
         return;
     };
     let conf = slurm.conf.to_str().unwrap().to_string();
-    let cache = format!("{}/cache-{{request}}", dir.path().display());
-    let mut c = Cluster::start_with(
-        &[("SLURM_CONF", &conf)],
-        &pool_args(
-            "slurm",
-            "3",
-            &[
-                "--worker-cache-dir",
-                &cache,
-                "--rm-poll",
-                "1s",
-                "--slurm-time",
-                "10",
-            ],
-        ),
-        &[],
-    );
+    let mut c = slurm_dispatcher(&slurm, &dir, "3", &["--slurm-time", "10"], &[]);
     let conf2 = conf.clone();
     let jobs_sampled = Sampler::start(move || {
         let out = Command::new("squeue")
@@ -489,11 +491,12 @@ fn a_hung_sbatch_times_out_and_stalls_no_dispatch() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-    let conf = slurm.conf.to_str().unwrap().to_string();
-    let mut c = Cluster::start_with(
-        &[("SLURM_CONF", &conf), ("PATH", &path)],
-        &pool_args("slurm", "2", &["--rm-timeout", "2s", "--rm-retries", "1"]),
-        &[],
+    let mut c = slurm_dispatcher(
+        &slurm,
+        &dir,
+        "2",
+        &["--rm-timeout", "2s", "--rm-retries", "1"],
+        &[("PATH", &path)],
     );
     // A worker started by hand keeps the queue moving while sbatch hangs.
     c.worker("by-hand", 2, "10MB");
@@ -527,24 +530,12 @@ fn a_worker_near_its_jobs_time_limit_takes_no_task_that_would_not_fit_leaves_and
     let Some((slurm, dir)) = slurm_or_skip("time limit", 4) else {
         return;
     };
-    let conf = slurm.conf.to_str().unwrap().to_string();
-    let cache = format!("{}/cache-{{request}}", dir.path().display());
     // Jobs of one minute; each worker leaves 48 s before its limit, so it serves ~11 s.
-    let mut c = Cluster::start_with(
-        &[("SLURM_CONF", &conf)],
-        &pool_args(
-            "slurm",
-            "1",
-            &[
-                "--worker-cache-dir",
-                &cache,
-                "--rm-poll",
-                "1s",
-                "--slurm-time",
-                "1",
-                "--worker-arg=--leave-before=48s",
-            ],
-        ),
+    let mut c = slurm_dispatcher(
+        &slurm,
+        &dir,
+        "1",
+        &["--slurm-time", "1", "--worker-arg=--leave-before=48s"],
         &[],
     );
     let tasks: Vec<Value> = (0..30)

@@ -461,14 +461,7 @@ impl Pool {
         if never {
             r.state = RequestState::Releasing;
         }
-        let job = r.job.clone().unwrap_or_default();
-        let launch = self.cfg.launch(name);
-        let result = match &mut self.rm {
-            Rm::Local(l) => l.cancel(name, force),
-            Rm::Slurm(s) => s.cancel(&job).await,
-            Rm::Command(c) => c.cancel(name, &job, &launch).await,
-        };
-        if let Err(e) = result {
+        if let Err(e) = self.cancel(name, force).await {
             tracing::warn!(request = name, "cannot stop its job: {e}");
             self.error(Some(format!("cannot stop {name}: {e}")));
         }
@@ -605,19 +598,27 @@ impl Pool {
         let _ = self.events.send(Cmd::Pool(PoolEvent::Error(e)));
     }
 
+    /// Cancel the job of request `name` (`force`: a local worker is killed, not asked).
+    async fn cancel(&mut self, name: &str, force: bool) -> Result<(), String> {
+        let job = self
+            .requests
+            .get(name)
+            .and_then(|r| r.job.clone())
+            .unwrap_or_default();
+        let launch = self.cfg.launch(name);
+        match &mut self.rm {
+            Rm::Local(l) => l.cancel(name, force),
+            Rm::Slurm(s) => s.cancel(&job).await,
+            Rm::Command(c) => c.cancel(name, &job, &launch).await,
+        }
+    }
+
     /// Give every worker back: cancel each job, and wait (a bounded time) for local ones.
     async fn shutdown(&mut self) {
         self.wanted = 0;
         let names: Vec<String> = self.requests.keys().cloned().collect();
         for name in &names {
-            let job = self.requests[name].job.clone().unwrap_or_default();
-            let launch = self.cfg.launch(name);
-            let result = match &mut self.rm {
-                Rm::Local(l) => l.cancel(name, false),
-                Rm::Slurm(s) => s.cancel(&job).await,
-                Rm::Command(c) => c.cancel(name, &job, &launch).await,
-            };
-            if let Err(e) = result {
+            if let Err(e) = self.cancel(name, false).await {
                 tracing::warn!(request = %name, "cannot give its worker back: {e}");
             }
         }
