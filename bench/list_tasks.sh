@@ -11,7 +11,7 @@ export DIFFUSE_CLIENT_TOKEN=c-$RANDOM$RANDOM DIFFUSE_WORKER_TOKEN=w-$RANDOM$RAND
 port=$((20000 + RANDOM % 20000))
 "$DIFFUSE" dispatcher --listen 127.0.0.1:$port --journal "$WORK/j.sqlite" 2>"$WORK/d.log" & D=$!
 W=
-trap 'kill $D $W 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill $D $W 2>/dev/null || true; rm -rf "$WORK"' EXIT
 sleep 0.5
 "$DIFFUSE" worker --dispatcher http://127.0.0.1:$port --cache-dir "$WORK/w" --cache-size 1MB --slots 64 --noop 2>"$WORK/w.log" & W=$!
 python3 - "$E" "$Q" "$port" "$W" <<'PY'

@@ -7,7 +7,7 @@ head -c 1000000000 /dev/urandom >"$WORK/big.dat"
 export DIFFUSE_CLIENT_TOKEN=c-$RANDOM$RANDOM DIFFUSE_WORKER_TOKEN=w-$RANDOM$RANDOM
 port=$((20000 + RANDOM % 20000)); nport=$((port + 1)); aport=$((port+2))
 "$DIFFUSE" dispatcher --listen 127.0.0.1:$port --journal "$WORK/j.sqlite" 2>"$WORK/d.log" & D=$!
-trap 'kill $D $A 2>/dev/null; stop_nginx; rm -rf "$WORK"' EXIT
+trap 'kill $D $A 2>/dev/null || true; stop_nginx || true; rm -rf "$WORK"' EXIT
 sleep 0.5
 "$DIFFUSE" worker --dispatcher http://127.0.0.1:$port --cache-dir "$WORK/a" --cache-size 3GB --name A --listen 127.0.0.1:$aport 2>"$WORK/a.log" & A=$!
 sleep 0.5

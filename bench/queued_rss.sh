@@ -7,7 +7,7 @@ N=${1:-1000000}
 export DIFFUSE_CLIENT_TOKEN=c-$RANDOM$RANDOM DIFFUSE_WORKER_TOKEN=w-$RANDOM$RANDOM
 port=$((20000 + RANDOM % 20000))
 "$DIFFUSE" dispatcher --listen 127.0.0.1:$port --journal "$WORK/j.sqlite" 2>"$WORK/d.log" & D=$!
-trap 'kill $D 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill $D 2>/dev/null || true; rm -rf "$WORK"' EXIT
 sleep 0.5
 rss() { awk '/VmRSS/ {print $2}' /proc/$D/status; }
 base=$(rss)
