@@ -212,6 +212,9 @@ pub struct Core {
     dirty: bool,
     allocator: Option<Allocator>,
     next_check: Time,
+    /// Tasks the driver holds back (e.g. while their inputs are looked up) that will soon be
+    /// queued: counted as demand by provisioning.
+    waiting: u64,
     counts: Counts,
     /// The nodes' caches as hand-off plans them (only with hand-off on and a data-aware policy).
     caches: Option<CacheModel>,
@@ -248,6 +251,7 @@ impl Core {
             dirty: false,
             allocator,
             next_check: Time::ZERO,
+            waiting: 0,
             counts: Counts::default(),
             caches,
         }
@@ -446,6 +450,13 @@ impl Core {
         self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(1);
         self.dirty = true;
         Ok(())
+    }
+
+    /// `tasks` more tasks wait outside the core and will be submitted soon (the live driver
+    /// looks up their inputs first): dynamic provisioning counts them as queued, so an empty
+    /// pool grows for them. Replaces the previous count.
+    pub fn handle_waiting_demand(&mut self, tasks: u64) {
+        self.waiting = tasks;
     }
 
     /// `node` will leave at `ends_at` (a batch job's time limit; None: not known): a task that
@@ -750,7 +761,7 @@ impl Core {
             c.expire(now, h.time_bound);
         }
         let want = alloc.nodes_to_acquire(Demand {
-            queued: self.counts.queued,
+            queued: self.counts.queued + self.waiting,
             free_slots: self.counts.slots - self.counts.busy_slots,
             nodes: self.counts.nodes,
             pending: self.counts.pending_nodes,

@@ -615,3 +615,20 @@ fn rejoined_node_keeps_its_own_peer_read_count() {
         "n1 released while serving t2's read: {a:?}"
     );
 }
+
+#[test]
+fn tasks_waiting_outside_the_core_count_as_demand_for_nodes() {
+    // The live driver holds tasks back while workers look their inputs up; an empty pool must
+    // still grow for them, or no worker would come to do the lookups.
+    let mut env = dyn_env(StepPolicy::AllAtOnce, 0, 30);
+    env.core.handle_waiting_demand(5);
+    env.timeout();
+    assert_eq!(env.take_actions(), vec![Action::Provision { nodes: 3 }]);
+    // Once they are submitted the driver stops counting them: no node is asked for twice.
+    env.core.handle_waiting_demand(0);
+    for i in 0..5 {
+        env.task(i, &[]);
+    }
+    env.advance(1).timeout();
+    env.assert_idle();
+}

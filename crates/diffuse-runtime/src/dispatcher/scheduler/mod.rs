@@ -482,6 +482,7 @@ impl Scheduler {
                 self.finish_handoffs();
                 self.fail_unfit();
                 let now = self.now();
+                self.core.handle_waiting_demand(self.looking_up);
                 if self.core.poll_timeout().is_some_and(|t| t <= now) {
                     self.core.handle_timeout(now);
                 }

@@ -30,9 +30,6 @@ pub struct PoolLink {
     handing: Vec<Handing>,
     /// Objects handed off and bytes, since the start.
     handed: (u64, u64),
-    /// A worker was asked for so that inputs can be looked up (`worker_for_lookups`); not
-    /// again until a worker connects or that request fails.
-    lookup_asked: bool,
 }
 
 /// A released worker whose objects are being pushed to the survivors: it is shut down once
@@ -57,7 +54,6 @@ impl PoolLink {
             never_joined: 0,
             handing: Vec::new(),
             handed: (0, 0),
-            lookup_asked: false,
         }
     }
 }
@@ -206,34 +202,6 @@ impl Scheduler {
         }
     }
 
-    /// Tasks wait for their inputs to be looked up, and no worker is connected to do it. The
-    /// core counts a task as queued only once its inputs are known, so it sees no demand and
-    /// asks for nothing: a pool with no worker (at the start, or after every worker was
-    /// released in a lull) would wait for ever. Ask the pool for one worker, unless one is on
-    /// its way; once its lookups are answered the core sees the queue and asks for the rest.
-    pub(super) fn worker_for_lookups(&mut self) {
-        let Some(p) = self.pool.as_mut() else { return };
-        let coming = p.rows.values().any(|(_, s)| {
-            matches!(
-                s,
-                RequestState::Requested | RequestState::Pending | RequestState::Starting
-            )
-        });
-        if p.lookup_asked || coming {
-            return;
-        }
-        p.lookup_asked = true;
-        tracing::info!("tasks wait for input lookups and no worker is connected: asking for one");
-        let _ = p.tx.send(PoolCmd::Acquire(1));
-    }
-
-    /// A worker is connected: the next time none is, lookups may ask for one again.
-    pub(super) fn lookups_have_a_worker(&mut self) {
-        if let Some(p) = self.pool.as_mut() {
-            p.lookup_asked = false;
-        }
-    }
-
     /// A worker of a pool request connected.
     pub(super) fn pool_joined(&mut self, request: &Option<String>) {
         if let (Some(p), Some(r)) = (&self.pool, request) {
@@ -265,7 +233,6 @@ impl Scheduler {
             }
             PoolEvent::NeverJoined { request, reason } => {
                 p.never_joined += 1;
-                p.lookup_asked = false;
                 p.last_error = Some(format!("{request}: {reason}"));
                 self.core.handle_provision_failed(1, now);
             }

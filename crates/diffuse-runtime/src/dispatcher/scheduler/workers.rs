@@ -279,14 +279,11 @@ impl Scheduler {
 
     /// Send waiting lookups to the connected workers.
     pub(super) fn send_lookups(&mut self) {
-        if !self.lookups.has_queued() {
+        // With no worker, an elastic pool grows for these tasks: the core counts them as
+        // demand (`handle_waiting_demand`).
+        if !self.lookups.has_queued() || self.sessions.is_empty() {
             return;
         }
-        if self.sessions.is_empty() {
-            self.worker_for_lookups();
-            return;
-        }
-        self.lookups_have_a_worker();
         let mut workers: Vec<(NodeId, &UnboundedSender<ToWorker>)> =
             self.sessions.iter().map(|(n, s)| (*n, &s.tx)).collect();
         workers.sort_by_key(|(n, _)| *n);
