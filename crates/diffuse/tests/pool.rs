@@ -218,14 +218,7 @@ fn a_stopped_dispatcher_gives_its_workers_back() {
             "a worker has no use for the client token"
         );
     }
-    let metrics = c
-        .http
-        .get(format!("{}/metrics", c.url))
-        .bearer_auth(&c.client_token)
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = c.metrics();
     assert!(
         metrics.contains("diffuse_workers{state=\"idle\"} 2"),
         "{metrics}"

@@ -263,14 +263,7 @@ fn gpus_of_the_allocation_are_handed_out_one_task_each_and_a_task_that_fits_no_w
             .starts_with("too-many: 1 core, 3 GPUs"),
         "{s}"
     );
-    let metrics = c
-        .http
-        .get(format!("{}/metrics", c.url))
-        .bearer_auth(&c.client_token)
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = c.metrics();
     assert!(
         metrics
             .lines()

@@ -480,6 +480,17 @@ impl Cluster {
     }
 
     #[track_caller]
+    /// `GET /metrics` with the client token, as text.
+    pub fn metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.url))
+            .bearer_auth(&self.client_token)
+            .send()
+            .expect("GET /metrics")
+            .text()
+            .expect("metrics text")
+    }
+
     pub fn status(&self) -> Value {
         self.get("/v1/status")
     }
