@@ -520,6 +520,12 @@ fn confine_cache_dir(root: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether a task's end looks like SIGTERM, SIGKILL, SIGINT or SIGHUP: killed by it (no exit
+/// code), or a shell that ran it and reports 128 + the signal (143, 137, 130, 129).
+fn killed_by_a_stop_signal(exit_code: Option<i32>) -> bool {
+    matches!(exit_code, None | Some(129 | 130 | 137 | 143))
+}
+
 /// What stops a worker on its own: SIGTERM, SIGINT, or the time to leave before its batch
 /// job's limit.
 struct Signals {
@@ -801,7 +807,7 @@ async fn session(
                         tasks.spawn(async move {
                             let report = if noop { Some(task::noop_report(&a)) } else { task::run_task(&ctx, *a).await };
                             let Some(report) = report else { return };
-                            if report.exit_code.is_none() && report.error.is_none() && ctx.stopped_with_us().await {
+                            if report.error.is_none() && killed_by_a_stop_signal(report.exit_code) && ctx.stopped_with_us().await {
                                 // Killed by a signal meant for the whole job (a resource
                                 // manager's scancel, a node shutdown): it runs again elsewhere.
                                 return;
