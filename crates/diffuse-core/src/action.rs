@@ -30,6 +30,28 @@ pub struct Dispatch {
     pub inputs: Vec<(ObjectId, Source)>,
 }
 
+/// Why the core ended a task without running it ([`Action::Abandon`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Abandoned {
+    /// A task it depends on ended without success (failed, cancelled, or abandoned in turn).
+    /// `object` is the intermediate input that task was to write, if the dependency is one
+    /// (else the dependency was named in `after`).
+    DependencyFailed {
+        /// The task that did not succeed.
+        task: TaskId,
+        /// The intermediate object it was to write.
+        object: Option<ObjectId>,
+    },
+    /// An intermediate input lost its every copy more often than the crash limit allows
+    /// remaking it (its producer re-ran that many times).
+    InputLost {
+        /// The object.
+        object: ObjectId,
+        /// Its producer.
+        producer: TaskId,
+    },
+}
+
 /// An instruction from the core to its driver.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Action {
@@ -49,5 +71,20 @@ pub enum Action {
         /// (within the configured time bound), then release it. Each target reports
         /// `handle_object_cached` when its copy is complete; empty when hand-off is off.
         handoff: Vec<Handoff>,
+    },
+    /// The task ended failed without running: record that outcome. The core has forgotten it.
+    Abandon {
+        /// The task.
+        task: TaskId,
+        /// Why.
+        why: Abandoned,
+    },
+    /// No unfinished task needs this intermediate object any more: delete it from these nodes.
+    /// The core has already removed it from its location index.
+    DropObject {
+        /// The object.
+        object: ObjectId,
+        /// The nodes that held it.
+        nodes: Vec<NodeId>,
     },
 }

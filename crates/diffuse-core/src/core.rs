@@ -11,11 +11,11 @@
 //! The core never reads a clock, does no I/O and uses no unseeded randomness, so the simulator
 //! and the live dispatcher make the same decisions from the same events.
 
-use crate::action::{Action, Dispatch, Source};
+use crate::action::{Abandoned, Action, Dispatch, Source};
 use crate::cache::EvictionPolicy;
 use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
 use crate::handoff::{self, CacheModel, Handoff, HandoffConfig, PlanInput, Target, Want};
-use crate::ids::{NodeId, ObjectId, TaskId};
+use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
 use crate::provision::{Allocator, Demand, Provisioning};
@@ -29,8 +29,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 use thiserror::Error;
 
+mod dataflow;
 mod invariants;
 mod provisioning;
+
+use dataflow::{Intermediate, JobEntry};
 
 /// Settings of a core.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -103,10 +106,20 @@ pub enum CoreError {
     /// A node must have at least one slot.
     #[error("node {0} has no slots")]
     NoSlots(NodeId),
+    /// Another task already writes this intermediate object.
+    #[error("intermediate object {0} already has a producer")]
+    DuplicateProducer(ObjectId),
+    /// A task reads an object it writes itself.
+    #[error("task {0} reads {1}, which it writes")]
+    ReadsOwnOutput(TaskId, ObjectId),
 }
 
 #[derive(Clone, Debug)]
 enum Phase {
+    /// Waiting for dependencies, its inputs' sizes, or a copy of an intermediate input.
+    Blocked,
+    /// Succeeded, and kept as the producer of intermediate objects that may be needed again.
+    Done,
     Queued {
         seq: u64,
     },
@@ -138,6 +151,17 @@ struct TaskEntry {
     avoid: Option<NodeId>,
     /// The most time it runs, as stated: it goes only to a node that stays that long.
     walltime: Option<Duration>,
+    job: JobId,
+    /// Dependencies it is waiting for (it is in each one's `dependents` list).
+    waiting_on: Vec<TaskId>,
+    /// Its inputs' sizes are not known yet.
+    held: bool,
+    /// Intermediate objects it writes.
+    produces: Vec<ObjectId>,
+    /// Times it was run again to remake its objects.
+    remakes: u32,
+    /// It is running again (queued, blocked or running) to remake its objects.
+    remaking: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -168,6 +192,9 @@ pub struct LostTasks {
 pub struct Counts {
     /// Tasks in the wait queue.
     pub queued: u64,
+    /// Tasks waiting for the tasks they depend on (or their inputs' sizes), outside the queue.
+    #[serde(default)]
+    pub blocked: u64,
     /// Tasks dispatched and not finished.
     pub running: u64,
     /// Tasks finished with success.
@@ -221,6 +248,11 @@ pub struct Core {
     counts: Counts,
     /// The nodes' caches as hand-off plans them (only with hand-off on and a data-aware policy).
     caches: Option<CacheModel>,
+    /// Intermediate objects, by object.
+    intermediates: FxHashMap<ObjectId, Intermediate>,
+    /// For each task, the blocked tasks waiting for it to succeed.
+    dependents: FxHashMap<TaskId, Vec<TaskId>>,
+    jobs: FxHashMap<JobId, JobEntry>,
 }
 
 impl Core {
@@ -257,6 +289,9 @@ impl Core {
             waiting: 0,
             counts: Counts::default(),
             caches,
+            intermediates: FxHashMap::default(),
+            dependents: FxHashMap::default(),
+            jobs: FxHashMap::default(),
         }
     }
 
@@ -290,11 +325,14 @@ impl Core {
         self.index.holders(object)
     }
 
-    /// State of a task the core still tracks (queued or running); finished tasks are forgotten
-    /// once their outcome has been returned to the driver.
+    /// State of a task the core still tracks (blocked, queued or running, or kept as a
+    /// producer); finished tasks are forgotten once their outcome has been returned to the
+    /// driver.
     pub fn task_state(&self, task: TaskId) -> Option<TaskState> {
         let t = self.tasks.get(&task)?;
         Some(match &t.phase {
+            Phase::Blocked => TaskState::Blocked,
+            Phase::Done => TaskState::Finished(Outcome::Succeeded),
             Phase::Queued { .. } => TaskState::Queued,
             Phase::Running { node, since, .. } => TaskState::Running {
                 node: *node,
@@ -306,7 +344,9 @@ impl Core {
 
     // ----- inputs -----
 
-    /// A task was submitted. It joins the back of the wait queue.
+    /// A task was submitted. It joins the back of the wait queue, or, if it depends on tasks
+    /// that have not succeeded yet (its `after`, and the producers of its intermediate inputs)
+    /// or is `held`, waits outside it until they have (see [`dataflow`]).
     pub fn handle_submit(&mut self, spec: TaskSpec, now: Time) -> Result<(), CoreError> {
         self.handle_restore(spec, 0, now)
     }
@@ -320,34 +360,7 @@ impl Core {
         attempts: u32,
         _now: Time,
     ) -> Result<(), CoreError> {
-        if self.tasks.contains_key(&spec.id) {
-            return Err(CoreError::DuplicateTask(spec.id));
-        }
-        let mut inputs: Vec<Input> = Vec::with_capacity(spec.inputs.len());
-        for i in spec.inputs {
-            if !inputs.iter().any(|j| j.object == i.object) {
-                inputs.push(i);
-            }
-        }
-        if let Some(c) = self.caches.as_mut() {
-            for i in &inputs {
-                c.learn_size(i.object, i.size);
-            }
-        }
-        let entry = TaskEntry {
-            inputs,
-            phase: Phase::Queued { seq: 0 },
-            attempt: attempts,
-            crashes: 0,
-            resources: spec.resources,
-            priority: spec.priority,
-            retries_left: spec.retries,
-            avoid: None,
-            walltime: spec.walltime,
-        };
-        self.tasks.insert(spec.id, entry);
-        self.enqueue(spec.id);
-        Ok(())
+        self.admit(spec, attempts)
     }
 
     fn enqueue(&mut self, task: TaskId) {
@@ -376,8 +389,9 @@ impl Core {
         self.counts.queued -= 1;
     }
 
-    /// Cancel a task. A queued task ends at once; a running one ends when its node reports the
-    /// (killed) run finished. Returns the final state if it ended now.
+    /// Cancel a task. A blocked or queued task ends at once (and the tasks that depend on it are
+    /// abandoned); a running one ends when its node reports the (killed) run finished. Returns
+    /// the final state if it ended now.
     pub fn handle_cancel(
         &mut self,
         task: TaskId,
@@ -388,10 +402,12 @@ impl Core {
             .get_mut(&task)
             .ok_or(CoreError::UnknownTask(task))?;
         match &mut entry.phase {
-            Phase::Queued { seq } => {
-                let seq = *seq;
-                self.dequeue(task, seq);
-                self.tasks.remove(&task);
+            Phase::Done => Err(CoreError::UnknownTask(task)),
+            Phase::Blocked | Phase::Queued { .. } => {
+                if let Phase::Queued { seq } = entry.phase {
+                    self.dequeue(task, seq);
+                }
+                self.task_ended_unsuccessfully(task);
                 self.counts.cancelled += 1;
                 // The window now reaches one task deeper.
                 self.dirty = true;
@@ -520,6 +536,7 @@ impl Core {
         let running = entry.running.clone();
         let mut failed = Vec::new();
         let mut cancelled = Vec::new();
+        let mut again = Vec::new();
         for task in running {
             self.release_slot(task, node);
             let t = self.tasks.get_mut(&task).expect("running task exists");
@@ -534,23 +551,35 @@ impl Core {
                 t.crashes += 1;
             }
             self.counts.running -= 1;
+            t.phase = Phase::Blocked;
+            self.counts.blocked += 1;
             if was_cancelled {
-                self.tasks.remove(&task);
-                self.counts.cancelled += 1;
-                cancelled.push(task);
+                if !self.task_ended_unsuccessfully(task) {
+                    self.counts.cancelled += 1;
+                    cancelled.push(task);
+                }
             } else if t.crashes >= self.cfg.crash_limit {
-                self.tasks.remove(&task);
-                self.counts.failed += 1;
-                failed.push(task);
+                if !self.task_ended_unsuccessfully(task) {
+                    self.counts.failed += 1;
+                    failed.push(task);
+                }
             } else {
-                self.enqueue(task);
+                again.push(task);
             }
         }
-        self.forget_node(node);
+        let held = self.forget_node(node);
+        // Queue them once the node's copies are forgotten: an intermediate input it held is
+        // waited for (and remade) instead.
+        for task in again {
+            self.counts.blocked -= 1;
+            self.requeue(task);
+        }
+        self.copies_lost(&held);
         Ok(LostTasks { failed, cancelled })
     }
 
-    fn forget_node(&mut self, node: NodeId) {
+    /// Forget a node and its copies; returns the objects it held.
+    fn forget_node(&mut self, node: NodeId) -> Vec<ObjectId> {
         // Running tasks told to read from this node must not later decrement the count of a
         // node that joins under the same id.
         let running: Vec<TaskId> = self
@@ -571,7 +600,7 @@ impl Core {
         self.free.remove(&node);
         self.counts.nodes -= 1;
         self.counts.slots -= entry.capacity.cores as u64;
-        self.index.remove_node(node);
+        let held = self.index.remove_node(node);
         if let Some(c) = self.caches.as_mut() {
             c.node_removed(node);
         }
@@ -581,6 +610,7 @@ impl Core {
         }
         self.locality.remove_node(node);
         self.dirty = true;
+        held
     }
 
     /// The current attempt of `task` ended on its node. Returns the task's final state.
@@ -613,34 +643,47 @@ impl Core {
         }
         self.counts.running -= 1;
         self.dirty = true;
-        if let Outcome::Retryable(reason) = &outcome {
-            let t = self.tasks.get_mut(&task).expect("running task exists");
-            if !cancelled && t.retries_left > 0 {
+        let t = self.tasks.get_mut(&task).expect("running task exists");
+        t.phase = Phase::Blocked;
+        self.counts.blocked += 1;
+        let state = match outcome {
+            Outcome::Succeeded if !cancelled => {
+                self.counts.blocked -= 1;
+                self.task_succeeded(task);
+                return Ok(TaskState::Finished(Outcome::Succeeded));
+            }
+            Outcome::Retryable(_) if !cancelled && t.retries_left > 0 => {
                 t.retries_left -= 1;
                 t.avoid = Some(node);
-                self.enqueue(task);
+                self.counts.blocked -= 1;
+                self.requeue(task);
                 return Ok(TaskState::Queued);
             }
-            let reason = reason.clone();
-            self.tasks.remove(&task);
-            if cancelled {
-                self.counts.cancelled += 1;
-                return Ok(TaskState::Cancelled);
+            Outcome::InputLost(object) if !cancelled => {
+                t.crashes += 1;
+                if t.crashes < self.cfg.crash_limit {
+                    // Its copy is gone from the index if the node said so; if the index still
+                    // names a node that has not, that node is avoided next time.
+                    t.avoid = Some(node);
+                    self.counts.blocked -= 1;
+                    self.requeue(task);
+                    return Ok(TaskState::Queued);
+                }
+                let name = format!("input {object} could not be read {} times", t.crashes);
+                TaskState::Finished(Outcome::Failed(name))
             }
-            self.counts.failed += 1;
-            return Ok(TaskState::Finished(Outcome::Failed(reason)));
-        }
-        self.tasks.remove(&task);
-        let state = if cancelled {
-            self.counts.cancelled += 1;
-            TaskState::Cancelled
-        } else {
-            match &outcome {
-                Outcome::Succeeded => self.counts.succeeded += 1,
-                Outcome::Failed(_) | Outcome::Retryable(_) => self.counts.failed += 1,
+            _ if cancelled => TaskState::Cancelled,
+            Outcome::Retryable(reason) | Outcome::Failed(reason) => {
+                TaskState::Finished(Outcome::Failed(reason))
             }
-            TaskState::Finished(outcome)
+            Outcome::Succeeded | Outcome::InputLost(_) => unreachable!("handled above"),
         };
+        if !self.task_ended_unsuccessfully(task) {
+            match state {
+                TaskState::Cancelled => self.counts.cancelled += 1,
+                _ => self.counts.failed += 1,
+            }
+        }
         Ok(state)
     }
 
@@ -649,7 +692,7 @@ impl Core {
             Phase::Running {
                 peers, fetching, ..
             } => (peers.clone(), fetching.clone()),
-            Phase::Queued { .. } => (Vec::new(), Vec::new()),
+            _ => (Vec::new(), Vec::new()),
         };
         for object in fetching {
             let key = (node, object);
@@ -710,6 +753,7 @@ impl Core {
             if let Some(c) = self.caches.as_mut() {
                 c.evicted(node, object);
             }
+            self.copies_lost(&[object]);
         }
         Ok(())
     }
@@ -857,10 +901,19 @@ impl Core {
         let mut inputs = Vec::with_capacity(t.inputs.len());
         let mut peers: Vec<NodeId> = Vec::new();
         for input in &t.inputs {
-            let source = if !use_locality {
+            // An intermediate object is read from a node that holds it, under any policy: it
+            // is not on persistent storage.
+            let kept = match self.intermediates.get_mut(&input.object) {
+                Some(im) => {
+                    im.read = true;
+                    true
+                }
+                None => false,
+            };
+            let source = if !use_locality && !kept {
                 Source::Storage
             } else if self.index.holds(node, input.object)
-                || self.incoming.contains_key(&(node, input.object))
+                || (use_locality && self.incoming.contains_key(&(node, input.object)))
             {
                 // Held, or being fetched to this node for another task: join that fetch.
                 if let Some(c) = self.caches.as_mut() {
@@ -873,7 +926,7 @@ impl Core {
                 match holders
                     .iter()
                     .map(|h| (self.nodes.get(h).map_or(u32::MAX, |n| n.serving), *h))
-                    .filter(|(serving, _)| limit == 0 || *serving < limit)
+                    .filter(|(serving, _)| kept || limit == 0 || *serving < limit)
                     .min()
                     .map(|(_, h)| h)
                 {

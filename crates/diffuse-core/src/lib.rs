@@ -35,7 +35,7 @@ pub mod resources;
 pub mod task;
 pub mod time;
 
-pub use crate::action::{Action, Dispatch, Source};
+pub use crate::action::{Abandoned, Action, Dispatch, Source};
 pub use crate::cache::{Admission, EvictionPolicy, NodeCache};
 pub use crate::core::{Core, CoreConfig, CoreError, Counts, LostTasks};
 pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};

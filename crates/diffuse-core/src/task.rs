@@ -33,6 +33,19 @@ pub struct TaskSpec {
     /// still be there that long (see [`crate::Core::handle_node_deadline`]). None: any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub walltime: Option<std::time::Duration>,
+    /// Tasks that must succeed before it runs, besides the producers of its intermediate inputs
+    /// (which the core finds itself). Each must be known to the core: unfinished, or a producer
+    /// it keeps (see [`crate::Core::handle_submit`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<TaskId>,
+    /// Intermediate objects it writes: kept on its node, never on persistent storage, and read
+    /// by the tasks that name them as inputs (Hercules' node-local intermediate data).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub produces: Vec<ObjectId>,
+    /// Its inputs' sizes are not known yet (the driver is looking them up): it waits until
+    /// [`crate::Core::handle_inputs_known`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 impl TaskSpec {
@@ -46,7 +59,28 @@ impl TaskSpec {
             priority: 0,
             retries: 0,
             walltime: None,
+            after: Vec::new(),
+            produces: Vec::new(),
+            held: false,
         }
+    }
+
+    /// The same task waiting for `after` to succeed first.
+    pub fn with_after(mut self, after: Vec<TaskId>) -> Self {
+        self.after = after;
+        self
+    }
+
+    /// The same task writing the intermediate objects `produces`.
+    pub fn with_produces(mut self, produces: Vec<ObjectId>) -> Self {
+        self.produces = produces;
+        self
+    }
+
+    /// The same task held until its inputs' sizes are known.
+    pub fn held(mut self) -> Self {
+        self.held = true;
+        self
     }
 
     /// The same task stating it runs at most `walltime`.
@@ -99,11 +133,18 @@ pub enum Outcome {
     /// again, preferably on another node, while it has retries left, and else ends as
     /// [`Outcome::Failed`].
     Retryable(String),
+    /// An intermediate input could not be read: the node named as its source no longer had it
+    /// (it left, or lost the copy). Not the task's fault: it waits until the object is made
+    /// again (its producer re-runs if no copy is left) and runs again. Each such loss counts
+    /// toward the crash limit, like a lost node.
+    InputLost(ObjectId),
 }
 
 /// Where a task is in its life.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskState {
+    /// Waiting for the tasks it depends on to succeed (or for its inputs' sizes).
+    Blocked,
     /// In the wait queue (also: queued again after a retryable failure).
     Queued,
     /// Dispatched to a node; `attempt` fences results of older attempts.

@@ -508,6 +508,9 @@ impl Model {
                         "asked beyond max_nodes"
                     );
                 }
+                Action::Abandon { .. } | Action::DropObject { .. } => {
+                    panic!("no task here depends on another or writes an intermediate object")
+                }
                 Action::Release { node, handoff } => {
                     assert!(self.dynamic, "static core released {node}");
                     self.check_handoff(node, &handoff);

@@ -248,6 +248,17 @@ pub struct Traffic {
     pub bytes_storage: u64,
 }
 
+/// An intermediate output a worker keeps for the tasks that read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptOutput {
+    /// `tmp://NAME`.
+    pub uri: String,
+    /// Bytes.
+    pub size: u64,
+    /// Lowercase hex SHA-256: also its version.
+    pub sha256: String,
+}
+
 /// How an attempt ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskReport {
@@ -288,6 +299,13 @@ pub struct TaskReport {
     pub outputs: Vec<String>,
     /// Inputs read without caching because they are larger than the cache quota.
     pub uncached: Vec<String>,
+    /// Its `tmp://` outputs, kept in this worker's cache (only when it succeeded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<KeptOutput>,
+    /// A `tmp://` input no copy of which could be read: it waits for the object to be made
+    /// again, and runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_input: Option<String>,
     /// Traffic by source.
     pub traffic: Traffic,
 }

@@ -11,7 +11,11 @@
 //!   which a file has not: a `?` in a file name is written `%3F`. Dot segments are resolved;
 //! * `http(s)://` URIs keep their query string and user information (`user:pass@`, sent as basic
 //!   authentication); the host is lower-cased; a fragment, which a client never sends, is dropped;
-//! * `s3://bucket/key` keeps its key byte for byte (S3 keys are not percent-encoded).
+//! * `s3://bucket/key` keeps its key byte for byte (S3 keys are not percent-encoded);
+//! * `tmp://NAME` names an intermediate object: written by one task, kept in its worker's cache,
+//!   read by others, never on persistent storage. NAME is 1-200 characters of `A-Z a-z 0-9 . _ -`
+//!   (no path separator), and not `.` or `..`. Storage never sees these URIs ([`scheme`] is
+//!   `None` for them).
 
 use std::path::PathBuf;
 
@@ -44,10 +48,11 @@ pub fn canonical(uri: &str) -> Result<String, String> {
     }
     let Some((scheme, rest)) = uri.split_once("://") else {
         return Err(format!(
-            "'{uri}' is not a file://, s3://, http:// or https:// URI"
+            "'{uri}' is not a file://, s3://, http://, https:// or tmp:// URI"
         ));
     };
     match scheme.to_ascii_lowercase().as_str() {
+        "tmp" => tmp_name(rest).map(|n| format!("tmp://{n}")),
         "file" => canonical_file(&format!("file://{rest}")),
         "http" | "https" => canonical_http(&format!("{}://{rest}", scheme.to_ascii_lowercase())),
         "s3" => {
@@ -58,9 +63,36 @@ pub fn canonical(uri: &str) -> Result<String, String> {
             Ok(format!("s3://{rest}"))
         }
         _ => Err(format!(
-            "'{uri}' is not a file://, s3://, http:// or https:// URI"
+            "'{uri}' is not a file://, s3://, http://, https:// or tmp:// URI"
         )),
     }
+}
+
+/// Whether a canonical URI names an intermediate object (`tmp://NAME`).
+pub fn is_tmp(uri: &str) -> bool {
+    uri.starts_with("tmp://")
+}
+
+/// Check the NAME of `tmp://NAME`.
+fn tmp_name(name: &str) -> Result<&str, String> {
+    if name.contains('/') || name.contains('\\') {
+        return Err(format!(
+            "'tmp://{name}': an intermediate object's name has no path separator (it names an object kept on a worker, not a path)"
+        ));
+    }
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if !ok {
+        return Err(format!(
+            "'tmp://{name}': an intermediate object's name is 1-200 characters of A-Z a-z 0-9 . _ - (and not . or ..)"
+        ));
+    }
+    Ok(name)
 }
 
 fn canonical_file(uri: &str) -> Result<String, String> {

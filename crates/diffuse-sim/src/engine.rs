@@ -214,6 +214,10 @@ pub struct Simulation {
     arrivals: std::iter::Peekable<Box<dyn Iterator<Item = Arrival> + Send>>,
     /// Queued and running tasks: arrival record.
     waiting: FxHashMap<TaskId, Arrival>,
+    /// Finished tasks that wrote intermediate objects: kept, the core may run them again.
+    kept: FxHashMap<TaskId, Arrival>,
+    /// Tasks the core abandoned (a dependency failed or an input was lost for good).
+    abandoned: FxHashSet<TaskId>,
     running: FxHashMap<TaskId, Running>,
     nodes: FxHashMap<NodeId, SimNode>,
     net: FlowNet<Tag>,
@@ -282,6 +286,8 @@ impl Simulation {
             seq: 0,
             arrivals,
             waiting: FxHashMap::default(),
+            kept: FxHashMap::default(),
+            abandoned: FxHashSet::default(),
             running: FxHashMap::default(),
             nodes: FxHashMap::default(),
             net,
@@ -334,7 +340,7 @@ impl Simulation {
 
     fn done(&mut self) -> bool {
         let c = self.core.counts();
-        self.arrivals.peek().is_none() && c.queued == 0 && c.running == 0
+        self.arrivals.peek().is_none() && c.queued == 0 && c.running == 0 && c.blocked == 0
     }
 
     /// Run to completion and summarise.
@@ -383,7 +389,15 @@ impl Simulation {
 
     fn unfinished(&self) -> u64 {
         let c = self.core.counts();
-        c.queued + c.running
+        c.queued + c.running + c.blocked
+    }
+
+    /// The arrival record of a queued, running or kept task.
+    fn arrival(&self, task: TaskId) -> &Arrival {
+        self.waiting
+            .get(&task)
+            .or_else(|| self.kept.get(&task))
+            .expect("arrival record")
     }
 
     fn step(&mut self, now: Time) -> Result<(), SimError> {
@@ -467,10 +481,25 @@ impl Simulation {
                         .collect();
                     self.current.demand_bytes +=
                         a.inputs.iter().map(|(_, s)| *s as f64).sum::<f64>();
-                    let spec = TaskSpec::new(id, inputs).with_resources(Resources {
-                        cores: a.cores,
-                        ..Resources::ONE_CORE
-                    });
+                    // An earlier task that is neither waiting nor kept has ended: it succeeded,
+                    // unless the core abandoned it, which abandons this one too.
+                    if a.after.iter().any(|x| self.abandoned.contains(&TaskId(*x))) {
+                        self.abandoned.insert(id);
+                        continue;
+                    }
+                    let after = a
+                        .after
+                        .iter()
+                        .map(|x| TaskId(*x))
+                        .filter(|x| self.waiting.contains_key(x) || self.kept.contains_key(x))
+                        .collect();
+                    let spec = TaskSpec::new(id, inputs)
+                        .with_resources(Resources {
+                            cores: a.cores,
+                            ..Resources::ONE_CORE
+                        })
+                        .with_after(after)
+                        .with_produces(a.produces.iter().map(|(o, _)| *o).collect());
                     self.core
                         .handle_submit(spec, self.now)
                         .map_err(|e| self.core_err(e))?;
@@ -491,10 +520,31 @@ impl Simulation {
             }
             Ev::ComputeDone(task) => {
                 let r = self.running.remove(&task).expect("running task");
+                // What it wrote is on its node before it reports (as a worker does).
+                for (object, size) in self.arrival(task).produces.clone() {
+                    self.core.handle_intermediate_size(object, size);
+                    let n = self.nodes.get_mut(&r.node).expect("node of a running task");
+                    if let Admission::Stored(evicted) = n.cache.insert(object, size) {
+                        for o in evicted {
+                            self.core
+                                .handle_object_evicted(r.node, o, self.now)
+                                .map_err(|e| self.core_err(e))?;
+                        }
+                        self.core
+                            .handle_object_cached(r.node, object, self.now)
+                            .map_err(|e| self.core_err(e))?;
+                    }
+                }
                 self.core
                     .handle_task_finished(task, r.attempt, Outcome::Succeeded, self.now)
                     .map_err(|e| self.core_err(e))?;
-                let a = self.waiting.remove(&task).expect("arrival record");
+                let Some(a) = self.waiting.remove(&task) else {
+                    // A kept producer ran again to remake what it wrote: not a new completion.
+                    return Ok(());
+                };
+                if !a.produces.is_empty() {
+                    self.kept.insert(task, a.clone());
+                }
                 self.finished += 1;
                 self.response_sum += t - a.time;
                 self.exec_sum += t - r.delivered;
@@ -633,8 +683,19 @@ impl Simulation {
 
     fn action(&mut self, action: Action) {
         match action {
+            Action::Abandon { task, .. } => {
+                self.waiting.remove(&task);
+                self.abandoned.insert(task);
+            }
+            Action::DropObject { object, nodes } => {
+                for node in nodes {
+                    if let Some(n) = self.nodes.get_mut(&node) {
+                        n.cache.remove(object);
+                    }
+                }
+            }
             Action::Dispatch(d) => {
-                let a = &self.waiting[&d.task];
+                let a = self.arrival(d.task);
                 let inputs = d
                     .inputs
                     .iter()
@@ -786,7 +847,7 @@ impl Simulation {
             starts.push((i as u32, latency));
         }
         r.pending = starts.len() as u32 + joined;
-        let compute = self.waiting[&task].compute_s;
+        let compute = self.arrival(task).compute_s;
         self.running.insert(task, r);
         if starts.is_empty() && joined == 0 {
             self.push(
@@ -835,7 +896,7 @@ impl Simulation {
             }
         }
         if ready {
-            let compute = self.waiting[&task].compute_s;
+            let compute = self.arrival(task).compute_s;
             self.push(
                 self.now + Duration::from_secs_f64(compute),
                 Ev::ComputeDone(task),
@@ -864,7 +925,7 @@ impl Simulation {
         self.access_time[Used::Local as usize] += t - requested;
         self.current.bytes_local += size as f64;
         if ready {
-            let compute = self.waiting[&task].compute_s;
+            let compute = self.arrival(task).compute_s;
             self.push(
                 self.now + Duration::from_secs_f64(compute),
                 Ev::ComputeDone(task),

@@ -23,6 +23,11 @@ pub struct Arrival {
     pub compute_s: f64,
     /// Cores it holds while it runs (1 in the paper's workloads).
     pub cores: u32,
+    /// Intermediate objects it writes, with their sizes: kept on its node and read by later
+    /// arrivals that list them as inputs (none in the paper's workloads).
+    pub produces: Vec<(ObjectId, u64)>,
+    /// Earlier arrivals (by position, from 0) that must succeed before it runs.
+    pub after: Vec<u64>,
 }
 
 /// Which workload to generate.
@@ -183,6 +188,8 @@ impl Workload {
                     ],
                     compute_s: c,
                     cores: 1,
+                    produces: Vec::new(),
+                    after: Vec::new(),
                 }))
             }
             Workload::Custom(list) => Box::new(list.clone().into_iter()),
@@ -196,6 +203,8 @@ fn one_file(time: f64, file: u64, compute_s: f64) -> Arrival {
         inputs: vec![(ObjectId(file), 10 * MB)],
         compute_s,
         cores: 1,
+        produces: Vec::new(),
+        after: Vec::new(),
     }
 }
 
@@ -318,6 +327,8 @@ fn arrival_line(line: &str) -> Result<Arrival, String> {
         inputs,
         compute_s,
         cores,
+        produces: Vec::new(),
+        after: Vec::new(),
     })
 }
 

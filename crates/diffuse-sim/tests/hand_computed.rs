@@ -46,6 +46,8 @@ fn at(time: f64, inputs: &[(u64, u64)], compute_s: f64) -> Arrival {
         inputs: inputs.iter().map(|&(o, s)| (ObjectId(o), s)).collect(),
         compute_s,
         cores: 1,
+        produces: Vec::new(),
+        after: Vec::new(),
     }
 }
 
@@ -776,6 +778,8 @@ fn mi_like(tasks: usize, files: u64, seed: u64) -> Vec<Arrival> {
                 inputs,
                 compute_s: 0.01 + rng.below(10) as f64 * 0.01,
                 cores: 1,
+                produces: Vec::new(),
+                after: Vec::new(),
             });
         }
         sec += 1;
@@ -949,4 +953,37 @@ fn a_node_fetches_an_object_once_for_concurrent_tasks() {
     assert_eq!(s.bytes_storage, 100, "one fetch from storage");
     close(s.miss, 0.5, "miss");
     close(s.hit_local, 0.5, "the second access joins the fetch");
+}
+
+#[test]
+fn a_pipeline_reads_its_intermediate_object_from_nodes_never_from_storage() {
+    // Task 0 computes 1 s and writes object 100 (500 B) on node 0. Tasks 1 and 2 read it: they
+    // wait for task 0 (time 1), then read it locally on node 0 (500 B / 1000 B/s disk = 0.5 s)
+    // and from node 0 as a peer on node 1 (0.5 s over the NICs), and compute 1 s: 2.5 s.
+    // Storage is never read. Task 3 waits for task 1 by `after` alone, and runs 2.5..3.5.
+    let producer = Arrival {
+        produces: vec![(ObjectId(100), 500)],
+        ..at(0.0, &[], 1.0)
+    };
+    let gated = Arrival {
+        after: vec![1],
+        ..at(0.0, &[], 1.0)
+    };
+    let s = summary(config(
+        testbed(2, 1),
+        vec![
+            producer,
+            at(0.0, &[(100, 500)], 1.0),
+            at(0.0, &[(100, 500)], 1.0),
+            gated,
+        ],
+        1000,
+    ));
+    assert_eq!(s.tasks, 4);
+    assert_eq!(
+        s.bytes_storage, 0,
+        "an intermediate object is not on storage"
+    );
+    assert_eq!((s.bytes_local, s.bytes_peer), (500, 500));
+    close(s.makespan_s, 3.5, "makespan");
 }

@@ -8,8 +8,12 @@ impl Core {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut queued = 0u64;
         let mut running = 0u64;
+        let mut blocked = 0u64;
+        self.check_dataflow()?;
         for (id, t) in &self.tasks {
             match &t.phase {
+                Phase::Blocked => blocked += 1,
+                Phase::Done => {}
                 Phase::Queued { seq } => {
                     queued += 1;
                     if self.queue.get(*seq) != Some(*id) {
@@ -33,6 +37,12 @@ impl Core {
                 "queued: {queued} tasks, counter {}, queue {}",
                 self.counts.queued,
                 self.queue.len()
+            ));
+        }
+        if blocked != self.counts.blocked {
+            return Err(format!(
+                "blocked: {blocked} tasks, counter {}",
+                self.counts.blocked
             ));
         }
         if running != self.counts.running {
@@ -114,6 +124,92 @@ impl Core {
         }
         if let Some(c) = &self.caches {
             c.check(&self.index)?;
+        }
+        Ok(())
+    }
+
+    /// Readiness, lineage and pinning: who waits for whom, who reads what, what is made.
+    fn check_dataflow(&self) -> Result<(), String> {
+        let mut waits: FxHashMap<TaskId, Vec<TaskId>> = FxHashMap::default();
+        for (dep, list) in &self.dependents {
+            let d = self.tasks.get(dep).ok_or(format!(
+                "tasks wait for {dep}, which the core does not know"
+            ))?;
+            if matches!(d.phase, Phase::Done) {
+                return Err(format!("tasks wait for {dep}, which has succeeded"));
+            }
+            for c in list {
+                waits.entry(*c).or_default().push(*dep);
+            }
+        }
+        for c in waits.keys() {
+            if !self.tasks.contains_key(c) {
+                return Err(format!("{c} is gone but still listed as waiting"));
+            }
+        }
+        let mut readers: FxHashMap<ObjectId, Vec<TaskId>> = FxHashMap::default();
+        for (id, t) in &self.tasks {
+            let mut w = waits.remove(id).unwrap_or_default();
+            w.sort();
+            let mut own = t.waiting_on.clone();
+            own.sort();
+            if w != own {
+                return Err(format!("{id} waits for {own:?}, listed under {w:?}"));
+            }
+            match t.phase {
+                Phase::Blocked => {
+                    if t.waiting_on.is_empty() && !t.held {
+                        return Err(format!("{id} is blocked with nothing to wait for"));
+                    }
+                }
+                Phase::Done => {
+                    if t.remaking || t.produces.is_empty() || !t.waiting_on.is_empty() {
+                        return Err(format!("{id} kept as a producer, but it is not one"));
+                    }
+                    continue;
+                }
+                Phase::Queued { .. } | Phase::Running { .. } => {
+                    if !t.waiting_on.is_empty() || t.held {
+                        return Err(format!("{id} left the blocked set early"));
+                    }
+                }
+            }
+            if matches!(t.phase, Phase::Queued { .. }) {
+                for i in &t.inputs {
+                    if !self.available(i.object) {
+                        return Err(format!(
+                            "{id} queued, but its input {} has no copy",
+                            i.object
+                        ));
+                    }
+                }
+            }
+            for i in &t.inputs {
+                if self.intermediates.contains_key(&i.object) {
+                    readers.entry(i.object).or_default().push(*id);
+                }
+            }
+        }
+        for (o, im) in &self.intermediates {
+            let p = self
+                .tasks
+                .get(&im.producer)
+                .ok_or(format!("{o}: its producer {} is gone", im.producer))?;
+            if !p.produces.contains(o) {
+                return Err(format!("{o}: {} does not write it", im.producer));
+            }
+            if im.made && !matches!(p.phase, Phase::Done) {
+                return Err(format!("{o} made, but its producer has not succeeded"));
+            }
+            let mut have = im.readers.clone();
+            have.sort();
+            let mut want = readers.remove(o).unwrap_or_default();
+            want.sort();
+            if have != want {
+                return Err(format!(
+                    "{o}: readers {have:?}, unfinished tasks reading it {want:?}"
+                ));
+            }
         }
         Ok(())
     }

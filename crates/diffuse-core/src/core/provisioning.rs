@@ -35,7 +35,8 @@ impl Core {
                 Some(t)
                     if n.running.is_empty()
                         && n.serving == 0
-                        && now.since(t) >= cfg.idle_timeout =>
+                        && now.since(t) >= cfg.idle_timeout
+                        && !self.holds_needed_intermediate(*id) =>
                 {
                     Some((t, *id))
                 }
@@ -48,8 +49,9 @@ impl Core {
         let releasing: BTreeSet<NodeId> = idle.iter().map(|(_, n)| *n).collect();
         for (_, node) in idle {
             let handoff = self.plan_handoff(node, &releasing, now);
-            self.forget_node(node);
+            let held = self.forget_node(node);
             self.actions.push_back(Action::Release { node, handoff });
+            self.copies_lost(&held);
         }
     }
 

@@ -109,6 +109,8 @@ struct Entry {
     id: ObjectId,
     key: String,
     meta: Meta,
+    /// Out of the eviction order ([`CacheDir::pin`]).
+    pinned: bool,
 }
 
 /// A worker's on-disk cache: a root directory, the eviction bookkeeping ([`NodeCache`]) and the
@@ -123,6 +125,8 @@ pub struct CacheDir {
     quota: u64,
     /// Bytes of other files counted against the quota ([`CacheDir::reserve`]).
     reserved: u64,
+    /// Bytes of pinned objects, counted against the quota but never evicted.
+    pinned: u64,
     /// uri -> entry.
     entries: HashMap<String, Entry>,
     /// key -> uri.
@@ -178,6 +182,7 @@ impl CacheDir {
             cache: NodeCache::new(policy, quota, RANDOM_SEED),
             quota,
             reserved: 0,
+            pinned: 0,
             entries: HashMap::new(),
             by_key: HashMap::new(),
             by_id: HashMap::new(),
@@ -265,7 +270,7 @@ impl CacheDir {
         if self.used() == 0 {
             return false;
         }
-        let quota = self.used().saturating_sub(bytes) + self.reserved;
+        let quota = self.used().saturating_sub(bytes) + self.reserved + self.pinned;
         tracing::warn!(
             "the disk of the cache is full: its quota goes from {} to {} bytes",
             self.quota,
@@ -277,7 +282,7 @@ impl CacheDir {
     }
 
     fn apply_quota(&mut self) {
-        let effective = self.quota.saturating_sub(self.reserved);
+        let effective = self.quota.saturating_sub(self.reserved + self.pinned);
         for v in self.cache.set_quota(effective) {
             if let Some(uri) = self.by_id.get(&v).cloned() {
                 self.forget(&uri);
@@ -683,8 +688,15 @@ impl CacheDir {
                 }
                 self.by_key.insert(key.clone(), meta.uri.clone());
                 self.by_id.insert(id, meta.uri.clone());
-                self.entries
-                    .insert(meta.uri.clone(), Entry { id, key, meta });
+                self.entries.insert(
+                    meta.uri.clone(),
+                    Entry {
+                        id,
+                        key,
+                        meta,
+                        pinned: false,
+                    },
+                );
                 Ok(id)
             }
             Admission::TooLarge => Err(meta),
@@ -692,9 +704,35 @@ impl CacheDir {
         }
     }
 
+    /// Keep a held object out of eviction: an intermediate object (`tmp://`) that exists
+    /// nowhere else until tasks read it. Its bytes still count against the quota, so other
+    /// objects are evicted to make room; it goes only by [`CacheDir::remove`]. After a restart
+    /// it is an ordinary cached object again. Returns whether `uri` is held.
+    pub fn pin(&mut self, uri: &str) -> bool {
+        let Some(e) = self.entries.get_mut(uri) else {
+            return false;
+        };
+        if !e.pinned {
+            e.pinned = true;
+            let (id, size) = (e.id, e.meta.size);
+            self.cache.remove(id);
+            self.pinned += size;
+            self.apply_quota();
+        }
+        true
+    }
+
+    /// Bytes of pinned objects.
+    pub fn pinned_bytes(&self) -> u64 {
+        self.pinned
+    }
+
     /// Remove `uri` from the index (not from the NodeCache) and delete its files.
     fn forget(&mut self, uri: &str) -> Option<Entry> {
         let e = self.entries.remove(uri)?;
+        if e.pinned {
+            self.pinned -= e.meta.size;
+        }
         self.by_key.remove(&e.key);
         self.by_id.remove(&e.id);
         remove_object_files(&self.objects, &e.key);

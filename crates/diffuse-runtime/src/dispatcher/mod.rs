@@ -295,6 +295,7 @@ impl Handle {
         match self.ask(|tx| Cmd::Submit(defs, tx)).await? {
             Ok(s) => Ok(s),
             Err(e @ SubmitError::Duplicate(_)) => Err(ApiError::Conflict(e.to_string())),
+            Err(e @ SubmitError::Invalid(_)) => Err(ApiError::BadRequest(e.to_string())),
             Err(e) => Err(ApiError::Internal(e.to_string())),
         }
     }

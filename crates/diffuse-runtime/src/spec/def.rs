@@ -37,9 +37,11 @@ pub struct TaskDef {
     pub id: String,
     /// Program: argv list or shell string. `{inputs[i]}` and `{outputs[i]}` expand to local paths.
     pub cmd: Cmd,
-    /// Input URIs: `file://`, `s3://`, `http(s)://`.
+    /// Input URIs: `file://`, `s3://`, `http(s)://`, or `tmp://` (another task's intermediate
+    /// output).
     pub inputs: Vec<String>,
-    /// Output URIs: `file://` (copied there after success).
+    /// Output URIs: `file://` (copied there after success) or `tmp://` (kept in the worker's
+    /// cache for the tasks that read it).
     pub outputs: Vec<String>,
     /// Every other field; `None` when all have their defaults.
     pub more: Option<Box<TaskMore>>,
@@ -78,6 +80,9 @@ pub struct TaskMore {
     pub env: BTreeMap<String, String>,
     /// Queue order: higher first (default 0; -32768 to 32767).
     pub priority: i16,
+    /// Ids of tasks that must succeed before it runs (besides the producers of its `tmp://`
+    /// inputs, which it waits for anyway).
+    pub after: Vec<String>,
 }
 
 impl TaskDef {
@@ -146,6 +151,8 @@ pub struct TaskWire {
     env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     priority: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    after: Vec<String>,
 }
 
 impl From<TaskDef> for TaskWire {
@@ -170,6 +177,7 @@ impl From<TaskDef> for TaskWire {
             retries: m.retries,
             env: m.env,
             priority: (m.priority != 0).then_some(m.priority as i64),
+            after: m.after,
         }
     }
 }
@@ -216,13 +224,37 @@ impl TaskWire {
         let mut outputs = w.outputs;
         for (i, uri) in outputs.iter_mut().enumerate() {
             let c = crate::uri::canonical(uri).map_err(|e| err(&format!("outputs[{i}]"), e))?;
-            if crate::uri::scheme(&c) != Some(Scheme::File) {
+            if crate::uri::scheme(&c) != Some(Scheme::File) && !crate::uri::is_tmp(&c) {
                 return Err(err(
                     &format!("outputs[{i}]"),
-                    format!("'{uri}': outputs must be file:// URIs with an absolute path"),
+                    format!("'{uri}': outputs must be file:// URIs with an absolute path, or tmp://NAME"),
                 ));
             }
             *uri = c;
+        }
+        for (i, uri) in outputs.iter().enumerate() {
+            if crate::uri::is_tmp(uri) && outputs[..i].contains(uri) {
+                return Err(err(
+                    &format!("outputs[{i}]"),
+                    format!("'{uri}' is written twice by this task"),
+                ));
+            }
+            if crate::uri::is_tmp(uri) && inputs.contains(uri) {
+                return Err(err(
+                    &format!("outputs[{i}]"),
+                    format!(
+                        "'{uri}' is also an input of this task: a task cannot read what it writes"
+                    ),
+                ));
+            }
+        }
+        for (i, a) in w.after.iter().enumerate() {
+            if *a == w.id {
+                return Err(err(
+                    &format!("after[{i}]"),
+                    "a task cannot wait for itself".into(),
+                ));
+            }
         }
         let texts: Vec<&str> = match &w.cmd {
             Cmd::Argv(v) => v.iter().map(String::as_str).collect(),
@@ -322,6 +354,7 @@ impl TaskWire {
             retries: w.retries,
             env: w.env,
             priority,
+            after: w.after,
         };
         Ok(TaskDef {
             id: w.id,

@@ -175,6 +175,25 @@ async fn fetch_once(
     // A fetch stopped half way (its task aborted when the dispatcher was lost) leaves no
     // partial file behind; after a commit the temp name no longer exists.
     let _partial = RemoveOnDrop(temp.clone());
+    if crate::uri::is_tmp(&input.uri) {
+        // An intermediate object exists only on workers: no storage to fall back on.
+        let InputSource::Peer { url } = &input.source else {
+            return Err(Failed::Other(format!(
+                "{}: no copy on this worker",
+                input.uri
+            )));
+        };
+        return match fetch_peer(ctx, url, input, &temp).await {
+            Ok(stored) => {
+                place(ctx, input, dest, (Staged::Peer(input.size), stored)).map_err(Failed::Other)
+            }
+            Err(Failed::NoSpace) => Err(Failed::NoSpace),
+            Err(Failed::Other(e)) => Err(Failed::Other(format!(
+                "{}: no copy could be read from {url} ({e})",
+                input.uri
+            ))),
+        };
+    }
     if let InputSource::Peer { url } = &input.source {
         match fetch_peer(ctx, url, input, &temp).await {
             Ok(stored) => {

@@ -10,7 +10,8 @@ use super::process::{execute, Exit, Job, Stop};
 use super::stage::{read_uncached, stage, Staged};
 use super::{unix_now, Ctx};
 use crate::cache_dir::CacheDir;
-use crate::proto::{Assignment, TaskReport, Traffic};
+use crate::proto::{Assignment, KeptOutput, TaskReport, Traffic};
+use crate::uri::is_tmp;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +43,8 @@ fn blank_report(a: &Assignment, at: f64) -> TaskReport {
         gpus: Vec::new(),
         outputs: Vec::new(),
         uncached: Vec::new(),
+        kept: Vec::new(),
+        lost_input: None,
         traffic: Traffic::default(),
     }
 }
@@ -169,7 +172,9 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
         futures_util::future::join_all(a.inputs.iter().zip(&paths).map(|(input, dest)| {
             let (ctx, input, dest) = (ctx.clone(), input.clone(), dest.clone());
             async move {
-                if caching {
+                // An intermediate object is only on workers: it is staged from a peer even
+                // under a policy that reads everything else straight from storage.
+                if caching || is_tmp(&input.uri) {
                     stage(ctx, input, dest).await
                 } else {
                     read_uncached(&ctx, &input, &dest).await
@@ -193,7 +198,12 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
                     uncached.push(input.uri.clone());
                 }
             }
-            Err(e) => return fail(report, e),
+            Err(e) => {
+                if is_tmp(&input.uri) {
+                    report.lost_input = Some(input.uri.clone());
+                }
+                return fail(report, e);
+            }
         }
     }
     report.uncached = uncached;
@@ -298,11 +308,28 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
             .sum();
         ctx.cache.lock().expect("cache lock").reserve(bytes);
         ctx.report_evictions();
-        let uploaded = upload(ctx, &a.outputs, &outputs).await;
+        let kept = keep(ctx, &a.outputs, &outputs);
+        let uploaded = match &kept {
+            Ok(_) => upload(ctx, &a.outputs, &outputs).await,
+            Err(e) => Err(e.clone()),
+        };
         ctx.cache.lock().expect("cache lock").release(bytes);
-        match uploaded {
-            Ok(()) => report.outputs = a.outputs.clone(),
-            Err(e) => return fail(report, e),
+        ctx.report_evictions();
+        match (kept, uploaded) {
+            (Ok(kept), Ok(())) => {
+                report.outputs = a.outputs.clone();
+                report.kept = kept;
+            }
+            (Ok(kept), Err(e)) => {
+                let mut cache = ctx.cache.lock().expect("cache lock");
+                for k in kept {
+                    cache.remove(&k.uri);
+                }
+                cache.take_evicted();
+                drop(cache);
+                return fail(report, e);
+            }
+            (Err(e), _) => return fail(report, e),
         }
     }
     report.finished_at = unix_now();
@@ -416,10 +443,67 @@ fn make_dirs(
     Ok(())
 }
 
-/// Copy each output to its URI. With a task user, an output must be a regular file (not a link
-/// to something only the worker may read) and its destination writable by that user.
+/// Move each `tmp://` output into the cache, pinned: it stays on this worker, out of eviction,
+/// until the dispatcher says no task needs it. It must be a regular file (not a link).
+fn keep(ctx: &Ctx, uris: &[String], paths: &[PathBuf]) -> Result<Vec<KeptOutput>, String> {
+    let mut kept: Vec<KeptOutput> = Vec::new();
+    let mut cache = ctx.cache.lock().expect("cache lock");
+    let mut result = Ok(());
+    for (uri, path) in uris.iter().zip(paths).filter(|(u, _)| is_tmp(u)) {
+        let one = (|| -> Result<KeptOutput, String> {
+            let md = std::fs::symlink_metadata(path)
+                .map_err(|e| format!("output {uri}: the task did not write it ({e})"))?;
+            if !md.is_file() {
+                return Err(format!("output {uri}: not a regular file"));
+            }
+            let temp = cache.temp_path();
+            if std::fs::rename(path, &temp).is_err() {
+                std::fs::copy(path, &temp).map_err(|e| format!("output {uri}: {e}"))?;
+            }
+            let (size, sha) = crate::cache_dir::sha256_file(&temp).map_err(|e| {
+                let _ = std::fs::remove_file(&temp);
+                format!("output {uri}: {e}")
+            })?;
+            let stored = cache
+                .commit_hashed(&temp, uri, &sha, size, &sha, None)
+                .map_err(|e| format!("output {uri}: {e}"))?;
+            if !stored.cached {
+                cache.release_uncached(&stored.path);
+                return Err(format!(
+                    "output {uri}: {size} bytes do not fit in this worker's cache ({} bytes free of pinned objects); give it a larger --cache-size",
+                    cache.quota()
+                ));
+            }
+            cache.pin(uri);
+            Ok(KeptOutput {
+                uri: uri.clone(),
+                size,
+                sha256: sha,
+            })
+        })();
+        match one {
+            Ok(k) => kept.push(k),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    if let Err(e) = result {
+        for k in &kept {
+            cache.remove(&k.uri);
+        }
+        cache.take_evicted();
+        return Err(e);
+    }
+    Ok(kept)
+}
+
+/// Copy each persistent output to its URI (`tmp://` ones are kept by [`keep`]). With a task
+/// user, an output must be a regular file (not a link to something only the worker may read)
+/// and its destination writable by that user.
 async fn upload(ctx: &Ctx, uris: &[String], paths: &[PathBuf]) -> Result<(), String> {
-    for (uri, path) in uris.iter().zip(paths) {
+    for (uri, path) in uris.iter().zip(paths).filter(|(u, _)| !is_tmp(u)) {
         let shown = crate::uri::redacted(uri);
         if ctx.launch.user.is_some() {
             ctx.storage

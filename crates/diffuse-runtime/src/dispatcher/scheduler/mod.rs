@@ -18,10 +18,12 @@
 //! | this one | commands, counters, submission, cancellation, outcomes, the round loop |
 //! | [`workers`] | worker sessions, their messages, dispatch, losing a worker |
 //! | [`tasks`] | the task table: phases, the index by state, batches |
+//! | `dataflow` | a batch's dependencies checked and ordered; abandoned tasks; released objects |
 //! | [`lookup`] | input lookups asked of workers |
 //! | [`pool`] | the elastic pool: provisioning decisions out, workers by state in |
 //! | [`writer`] | the journal writer thread |
 
+mod dataflow;
 pub mod lookup;
 pub mod pool;
 pub mod tasks;
@@ -50,6 +52,9 @@ pub enum SubmitError {
     /// The journal could not commit it.
     #[error("journal: {0}")]
     Journal(String),
+    /// Its dependencies are wrong (a cycle, a tmp:// input nobody writes, an unknown `after`).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// An accepted submission.
@@ -253,6 +258,10 @@ pub struct Scheduler {
     tasks: TaskTable,
     objects: FxHashMap<String, ObjectId>,
     uris: Vec<String>,
+    /// The task that writes each intermediate (`tmp://`) object, ended or not.
+    tmp_producer: FxHashMap<ObjectId, TaskId>,
+    /// Sizes of intermediate objects, as their producers reported them.
+    tmp_sizes: FxHashMap<ObjectId, u64>,
     /// Source version of each object: empty until a lookup or a worker's report gives one.
     versions: Vec<String>,
     sessions: FxHashMap<NodeId, Session>,
@@ -302,6 +311,8 @@ impl Scheduler {
             tasks: TaskTable::default(),
             objects: FxHashMap::default(),
             uris: Vec::new(),
+            tmp_producer: FxHashMap::default(),
+            tmp_sizes: FxHashMap::default(),
             versions: Vec::new(),
             sessions: FxHashMap::default(),
             pool: None,
@@ -349,7 +360,25 @@ impl Scheduler {
             Some(o) => {
                 self.count_outcome(o.state);
                 let inputs = self.inputs_of(&def);
-                self.tasks.insert(def, batch, inputs, Phase::Done(o.state));
+                let produces: Vec<ObjectId> = def
+                    .outputs
+                    .iter()
+                    .filter(|u| crate::uri::is_tmp(u))
+                    .map(|u| self.object(u))
+                    .collect();
+                let t = self.tasks.insert(def, batch, inputs, Phase::Done(o.state));
+                for p in &produces {
+                    self.tmp_producer.insert(*p, t);
+                }
+                if o.state == OutcomeState::Succeeded && !produces.is_empty() {
+                    // Kept as the producer of what it wrote: if no worker brings a copy back and
+                    // a task needs it, it runs again.
+                    let spec = self.spec_of(t).with_produces(produces);
+                    let now = self.now();
+                    if let Err(e) = self.core.handle_restore_done(spec, now) {
+                        tracing::error!("journal replay: {e}");
+                    }
+                }
             }
             None => self.accept(def, batch, st.attempts),
         }
@@ -367,35 +396,59 @@ impl Scheduler {
         inputs
     }
 
-    /// Take a task in (new or replayed): it waits for its inputs' lookups, or enters the core's
-    /// queue at once if it has none.
+    /// Take a task in (new or replayed; a batch in the order [`Scheduler::check_dataflow`]
+    /// gives). It enters the core at once: held while workers look up its inputs' sizes and
+    /// versions (`tmp://` inputs are not looked up: their producers report them), and blocked
+    /// until what it depends on has succeeded. A dependency that already failed fails it.
     fn accept(&mut self, def: TaskDef, batch: u64, attempts: u32) {
+        let deps = self.deps_of(&def);
         let inputs = self.inputs_of(&def);
-        if inputs.is_empty() {
-            let t = self.tasks.insert(def, batch, inputs, Phase::Live);
-            let spec = self.spec_of(t);
-            let now = self.now();
-            self.core
-                .handle_restore(spec, attempts, now)
-                .expect("a new task id");
-            return;
-        }
-        let pending = inputs.len() as u32;
-        let uris: Vec<ObjectId> = inputs.iter().map(|(o, _)| *o).collect();
-        let t = self.tasks.insert(
-            def,
-            batch,
-            inputs,
+        let lookups: Vec<ObjectId> = inputs
+            .iter()
+            .map(|(o, _)| *o)
+            .filter(|o| !crate::uri::is_tmp(&self.uris[o.0 as usize]))
+            .collect();
+        let phase = if lookups.is_empty() {
+            Phase::Live
+        } else {
             Phase::Lookup {
-                pending,
+                pending: lookups.len() as u32,
                 attempts,
                 error: None,
-            },
-        );
-        self.looking_up += 1;
-        for o in uris {
-            let uri = self.uris[o.0 as usize].clone();
-            self.lookups.want(&uri, t);
+            }
+        };
+        let t = self.tasks.insert(def, batch, inputs, phase);
+        let (after, produces) = match deps {
+            dataflow::Deps::Wait { after, produces } => (after, produces),
+            dataflow::Deps::Failed(e) => {
+                for uri in self.tasks.get(t).def.outputs.clone() {
+                    if crate::uri::is_tmp(&uri) {
+                        let o = self.object(&uri);
+                        self.tmp_producer.insert(o, t);
+                    }
+                }
+                self.tasks.get_mut(t).phase = Phase::Live;
+                self.finish_without_running(t, OutcomeState::Failed, Some(e));
+                return;
+            }
+        };
+        for p in &produces {
+            self.tmp_producer.insert(*p, t);
+        }
+        let mut spec = self.spec_of(t).with_after(after).with_produces(produces);
+        if !lookups.is_empty() {
+            spec = spec.held();
+            self.looking_up += 1;
+            for o in lookups {
+                let uri = self.uris[o.0 as usize].clone();
+                self.lookups.want(&uri, t);
+            }
+        }
+        let now = self.now();
+        if let Err(e) = self.core.handle_restore(spec, attempts, now) {
+            // Checked at submission; a journal written by another version may still disagree.
+            tracing::error!(task = %self.tasks.get(t).def.id, "refused by the core: {e}");
+            self.finish_without_running(t, OutcomeState::Failed, Some(e.to_string()));
         }
     }
 
@@ -597,7 +650,7 @@ impl Scheduler {
             pool,
             unschedulable: unfit.len() as u64,
             unschedulable_examples: examples,
-            queued: c.queued + self.looking_up,
+            queued: c.queued + c.blocked,
             looking_up: self.looking_up,
             running: c.running,
             ending: self.unconfirmed.len() as u64,
@@ -645,6 +698,18 @@ impl Scheduler {
                 return;
             }
         }
+        let order = match self.check_dataflow(&defs) {
+            Ok(order) => order,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let mut defs: Vec<Option<TaskDef>> = defs.into_iter().map(Some).collect();
+        let defs: Vec<TaskDef> = order
+            .into_iter()
+            .map(|i| defs[i].take().expect("each once"))
+            .collect();
         let batch = self.tasks.next_batch();
         let n = defs.len();
         let at = unix_now();
@@ -702,6 +767,8 @@ impl Scheduler {
         match &self.tasks.get(t).phase {
             Phase::Done(s) => Err(format!("task '{id}' already ended ({s:?})")),
             Phase::Lookup { .. } => {
+                let now = self.now();
+                let _ = self.core.handle_cancel(t, now);
                 self.finish_without_running(t, OutcomeState::Cancelled, None);
                 Ok("cancelled".into())
             }

@@ -160,18 +160,55 @@ impl Scheduler {
         let Some(t) = self.tasks.id_of(&report.task) else {
             return;
         };
+        let lost = report
+            .lost_input
+            .as_ref()
+            .and_then(|uri| self.objects.get(uri).copied());
         let outcome = if report.succeeded() {
             Outcome::Succeeded
+        } else if let Some(o) = lost {
+            Outcome::InputLost(o)
         } else if report.retryable() {
             Outcome::Retryable(report.failure())
         } else {
             Outcome::Failed(report.failure())
         };
         let now = self.now();
-        match self
+        let current = matches!(self.core.task_state(t), Some(TaskState::Running { node: n, attempt, .. }) if n == node && attempt == report.attempt);
+        if current && outcome == Outcome::Succeeded {
+            // What it wrote to tmp:// is on its worker: readers may now be sent there.
+            for k in &report.kept {
+                let o = self.object(&k.uri);
+                self.versions[o.0 as usize] = k.sha256.clone();
+                self.tmp_sizes.insert(o, k.size);
+                self.core.handle_intermediate_size(o, k.size);
+                let _ = self.core.handle_object_cached(node, o, now);
+            }
+        }
+        let remake = matches!(self.tasks.get(t).phase, Phase::Done(_));
+        let result = self
             .core
-            .handle_task_finished(t, report.attempt, outcome, now)
+            .handle_task_finished(t, report.attempt, outcome, now);
+        if !report.kept.is_empty() && !matches!(result, Ok(TaskState::Finished(Outcome::Succeeded)))
         {
+            // Not a success the core took: what it kept is no one's input.
+            if let Some(s) = self.sessions.get(&node) {
+                let uris = report.kept.iter().map(|k| k.uri.clone()).collect();
+                let _ = s.tx.send(ToWorker::Drop { uris });
+            }
+        }
+        if remake && result.is_ok() {
+            // A producer run again to remake a lost object: its recorded outcome stands.
+            tracing::info!(task = %report.task, attempt = report.attempt, "ran again to remake its intermediate objects: {}", if report.succeeded() { "done".to_string() } else { report.failure() });
+            self.add_traffic(&report);
+            self.new_attempt_results.push((
+                report.task.clone(),
+                report.attempt,
+                serde_json::to_string(&report).expect("report serializes"),
+            ));
+            return;
+        }
+        match result {
             Ok(TaskState::Queued) => {
                 // A retryable failure with retries left: the task runs again; this attempt's
                 // report is kept with the attempt.
@@ -259,7 +296,7 @@ impl Scheduler {
                     OutcomeState::Cancelled,
                     Some("cancelled; its worker was lost while it ran".into()),
                 );
-            } else {
+            } else if !matches!(self.tasks.get(t).phase, Phase::Done(_)) {
                 self.tasks.list_as(t, Listed::Queued);
             }
         }
@@ -336,15 +373,20 @@ impl Scheduler {
             else {
                 continue;
             };
+            let _ = attempts;
             match error {
-                Some(e) => self.finish_without_running(t, OutcomeState::Failed, Some(e)),
+                Some(e) => {
+                    // The tasks that depend on it are abandoned (`Action::Abandon`).
+                    let _ = self.core.handle_failed_unrun(t, now);
+                    self.finish_without_running(t, OutcomeState::Failed, Some(e))
+                }
                 None => {
                     self.looking_up -= 1;
                     self.tasks.get_mut(t).phase = Phase::Live;
-                    let spec = self.spec_of(t);
-                    self.core
-                        .handle_restore(spec, attempts, now)
-                        .expect("a task leaves lookup once");
+                    let sizes: Vec<(ObjectId, u64)> = self.tasks.get(t).inputs.clone();
+                    if let Err(e) = self.core.handle_inputs_known(t, &sizes, now) {
+                        tracing::error!(task = %self.tasks.get(t).def.id, "{e}");
+                    }
                 }
             }
         }
@@ -377,6 +419,8 @@ impl Scheduler {
                 Action::Dispatch(d) => self.dispatch(d.task, d.attempt, d.node, d.inputs),
                 Action::Provision { nodes } => self.provision(nodes),
                 Action::Release { node, handoff } => self.release(node, handoff),
+                Action::Abandon { task, why } => self.abandoned(task, why),
+                Action::DropObject { object, nodes } => self.drop_object(object, nodes),
             }
         }
     }
@@ -386,11 +430,14 @@ impl Scheduler {
         let assigned = inputs
             .iter()
             .map(|(o, src)| {
-                let size = task
-                    .inputs
-                    .iter()
-                    .find(|(x, _)| x == o)
-                    .map_or(0, |(_, s)| *s);
+                let size = match self.tmp_sizes.get(o) {
+                    Some(s) => *s,
+                    None => task
+                        .inputs
+                        .iter()
+                        .find(|(x, _)| x == o)
+                        .map_or(0, |(_, s)| *s),
+                };
                 let source = match src {
                     Source::Local => InputSource::Local,
                     Source::Peer(p) => match self.sessions.get(p) {
@@ -437,6 +484,8 @@ impl Scheduler {
             // The session is gone; its loss is being reported and will requeue the task.
             tracing::warn!(worker = %s.name, "dispatch to a closed session");
         }
-        self.tasks.list_as(t, Listed::Running);
+        if !matches!(self.tasks.get(t).phase, Phase::Done(_)) {
+            self.tasks.list_as(t, Listed::Running);
+        }
     }
 }
