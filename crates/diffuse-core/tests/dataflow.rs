@@ -513,11 +513,9 @@ impl Model {
                 self.succeeded.insert(task);
                 self.end(task, "succeeded");
             }
-            TaskState::Finished(_) => {
-                if !self.succeeded.contains(&task) {
-                    self.end(task, "failed");
-                }
-            }
+            // A failed remake: the producer's recorded success stands.
+            TaskState::Finished(_) if self.succeeded.contains(&task) => {}
+            TaskState::Finished(_) => self.end(task, "failed"),
             TaskState::Cancelled => self.end(task, "cancelled"),
             _ => {}
         }
