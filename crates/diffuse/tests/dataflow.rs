@@ -207,3 +207,19 @@ fn bad_dependencies_are_refused_naming_the_task_and_field() {
         "nothing of a refused batch is taken"
     );
 }
+
+#[test]
+fn a_task_after_another_reads_the_file_it_wrote() {
+    // Inputs are looked up once the tasks named in `after` have succeeded: at submission the
+    // file does not exist yet.
+    let mut c = Cluster::start(&[]);
+    c.worker("a", 2, "100MB");
+    c.wait_workers(1);
+    let shared = file_uri(&c.path("data").join("stage1.txt"));
+    c.submit(&[
+        json!({"id": "read", "cmd": "cat {inputs[0]}", "inputs": [shared], "after": ["write"]}),
+        json!({"id": "write", "cmd": "sleep 0.5; echo written > {outputs[0]}", "outputs": [shared]}),
+    ]);
+    let (_, r) = c.wait_succeeded("read");
+    assert_eq!(stdout_of(&r), "written\n");
+}

@@ -262,6 +262,10 @@ pub struct Scheduler {
     tmp_producer: FxHashMap<ObjectId, TaskId>,
     /// Sizes of intermediate objects, as their producers reported them.
     tmp_sizes: FxHashMap<ObjectId, u64>,
+    /// Tasks whose input lookups wait for these tasks to succeed (they may write the inputs).
+    deferred: FxHashMap<TaskId, Vec<TaskId>>,
+    /// For each such task, how many of its dependencies have not succeeded yet.
+    deferred_left: FxHashMap<TaskId, u32>,
     /// Source version of each object: empty until a lookup or a worker's report gives one.
     versions: Vec<String>,
     sessions: FxHashMap<NodeId, Session>,
@@ -313,6 +317,8 @@ impl Scheduler {
             uris: Vec::new(),
             tmp_producer: FxHashMap::default(),
             tmp_sizes: FxHashMap::default(),
+            deferred: FxHashMap::default(),
+            deferred_left: FxHashMap::default(),
             versions: Vec::new(),
             sessions: FxHashMap::default(),
             pool: None,
@@ -435,13 +441,24 @@ impl Scheduler {
         for p in &produces {
             self.tmp_producer.insert(*p, t);
         }
+        // Its inputs are looked up once the tasks it waits for have succeeded: they may be
+        // what writes them.
+        let unfinished: Vec<TaskId> = after
+            .iter()
+            .copied()
+            .filter(|d| !matches!(self.tasks.get(*d).phase, Phase::Done(_)))
+            .collect();
         let mut spec = self.spec_of(t).with_after(after).with_produces(produces);
         if !lookups.is_empty() {
             spec = spec.held();
             self.looking_up += 1;
-            for o in lookups {
-                let uri = self.uris[o.0 as usize].clone();
-                self.lookups.want(&uri, t);
+            if unfinished.is_empty() {
+                self.want_lookups(t);
+            } else {
+                self.deferred_left.insert(t, unfinished.len() as u32);
+                for d in unfinished {
+                    self.deferred.entry(d).or_default().push(t);
+                }
             }
         }
         let now = self.now();
@@ -449,6 +466,33 @@ impl Scheduler {
             // Checked at submission; a journal written by another version may still disagree.
             tracing::error!(task = %self.tasks.get(t).def.id, "refused by the core: {e}");
             self.finish_without_running(t, OutcomeState::Failed, Some(e.to_string()));
+        }
+    }
+
+    /// Ask workers for the size and version of `t`'s inputs (not its `tmp://` ones).
+    fn want_lookups(&mut self, t: TaskId) {
+        let objects: Vec<ObjectId> = self.tasks.get(t).inputs.iter().map(|(o, _)| *o).collect();
+        for o in objects {
+            let uri = &self.uris[o.0 as usize];
+            if !crate::uri::is_tmp(uri) {
+                self.lookups.want(&uri.clone(), t);
+            }
+        }
+    }
+
+    /// `t` succeeded: tasks whose lookups waited for it may now look up their inputs.
+    fn wake_deferred(&mut self, t: TaskId) {
+        for w in self.deferred.remove(&t).unwrap_or_default() {
+            let Some(left) = self.deferred_left.get_mut(&w) else {
+                continue;
+            };
+            *left -= 1;
+            if *left == 0 {
+                self.deferred_left.remove(&w);
+                if matches!(self.tasks.get(w).phase, Phase::Lookup { .. }) {
+                    self.want_lookups(w);
+                }
+            }
         }
     }
 

@@ -240,6 +240,9 @@ impl Scheduler {
                     finished_at: report.finished_at,
                 };
                 self.record_outcome(t, o);
+                if st == OutcomeState::Succeeded {
+                    self.wake_deferred(t);
+                }
             }
             Err(CoreError::StaleAttempt { .. })
             | Err(CoreError::UnknownTask(_))
