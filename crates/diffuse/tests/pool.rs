@@ -9,6 +9,7 @@ mod common;
 use common::cluster::{poll, Cluster};
 use common::host::{is_root, processes_with, skip};
 use common::slurm::Slurm;
+use rustix::process::Signal;
 use serde_json::{json, Value};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -119,9 +120,7 @@ fn all_succeeded(c: &Cluster, ids: &[String]) {
 /// its workers back first.
 fn stop_dispatcher(c: &mut Cluster) {
     let d = c.dispatcher.as_mut().expect("dispatcher");
-    let _ = Command::new("kill")
-        .args(["-TERM", &d.child.id().to_string()])
-        .status();
+    common::send_signal(d.child.id(), false, Signal::TERM);
     let t = Instant::now();
     while d.exited().is_none() {
         assert!(
@@ -174,9 +173,7 @@ fn a_local_pool_grows_with_the_queue_and_shrinks_when_idle() {
     let victim = poll("a worker process of the pool", || {
         worker_processes(&c).first().copied()
     });
-    let _ = Command::new("kill")
-        .args(["-KILL", &format!("-{victim}")])
-        .status();
+    common::send_signal(victim, true, Signal::KILL);
     all_succeeded(&c, &ids);
     assert_eq!(c.status()["succeeded"], ids.len() as u64);
 
@@ -396,19 +393,21 @@ fn slurm_dispatcher(
     Cluster::start_with(&env, &pool_args("slurm", max, &args), &[])
 }
 
-fn slurm_or_skip(name: &str, cpus: u32) -> Option<(Slurm, tempfile::TempDir)> {
+/// A Slurm under a fresh directory, bound as `(dir, slurm)` so that `slurm` drops first: its
+/// `down` finds the pids file only while the directory exists.
+fn slurm_or_skip(name: &str, cpus: u32) -> Option<(tempfile::TempDir, Slurm)> {
     if !is_root() {
         skip(&format!("{name}: needs root to run Slurm's daemons"));
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let slurm = Slurm::start(&dir.path().join("slurm"), cpus)?;
-    Some((slurm, dir))
+    Some((dir, slurm))
 }
 
 #[test]
 fn a_slurm_pool_acquires_workers_with_sbatch_and_gives_them_back() {
-    let Some((slurm, dir)) = slurm_or_skip("slurm pool", 8) else {
+    let Some((dir, slurm)) = slurm_or_skip("slurm pool", 8) else {
         return;
     };
     let conf = slurm.conf.to_str().unwrap().to_string();
@@ -465,7 +464,7 @@ fn a_slurm_pool_acquires_workers_with_sbatch_and_gives_them_back() {
 
 #[test]
 fn a_hung_sbatch_times_out_and_stalls_no_dispatch() {
-    let Some((slurm, dir)) = slurm_or_skip("hung sbatch", 4) else {
+    let Some((dir, slurm)) = slurm_or_skip("hung sbatch", 4) else {
         return;
     };
     // An sbatch that never answers, first on PATH; squeue and scancel are Slurm's.
@@ -520,7 +519,7 @@ fn a_hung_sbatch_times_out_and_stalls_no_dispatch() {
 
 #[test]
 fn a_worker_near_its_jobs_time_limit_takes_no_task_that_would_not_fit_leaves_and_is_replaced() {
-    let Some((slurm, dir)) = slurm_or_skip("time limit", 4) else {
+    let Some((dir, slurm)) = slurm_or_skip("time limit", 4) else {
         return;
     };
     // Jobs of one minute; each worker leaves 48 s before its limit, so it serves ~11 s.

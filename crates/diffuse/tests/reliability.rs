@@ -259,7 +259,7 @@ fn a_worker_frozen_past_its_heartbeat_timeout_loses_its_task_and_its_late_result
     assert_eq!(t["attempt"], 1, "{t}");
 
     // Freeze A (its task's process keeps running): the dispatcher gives it up.
-    c.signal_worker(0, "STOP");
+    c.signal_worker(0, rustix::process::Signal::STOP);
     poll("A to be given up", || {
         (c.status()["workers"] == 0).then_some(())
     });
@@ -279,7 +279,7 @@ fn a_worker_frozen_past_its_heartbeat_timeout_loses_its_task_and_its_late_result
         (Some("B"), Some(2)),
         "{t}"
     );
-    c.signal_worker(0, "CONT");
+    c.signal_worker(0, rustix::process::Signal::CONT);
     poll("A to connect again", || {
         (c.status()["workers"] == 2).then_some(())
     });

@@ -12,7 +12,6 @@ mod common;
 use common::cluster::{file_uri, poll, Cluster};
 use common::run_diffuse;
 use serde_json::{json, Value};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -198,9 +197,7 @@ fn workers_rise_with_each_crest_and_are_released_in_the_lull() {
 
     // SIGTERM the dispatcher, as a user stopping it would: it gives its workers back.
     let d = c.dispatcher.as_mut().unwrap();
-    let _ = Command::new("kill")
-        .args(["-TERM", &d.child.id().to_string()])
-        .status();
+    common::send_signal(d.child.id(), false, rustix::process::Signal::TERM);
     poll("the dispatcher to stop", || d.exited());
 }
 

@@ -7,6 +7,7 @@
 #![allow(dead_code)] // each test crate uses a different part
 
 use super::{run_diffuse, Output, BIN};
+use rustix::process::Signal;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -132,8 +133,7 @@ impl Proc {
     /// SIGKILL the worker proper (as a crash would); its guard then kills what its tasks left
     /// and exits.
     pub fn kill_worker_proper(&mut self) {
-        let pid = self.worker_pid().to_string();
-        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        super::send_signal(self.worker_pid(), false, Signal::KILL);
     }
 
     /// Its exit status, if it has exited.
@@ -346,15 +346,10 @@ impl Cluster {
         self.extra.push(w);
     }
 
-    /// Send `signal` (e.g. "STOP", "CONT") to live worker number `i` (the worker proper, not its
+    /// Send `signal` (e.g. STOP, CONT) to live worker number `i` (the worker proper, not its
     /// guard).
-    pub fn signal_worker(&self, i: usize, signal: &str) {
-        let pid = self.workers[i].worker_pid().to_string();
-        let st = Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
-            .status()
-            .expect("run kill");
-        assert!(st.success(), "kill -{signal} {pid}");
+    pub fn signal_worker(&self, i: usize, signal: Signal) {
+        super::send_signal(self.workers[i].worker_pid(), false, signal);
     }
 
     pub fn envs(&self, cmd: &mut Command) {

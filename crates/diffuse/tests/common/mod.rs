@@ -10,6 +10,22 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Send `signal` to process `pid`, or, if `group`, to every process of process group `pid`.
+///
+/// Never through the `kill` program: procps-ng 4.0.2's (Debian 12) reads `kill -KILL -1234` as
+/// `kill(-1, SIGKILL)`, which, as root, kills every process on the machine.
+#[allow(dead_code)] // not every test crate signals
+pub fn send_signal(pid: u32, group: bool, signal: rustix::process::Signal) {
+    let p = rustix::process::Pid::from_raw(pid as i32)
+        .filter(|p| p.as_raw_nonzero().get() > 1)
+        .unwrap_or_else(|| panic!("refusing to signal pid {pid}"));
+    let _ = if group {
+        rustix::process::kill_process_group(p, signal)
+    } else {
+        rustix::process::kill_process(p, signal)
+    };
+}
+
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_diffuse");
 
