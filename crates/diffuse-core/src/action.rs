@@ -1,7 +1,7 @@
 //! What the core asks its driver to do (`Core::poll_action`).
 
 use crate::handoff::Handoff;
-use crate::ids::{NodeId, ObjectId, TaskId};
+use crate::ids::{NodeId, NodeName, ObjectId, TaskId};
 use serde::{Deserialize, Serialize};
 
 /// Where a node should read one input from.
@@ -49,6 +49,12 @@ pub enum Abandoned {
         object: ObjectId,
         /// Its producer.
         producer: TaskId,
+    },
+    /// Its hard placement hint names a node that left (the last node of that name), so it can
+    /// never run where it must.
+    HintedNodeLeft {
+        /// The name.
+        node: NodeName,
     },
 }
 

@@ -15,13 +15,13 @@ use crate::action::{Abandoned, Action, Dispatch, Source};
 use crate::cache::EvictionPolicy;
 use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
 use crate::handoff::{self, CacheModel, Handoff, HandoffConfig, PlanInput, Target, Want};
-use crate::ids::{JobId, NodeId, ObjectId, TaskId};
+use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
 use crate::provision::{Allocator, Demand, Provisioning};
 use crate::queue::WaitQueue;
 use crate::resources::Resources;
-use crate::task::{Input, Outcome, TaskSpec, TaskState};
+use crate::task::{Input, Outcome, Placement, TaskSpec, TaskState};
 use crate::time::Time;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,7 @@ use thiserror::Error;
 
 mod dataflow;
 mod invariants;
+mod placement;
 mod provisioning;
 
 use dataflow::{Intermediate, JobEntry};
@@ -162,6 +163,39 @@ struct TaskEntry {
     remakes: u32,
     /// It is running again (queued, blocked or running) to remake its objects.
     remaking: bool,
+    /// Where it asks to run.
+    hint: Option<Placement>,
+    /// Its hint binds it now (queued, and hard or within a soft hint's wait).
+    hint_live: bool,
+    /// When its soft hint lapses (set at the first dispatch pass after it is queued).
+    hint_until: Option<Time>,
+}
+
+impl TaskEntry {
+    /// A task as the core first keeps it: blocked (or `Done` for a producer restored after a
+    /// restart), `attempts` dispatched before, its distinct inputs in order.
+    fn new(spec: &TaskSpec, inputs: Vec<Input>, phase: Phase, attempts: u32) -> TaskEntry {
+        TaskEntry {
+            inputs,
+            phase,
+            attempt: attempts,
+            crashes: 0,
+            resources: spec.resources,
+            priority: spec.priority,
+            retries_left: spec.retries,
+            avoid: None,
+            walltime: spec.walltime,
+            job: spec.job,
+            waiting_on: Vec::new(),
+            held: spec.held,
+            produces: spec.produces.clone(),
+            remakes: 0,
+            remaking: false,
+            hint: spec.hint,
+            hint_live: false,
+            hint_until: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -176,6 +210,8 @@ struct NodeEntry {
     idle_since: Option<Time>,
     /// When it will leave (a batch job's time limit), if it knows.
     ends_at: Option<Time>,
+    /// The driver's name for it ([`Core::handle_node_named`]), which hints name.
+    name: Option<NodeName>,
 }
 
 /// The tasks that ended because their node was lost ([`Core::handle_node_lost`]).
@@ -253,6 +289,14 @@ pub struct Core {
     /// For each task, the blocked tasks waiting for it to succeed.
     dependents: FxHashMap<TaskId, Vec<TaskId>>,
     jobs: FxHashMap<JobId, JobEntry>,
+    /// Queued tasks whose hint binds them now, by the name they ask for, in queue order.
+    hinted: BTreeMap<NodeName, BTreeSet<(u64, TaskId)>>,
+    /// Queued tasks with a soft hint whose wait has not started (it starts at the next pass).
+    soft_unstarted: Vec<TaskId>,
+    /// When each bound soft hint lapses.
+    soft_deadlines: BTreeSet<(Time, TaskId)>,
+    /// Names whose last node left: a task hard-hinted at one can never run.
+    departed: BTreeSet<NodeName>,
 }
 
 impl Core {
@@ -292,6 +336,10 @@ impl Core {
             intermediates: FxHashMap::default(),
             dependents: FxHashMap::default(),
             jobs: FxHashMap::default(),
+            hinted: BTreeMap::new(),
+            soft_unstarted: Vec::new(),
+            soft_deadlines: BTreeSet::new(),
+            departed: BTreeSet::new(),
         }
     }
 
@@ -377,6 +425,7 @@ impl Core {
             self.locality
                 .enqueue(task, seq, &entry.inputs, &self.effective);
         }
+        self.bind_hint(task, seq);
         self.counts.queued += 1;
         self.dirty = true;
     }
@@ -386,6 +435,7 @@ impl Core {
         self.demanding.remove(&task);
         self.avoiding.remove(&task);
         self.locality.dequeue(task, &self.effective);
+        self.unbind_hint(task, seq);
         self.counts.queued -= 1;
     }
 
@@ -458,6 +508,7 @@ impl Core {
                 serving: 0,
                 idle_since: Some(now),
                 ends_at: None,
+                name: None,
             },
         );
         self.free.insert(node);
@@ -609,6 +660,9 @@ impl Core {
             self.locality.object_removed(node, object);
         }
         self.locality.remove_node(node);
+        if let Some(name) = entry.name {
+            self.name_left(name);
+        }
         self.dirty = true;
         held
     }
@@ -798,11 +852,19 @@ impl Core {
 
     /// When the core next wants `handle_timeout` to be called.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.allocator.as_ref().map(|_| self.next_check)
+        let provisioning = self.allocator.as_ref().map(|_| self.next_check);
+        let lapse = self.next_hint_lapse();
+        match (provisioning, lapse) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next action for the driver, if any.
     pub fn poll_action(&mut self, now: Time) -> Option<Action> {
+        if self.next_hint_lapse().is_some_and(|t| t <= now) {
+            self.dirty = true;
+        }
         if self.actions.is_empty() && self.dirty {
             self.dirty = false;
             self.dispatch_pass(now);
@@ -814,6 +876,7 @@ impl Core {
         if self.queue.is_empty() {
             return;
         }
+        self.time_hints(now);
         // A dispatch moves the window, which can bring in a task for a node that already
         // declined in this pass: repeat until a pass changes nothing of that kind.
         loop {
@@ -822,14 +885,24 @@ impl Core {
             for local_pass in [true, false] {
                 let free: Vec<NodeId> = self.free.iter().copied().collect();
                 for node in free {
+                    // A node takes the tasks hinted at it first.
+                    while self.has_free_slot(node) {
+                        let Some(task) = self.next_hinted(node, now) else {
+                            break;
+                        };
+                        self.assign(task, node, now);
+                    }
                     while self.has_free_slot(node) && !self.queue.is_empty() {
                         let n = &self.nodes[&node];
                         let room = n.capacity.minus(&n.used);
                         // A retried task avoids the node it failed on while another has room.
                         let elsewhere = self.free.len() > 1;
                         let tasks = &self.tasks;
-                        let uniform = self.demanding.is_empty() && self.avoiding.is_empty();
+                        let uniform = self.demanding.is_empty()
+                            && self.avoiding.is_empty()
+                            && self.hinted.is_empty();
                         let ends_at = n.ends_at;
+                        let name = n.name;
                         let fits = |t: TaskId| {
                             uniform || {
                                 let e = &tasks[&t];
@@ -837,6 +910,7 @@ impl Core {
                                     && !(elsewhere && e.avoid == Some(node))
                                     && e.walltime
                                         .is_none_or(|w| ends_at.is_none_or(|end| now + w <= end))
+                                    && !(e.hint_live && e.hint.map(|h| h.node) != name)
                             }
                         };
                         let view = SchedView {

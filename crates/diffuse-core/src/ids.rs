@@ -30,6 +30,11 @@ id!(
     ObjectId(u64), "o"
 );
 id!(
+    /// A name the driver gives nodes (a worker's name, interned): placement hints name one.
+    /// Several nodes may carry the same name; a node may carry none.
+    NodeName(u32), "name"
+);
+id!(
     /// A job: a group of tasks submitted together (the unit of FIFO/Fair sharing).
     JobId(u32), "j"
 );

@@ -1,6 +1,6 @@
 //! What a task is to the scheduler: its inputs (objects of known size), its job, its state.
 
-use crate::ids::{JobId, NodeId, ObjectId, TaskId};
+use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};
 use crate::resources::Resources;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
@@ -12,6 +12,26 @@ pub struct Input {
     pub object: ObjectId,
     /// Its size in bytes (known at submission: the driver stats the source).
     pub size: u64,
+}
+
+/// Where a task asks to run (Hercules' placement hint), and how firmly.
+///
+/// * **Hard** (`strict`): it runs only on a node named `node`. While no such node is there it
+///   waits; if the last node of that name leaves while the task waits (or runs), the task ends
+///   with [`crate::Abandoned::HintedNodeLeft`].
+/// * **Soft**: for `wait` after it is queued, it may run only on a node named `node`, and such
+///   a node takes its hinted tasks before any other. Past `wait` it is an ordinary task that
+///   the dispatch policy places anywhere (that node included).
+///
+/// Either way, a node takes the tasks hinted at it in queue order before the policy chooses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The node's name.
+    pub node: NodeName,
+    /// Hard (true) or soft (false).
+    pub strict: bool,
+    /// Soft only: how long it waits for that node.
+    pub wait: std::time::Duration,
 }
 
 /// A task as submitted to the core.
@@ -46,6 +66,9 @@ pub struct TaskSpec {
     /// [`crate::Core::handle_inputs_known`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held: bool,
+    /// Where it asks to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<Placement>,
 }
 
 impl TaskSpec {
@@ -62,7 +85,14 @@ impl TaskSpec {
             after: Vec::new(),
             produces: Vec::new(),
             held: false,
+            hint: None,
         }
+    }
+
+    /// The same task asking to run on a node named as in `hint`.
+    pub fn with_hint(mut self, hint: Placement) -> Self {
+        self.hint = Some(hint);
+        self
     }
 
     /// The same task waiting for `after` to succeed first.

@@ -306,6 +306,10 @@ pub struct TaskReport {
     /// again, and runs again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_input: Option<String>,
+    /// Set by the dispatcher, not the worker: whether the task's placement hint held (it ran
+    /// on the worker it named). Absent for a task without a hint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint_held: Option<bool>,
     /// Traffic by source.
     pub traffic: Traffic,
 }

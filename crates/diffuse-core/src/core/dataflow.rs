@@ -81,7 +81,7 @@ impl Core {
             }
         }
         let mut inputs: Vec<Input> = Vec::with_capacity(spec.inputs.len());
-        for i in spec.inputs {
+        for i in spec.inputs.iter().copied() {
             if spec.produces.contains(&i.object) {
                 return Err(CoreError::ReadsOwnOutput(spec.id, i.object));
             }
@@ -111,23 +111,7 @@ impl Core {
         job.unfinished += 1;
         job.objects.extend(spec.produces.iter().copied());
         self.add_reader(id, &inputs);
-        let entry = TaskEntry {
-            inputs,
-            phase: Phase::Blocked,
-            attempt: attempts,
-            crashes: 0,
-            resources: spec.resources,
-            priority: spec.priority,
-            retries_left: spec.retries,
-            avoid: None,
-            walltime: spec.walltime,
-            job: spec.job,
-            waiting_on: Vec::new(),
-            held: spec.held,
-            produces: spec.produces,
-            remakes: 0,
-            remaking: false,
-        };
+        let entry = TaskEntry::new(&spec, inputs, Phase::Blocked, attempts);
         self.tasks.insert(id, entry);
         self.counts.blocked += 1;
         let mut deps: Vec<TaskId> = spec.after;
@@ -180,29 +164,17 @@ impl Core {
             .objects
             .extend(spec.produces.iter().copied());
         let mut inputs: Vec<Input> = Vec::new();
-        for i in spec.inputs {
+        for i in spec.inputs.iter().copied() {
             if !inputs.iter().any(|j| j.object == i.object) {
                 inputs.push(i);
             }
         }
+        let entry = TaskEntry::new(&spec, inputs, Phase::Done, 0);
         self.tasks.insert(
             spec.id,
             TaskEntry {
-                inputs,
-                phase: Phase::Done,
-                attempt: 0,
-                crashes: 0,
-                resources: spec.resources,
-                priority: spec.priority,
-                retries_left: spec.retries,
-                avoid: None,
-                walltime: spec.walltime,
-                job: spec.job,
-                waiting_on: Vec::new(),
                 held: false,
-                produces: spec.produces,
-                remakes: 0,
-                remaking: false,
+                ..entry
             },
         );
         Ok(())
@@ -318,6 +290,10 @@ impl Core {
                 Phase::Done => self.remake(producer),
                 _ => true,
             };
+            // Remaking can end this very task (a producer upstream of both could not run).
+            if !self.tasks.contains_key(&task) {
+                return;
+            }
             if !waiting {
                 self.abandon(task, Abandoned::InputLost { object, producer });
                 return;
@@ -335,6 +311,10 @@ impl Core {
             if let Some(im) = self.intermediates.get(&i.object) {
                 i.size = im.size;
             }
+        }
+        if let Some(name) = self.hinted_at_departed(task) {
+            self.abandon(task, Abandoned::HintedNodeLeft { node: name });
+            return;
         }
         self.counts.blocked -= 1;
         self.enqueue(task);
@@ -526,7 +506,7 @@ impl Core {
     }
 
     /// Abandon a blocked or queued task, and everything downstream of it.
-    fn abandon(&mut self, task: TaskId, why: Abandoned) {
+    pub(super) fn abandon(&mut self, task: TaskId, why: Abandoned) {
         if let Phase::Queued { seq } = self.tasks[&task].phase {
             self.dequeue(task, seq);
         }

@@ -18,15 +18,75 @@ pub enum Cmd {
     Shell(String),
 }
 
-/// A placement hint (accepted and recorded; placement by hint is not implemented yet).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A placement hint: run on the worker named `node` (or `slot`, `NAME/INDEX`). Hard (`strict`):
+/// only there, failing if that worker leaves for good. Soft: there if it has a free slot within
+/// `wait_s` (default 1 s) of the task being queued, else anywhere by the policy. See
+/// docs/runtime.md, "Placement hints".
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Hint {
-    /// Node name.
-    pub node: String,
-    /// Hard (true) or soft (false).
+    /// The worker's name (`diffuse worker --name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// `NAME/INDEX`: the worker `NAME`; INDEX must be below its slot count. A worker's slots are
+    /// interchangeable (a task is not pinned to a CPU), so this places the task as `node` does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    /// Hard (true) or soft (false, the default).
     #[serde(default)]
     pub strict: bool,
+    /// Soft only: seconds it waits for that worker (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_s: Option<f64>,
+}
+
+/// How long a soft hint waits for its worker unless it says.
+pub const DEFAULT_HINT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Hint {
+    /// The worker's name.
+    pub fn name(&self) -> &str {
+        match (&self.node, &self.slot) {
+            (Some(n), _) => n,
+            (None, Some(s)) => s.rsplit_once('/').map_or(s.as_str(), |(n, _)| n),
+            (None, None) => "",
+        }
+    }
+
+    /// The slot index of a `slot` hint.
+    pub fn slot_index(&self) -> Option<u32> {
+        self.slot.as_ref()?.rsplit_once('/')?.1.parse().ok()
+    }
+
+    /// How long a soft hint waits.
+    pub fn wait(&self) -> std::time::Duration {
+        self.wait_s
+            .map_or(DEFAULT_HINT_WAIT, std::time::Duration::from_secs_f64)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match (&self.node, &self.slot) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err("name either a node or a slot".into());
+            }
+            (Some(n), None) if n.is_empty() || n.contains('/') => {
+                return Err(format!("node '{n}' must be a worker name (without '/')"));
+            }
+            (None, Some(s)) if self.slot_index().is_none() || self.name().is_empty() => {
+                return Err(format!("slot '{s}' must be NAME/INDEX, e.g. w3/1"));
+            }
+            _ => {}
+        }
+        match self.wait_s {
+            Some(_) if self.strict => {
+                Err("wait_s applies to a soft hint only (strict is true)".into())
+            }
+            Some(w) if !w.is_finite() || !(0.0..=86400.0).contains(&w) => {
+                Err("wait_s must be 0 to 86400 seconds".into())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// One task, checked, its URIs canonical.
@@ -273,6 +333,9 @@ impl TaskWire {
                     ));
                 }
             }
+        }
+        if let Some(h) = &w.hint {
+            h.check().map_err(|e| err("hint", e))?;
         }
         if let Some(c) = w.compute_s {
             if !c.is_finite() || c < 0.0 {

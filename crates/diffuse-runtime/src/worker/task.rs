@@ -45,6 +45,7 @@ fn blank_report(a: &Assignment, at: f64) -> TaskReport {
         uncached: Vec::new(),
         kept: Vec::new(),
         lost_input: None,
+        hint_held: None,
         traffic: Traffic::default(),
     }
 }

@@ -211,6 +211,7 @@ impl Scheduler {
                 name(self, producer),
                 self.core.config().crash_limit + 1
             ),
+            Abandoned::HintedNodeLeft { node } => self.hinted_worker_left(node),
         };
         if !matches!(self.tasks.get(t).phase, Phase::Done(_)) {
             self.finish_without_running(t, OutcomeState::Failed, Some(error));

@@ -25,6 +25,7 @@
 
 mod dataflow;
 pub mod lookup;
+mod placement;
 pub mod pool;
 pub mod tasks;
 mod workers;
@@ -262,6 +263,10 @@ pub struct Scheduler {
     tmp_producer: FxHashMap<ObjectId, TaskId>,
     /// Sizes of intermediate objects, as their producers reported them.
     tmp_sizes: FxHashMap<ObjectId, u64>,
+    /// Workers' names as the core knows them (placement hints name them).
+    node_names: FxHashMap<String, diffuse_core::NodeName>,
+    /// The names, by `NodeName`.
+    name_list: Vec<String>,
     /// Tasks whose input lookups wait for these tasks to succeed (they may write the inputs).
     deferred: FxHashMap<TaskId, Vec<TaskId>>,
     /// For each such task, how many of its dependencies have not succeeded yet.
@@ -317,6 +322,8 @@ impl Scheduler {
             uris: Vec::new(),
             tmp_producer: FxHashMap::default(),
             tmp_sizes: FxHashMap::default(),
+            node_names: FxHashMap::default(),
+            name_list: Vec::new(),
             deferred: FxHashMap::default(),
             deferred_left: FxHashMap::default(),
             versions: Vec::new(),
@@ -449,6 +456,8 @@ impl Scheduler {
             .filter(|d| !matches!(self.tasks.get(*d).phase, Phase::Done(_)))
             .collect();
         let mut spec = self.spec_of(t).with_after(after).with_produces(produces);
+        let def = self.tasks.get(t).def.clone();
+        spec.hint = self.placement_of(&def);
         if !lookups.is_empty() {
             spec = spec.held();
             self.looking_up += 1;
@@ -742,7 +751,10 @@ impl Scheduler {
                 return;
             }
         }
-        let order = match self.check_dataflow(&defs) {
+        let order = match self
+            .check_hints(&defs)
+            .and_then(|()| self.check_dataflow(&defs))
+        {
             Ok(order) => order,
             Err(e) => {
                 let _ = reply.send(Err(e));

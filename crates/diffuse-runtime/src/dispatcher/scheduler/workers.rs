@@ -71,6 +71,8 @@ impl Scheduler {
             tracing::error!("worker {name}: {e}");
             return;
         }
+        let label = self.node_name(&name);
+        let _ = self.core.handle_node_named(node, label);
         let _ = self
             .core
             .handle_node_cache(node, cache_quota, eviction.unwrap_or_default(), now);
@@ -156,10 +158,11 @@ impl Scheduler {
         }
     }
 
-    fn finished(&mut self, node: NodeId, report: TaskReport) {
+    fn finished(&mut self, node: NodeId, mut report: TaskReport) {
         let Some(t) = self.tasks.id_of(&report.task) else {
             return;
         };
+        report.hint_held = self.hint_held(t, node);
         let lost = report
             .lost_input
             .as_ref()

@@ -1,0 +1,149 @@
+//! Placement hints (Hercules' hard and soft hints, [`Placement`]): the tasks a node takes
+//! before the policy chooses, the nodes a bound task may not go to, when a soft hint lapses,
+//! and what becomes of a hard-hinted task whose node left.
+//!
+//! A queued task's hint *binds* while it is hard, or soft and within its wait. A bound task is
+//! listed under the name it asks for (`Core::hinted`, in queue order); a free node of that
+//! name takes the first one that fits before its policy's choice, and no other node takes it.
+//! A soft hint's wait starts at the first dispatch pass after the task is queued (a pass runs
+//! at the driver's next `poll_action`, with its `now`), and starts again if the task is queued
+//! again (a retry, a lost node).
+
+use super::*;
+
+impl Core {
+    /// `node` carries `name`, the driver's name for it (a worker's name), which hints name. A
+    /// name may be shared; a node's later call replaces its name.
+    pub fn handle_node_named(&mut self, node: NodeId, name: NodeName) -> Result<(), CoreError> {
+        let n = self
+            .nodes
+            .get_mut(&node)
+            .ok_or(CoreError::UnknownNode(node))?;
+        n.name = Some(name);
+        self.departed.remove(&name);
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Whether a node named `name` is in the pool.
+    pub fn has_node_named(&self, name: NodeName) -> bool {
+        self.nodes.values().any(|n| n.name == Some(name))
+    }
+
+    /// Whether a hint bound `task`'s placement when it was dispatched: true if it ran (or runs)
+    /// on a node of the name it asked for. None if it has no hint or is not running.
+    pub fn hint_held(&self, task: TaskId, node: NodeId) -> Option<bool> {
+        let h = self.tasks.get(&task)?.hint?;
+        Some(self.nodes.get(&node)?.name == Some(h.node))
+    }
+
+    /// A task just queued at order `seq`: its hint binds it.
+    pub(super) fn bind_hint(&mut self, task: TaskId, seq: u64) {
+        let t = self.tasks.get_mut(&task).expect("task exists");
+        let Some(h) = t.hint else {
+            return;
+        };
+        t.hint_live = true;
+        t.hint_until = None;
+        self.hinted.entry(h.node).or_default().insert((seq, task));
+        if !h.strict {
+            self.soft_unstarted.push(task);
+        }
+    }
+
+    /// A task leaves the queue (dispatched, cancelled, abandoned): its hint no longer binds.
+    pub(super) fn unbind_hint(&mut self, task: TaskId, seq: u64) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        let (Some(h), true) = (t.hint, t.hint_live) else {
+            return;
+        };
+        t.hint_live = false;
+        if let Some(until) = t.hint_until.take() {
+            self.soft_deadlines.remove(&(until, task));
+        }
+        if let Some(set) = self.hinted.get_mut(&h.node) {
+            set.remove(&(seq, task));
+            if set.is_empty() {
+                self.hinted.remove(&h.node);
+            }
+        }
+        // Rare (a soft-hinted task leaving within the pass that queued it): a linear scan.
+        if !h.strict {
+            self.soft_unstarted.retain(|t| *t != task);
+        }
+    }
+
+    /// When the next soft hint lapses.
+    pub(super) fn next_hint_lapse(&self) -> Option<Time> {
+        self.soft_deadlines.first().map(|(t, _)| *t)
+    }
+
+    /// Start the waits of soft hints queued since the last pass; unbind those that lapsed.
+    pub(super) fn time_hints(&mut self, now: Time) {
+        for task in std::mem::take(&mut self.soft_unstarted) {
+            let Some(t) = self.tasks.get_mut(&task) else {
+                continue;
+            };
+            if let (Some(h), true) = (t.hint, t.hint_live) {
+                let until = now + h.wait;
+                t.hint_until = Some(until);
+                self.soft_deadlines.insert((until, task));
+            }
+        }
+        while let Some(&(until, task)) = self.soft_deadlines.first() {
+            if until > now {
+                break;
+            }
+            let Phase::Queued { seq } = self.tasks[&task].phase else {
+                unreachable!("a bound hint belongs to a queued task");
+            };
+            self.unbind_hint(task, seq);
+        }
+    }
+
+    /// The first task bound to `node`'s name that fits what `node` has free now (a hint
+    /// outranks the avoidance of the node a task last failed on).
+    pub(super) fn next_hinted(&self, node: NodeId, now: Time) -> Option<TaskId> {
+        let n = self.nodes.get(&node)?;
+        let set = self.hinted.get(&n.name?)?;
+        let room = n.capacity.minus(&n.used);
+        set.iter().map(|(_, t)| *t).find(|t| {
+            let e = &self.tasks[t];
+            e.resources.fits_in(&room)
+                && e.walltime
+                    .is_none_or(|w| n.ends_at.is_none_or(|end| now + w <= end))
+        })
+    }
+
+    /// The name a hard-hinted task asks for, if its last node has left.
+    pub(super) fn hinted_at_departed(&self, task: TaskId) -> Option<NodeName> {
+        let h = self.tasks.get(&task)?.hint?;
+        (h.strict && self.departed.contains(&h.node)).then_some(h.node)
+    }
+
+    /// `name`'s node left: if it was the last of that name, the queued tasks hard-hinted at
+    /// it are abandoned (as are those queued later: see `try_ready`).
+    pub(super) fn name_left(&mut self, name: NodeName) {
+        if self.has_node_named(name) {
+            return;
+        }
+        self.departed.insert(name);
+        let bound: Vec<TaskId> = self
+            .hinted
+            .get(&name)
+            .map(|set| set.iter().map(|(_, t)| *t).collect())
+            .unwrap_or_default();
+        for task in bound {
+            if self
+                .tasks
+                .get(&task)
+                .and_then(|t| t.hint)
+                .is_some_and(|h| h.strict)
+            {
+                self.abandon(task, Abandoned::HintedNodeLeft { node: name });
+            }
+        }
+    }
+}
