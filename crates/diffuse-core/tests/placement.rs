@@ -190,6 +190,33 @@ fn a_hint_outranks_avoiding_the_node_a_retry_failed_on() {
     );
 }
 
+#[test]
+fn a_hint_set_before_a_task_runs_places_it() {
+    let mut env = TestEnv::new(PolicyKind::Fa);
+    named(&mut env, 0, 1);
+    env.task(9, &[]);
+    env.take_one();
+    env.task(1, &[]);
+    assert!(env.take_dispatches().is_empty(), "node 0 is busy");
+    named(&mut env, 1, 1);
+    let placed = env
+        .core
+        .handle_hint(t(1), hard(spec(1, &[]), 0).hint.unwrap(), env.now)
+        .unwrap();
+    assert!(placed, "t1 is queued: its hint can change");
+    env.check();
+    assert!(
+        env.take_dispatches().is_empty(),
+        "node 1 is free, but t1 must run on 0"
+    );
+    env.finish(9);
+    assert_eq!(env.take_one().node, n(0));
+    let again = env
+        .core
+        .handle_hint(t(1), hard(spec(1, &[]), 1).hint.unwrap(), env.now);
+    assert_eq!(again, Ok(false), "t1 runs: too late");
+}
+
 #[derive(Clone, Debug)]
 enum Ev {
     Submit { strict: bool, name: u32, wait: u64 },

@@ -41,6 +41,10 @@ enum Command {
     Logs(live::client::LogsArgs),
     /// Cancel tasks: queued ones end at once, running ones' processes are stopped.
     Cancel(live::client::CancelArgs),
+    /// Where an object is: its state, the workers holding it, its size and producer.
+    Locate(live::objects::LocateArgs),
+    /// Put a tmp:// object on a worker: its producer runs there, or it is copied there.
+    Place(live::objects::PlaceArgs),
     /// Show or clear the caches `diffuse run` keeps between runs.
     Cache(live::cache::CacheArgs),
     /// Wait until the tasks you submitted have ended (exit 1 if one of them failed).
@@ -63,6 +67,8 @@ fn main() -> ExitCode {
         Command::Logs(args) => live::client::logs(args),
         Command::Cancel(args) => live::client::cancel(args),
         Command::Cache(args) => live::cache::cache(args),
+        Command::Locate(args) => live::objects::locate(args),
+        Command::Place(args) => live::objects::place(args),
         Command::Wait(args) => live::client::wait(args),
     };
     match result {

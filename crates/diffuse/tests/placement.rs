@@ -145,3 +145,117 @@ fn bad_hints_are_refused_naming_the_task_and_field() {
     let (_, r) = c.wait_succeeded("soft");
     assert_eq!(r["hint_held"], false, "{r}");
 }
+
+/// `diffuse ARGS --dispatcher URL` with the client token; (exit code, stdout, stderr).
+fn cli(c: &Cluster, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--dispatcher", &c.url]);
+    let out = common::run_diffuse(
+        &all,
+        None,
+        &[("DIFFUSE_CLIENT_TOKEN", &c.client_token)],
+        Duration::from_secs(30),
+    );
+    (out.code, out.stdout, out.stderr)
+}
+
+fn object(c: &Cluster, uri: &str) -> Value {
+    let enc: String = uri
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    c.get(&format!("/v1/objects/{enc}"))
+}
+
+#[test]
+fn place_then_locate_an_intermediate_object() {
+    let c = two_workers();
+    let out = c.path("out.txt");
+    c.submit(&[
+        sleeper("gate", 1.5, json!({"node": "a", "strict": true})),
+        json!({"id": "make", "cmd": "echo hello > {outputs[0]}", "outputs": ["tmp://x"], "after": ["gate"]}),
+        json!({"id": "read", "cmd": "cat {inputs[0]} > {outputs[0]}", "inputs": ["tmp://x"],
+               "outputs": [file_uri(&out)]}),
+        sleeper("hold", 4.0, json!({"node": "a", "strict": true})),
+        json!({"id": "late", "cmd": "cat {inputs[0]}", "inputs": ["tmp://x"], "after": ["hold"]}),
+    ]);
+    // Before its producer runs: place it on b.
+    let (code, stdout, stderr) = cli(&c, &["place", "tmp://x", "b"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("its producer 'make' will run on 'b'"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = cli(&c, &["locate", "tmp://x"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.contains("tmp://x: pending")
+            && stdout.contains("written by task 'make', placed on 'b'"),
+        "{stdout}"
+    );
+    let (t, _) = c.wait_succeeded("make");
+    assert_eq!(
+        t["outcome"]["node"], "b",
+        "the producer ran where its object was placed: {t}"
+    );
+    c.wait_succeeded("read");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "hello\n");
+    // `late` still needs it: written, on b, 6 bytes.
+    let v = object(&c, "tmp://x");
+    assert_eq!(v["state"], "written", "{v}");
+    assert_eq!(v["nodes"], json!(["b"]), "{v}");
+    assert_eq!(v["size"], 6, "{v}");
+    // Placed again once written: copied to a, and then on both.
+    let (code, stdout, _) = cli(&c, &["place", "tmp://x", "a"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("being copied to 'a'"), "{stdout}");
+    poll("the copy on a", || {
+        let v = object(&c, "tmp://x");
+        (v["nodes"].as_array()?.len() == 2).then_some(())
+    });
+    let (code, stdout, _) = cli(&c, &["locate", "tmp://x"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("written on "), "{stdout}");
+    c.wait_succeeded("late");
+    poll("released once nothing needs it", || {
+        (object(&c, "tmp://x")["state"] == "released").then_some(())
+    });
+
+    // Refusals: exit 1 with the reason.
+    for (args, want) in [
+        (
+            vec!["place", "tmp://nobody", "a"],
+            "no task reads or writes tmp://nobody",
+        ),
+        (
+            vec!["place", "tmp://x", "zz"],
+            "no worker named 'zz' is connected",
+        ),
+        (
+            vec!["place", "tmp://x", "a"],
+            "tmp://x is released: there is nothing to place",
+        ),
+        (
+            vec!["locate", "tmp://nobody"],
+            "no task reads or writes tmp://nobody",
+        ),
+    ] {
+        let (code, _, stderr) = cli(&c, &args);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+    let file = file_uri(&out);
+    c.submit(&[json!({"id": "f", "cmd": "cat {inputs[0]}", "inputs": [file]})]);
+    c.wait_succeeded("f");
+    let (code, _, stderr) = cli(&c, &["place", &file, "a"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("only tmp:// objects are placed"),
+        "{stderr}"
+    );
+    let (_, stdout, _) = cli(&c, &["locate", &file]);
+    assert!(stdout.contains(": cached on "), "{stdout}");
+}

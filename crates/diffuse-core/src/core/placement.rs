@@ -25,6 +25,28 @@ impl Core {
         Ok(())
     }
 
+    /// Set `task`'s hint before it runs (Hercules' `set_rank`, as `diffuse place` uses it on
+    /// the producer of an object). Returns false, changing nothing, if it is running or done.
+    pub fn handle_hint(
+        &mut self,
+        task: TaskId,
+        hint: Placement,
+        _now: Time,
+    ) -> Result<bool, CoreError> {
+        let t = self.tasks.get(&task).ok_or(CoreError::UnknownTask(task))?;
+        match t.phase {
+            Phase::Blocked => {}
+            Phase::Queued { seq } => self.unbind_hint(task, seq),
+            Phase::Running { .. } | Phase::Done => return Ok(false),
+        }
+        self.tasks.get_mut(&task).expect("task exists").hint = Some(hint);
+        if let Phase::Queued { seq } = self.tasks[&task].phase {
+            self.bind_hint(task, seq);
+            self.dirty = true;
+        }
+        Ok(true)
+    }
+
     /// Whether a node named `name` is in the pool.
     pub fn has_node_named(&self, name: NodeName) -> bool {
         self.nodes.values().any(|n| n.name == Some(name))

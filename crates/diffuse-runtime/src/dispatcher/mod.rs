@@ -10,6 +10,8 @@
 //! | `GET /v1/tasks/{id}/logs?attempt=N&stream=S` | client | an attempt's stdout or stderr, from its worker |
 //! | `GET /v1/status` | client or metrics | counters |
 //! | `GET /v1/locate?uri=U` | client | workers holding an object (Hercules' locate) |
+//! | `GET /v1/objects/{uri}` | client | an object's state, holders, size, producer (`uri` percent-encoded) |
+//! | `PUT /v1/objects/{uri}/placement` | client | `{"node": NAME}`: put a `tmp://` object on that worker (Hercules' place) |
 //! | `GET /metrics` | client or metrics | Prometheus text format |
 //! | `GET /v1/workers/connect` | worker | WebSocket session of a worker (see [`crate::proto`]) |
 //!
@@ -27,7 +29,7 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use diffuse_core::{Core, CoreConfig};
 use futures_util::{SinkExt, StreamExt};
@@ -388,6 +390,8 @@ pub fn router(handle: Handle) -> Router {
         .route("/v1/batches/{batch}", get(batch))
         .route("/v1/status", get(status))
         .route("/v1/locate", get(locate))
+        .route("/v1/objects/{uri}", get(object))
+        .route("/v1/objects/{uri}/placement", put(place))
         .route("/metrics", get(metrics))
         .route("/v1/workers/connect", get(connect))
         .with_state(handle)
@@ -669,6 +673,54 @@ async fn locate(
     let uri = crate::uri::canonical(&q.uri).map_err(ApiError::BadRequest)?;
     let nodes = h.ask(|tx| Cmd::Locate(uri.clone(), tx)).await?;
     Ok(Json(serde_json::json!({ "uri": uri, "nodes": nodes })).into_response())
+}
+
+/// `GET /v1/objects/{uri}` (the URI percent-encoded as one path segment).
+async fn object(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    Path(uri): Path<String>,
+    q: Result<Query<NoParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    h.client(&headers)?;
+    q?;
+    let uri = crate::uri::canonical(&uri).map_err(ApiError::BadRequest)?;
+    match h.ask(|tx| Cmd::Object(uri.clone(), tx)).await? {
+        Some(view) => Ok(Json(view).into_response()),
+        None => Err(ApiError::NotFound(format!("no task reads or writes {uri}"))),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlaceBody {
+    node: String,
+}
+
+/// `PUT /v1/objects/{uri}/placement` with `{"node": NAME}`.
+async fn place(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    Path(uri): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    h.client(&headers)?;
+    let uri = crate::uri::canonical(&uri).map_err(ApiError::BadRequest)?;
+    let body: PlaceBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!("body: {e} (expected {{\"node\": \"NAME\"}})"))
+    })?;
+    match h
+        .ask(|tx| Cmd::Place(uri.clone(), body.node.clone(), tx))
+        .await?
+    {
+        Ok(done) => Ok((
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({ "uri": uri, "node": body.node, "result": done })),
+        )
+            .into_response()),
+        Err(scheduler::objects::PlaceError::Unknown(m)) => Err(ApiError::NotFound(m)),
+        Err(scheduler::objects::PlaceError::Invalid(m)) => Err(ApiError::BadRequest(m)),
+    }
 }
 
 async fn metrics(

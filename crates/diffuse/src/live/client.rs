@@ -90,14 +90,14 @@ pub struct WaitArgs {
     client: ClientArgs,
 }
 
-struct Client {
-    url: String,
+pub(crate) struct Client {
+    pub(crate) url: String,
     token: String,
-    http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
 }
 
 impl Client {
-    fn new(a: &ClientArgs) -> Result<Client> {
+    pub(crate) fn new(a: &ClientArgs) -> Result<Client> {
         let url = a
             .dispatcher
             .clone()
@@ -116,7 +116,7 @@ impl Client {
     /// Send `req`; the JSON answer, or an error with the dispatcher's message (or the HTTP
     /// status and body when it is not JSON). `Unreachable` errors are told apart so callers
     /// can retry.
-    async fn call(&self, req: reqwest::RequestBuilder) -> Result<Value, CallError> {
+    pub(crate) async fn call(&self, req: reqwest::RequestBuilder) -> Result<Value, CallError> {
         let resp = req
             .bearer_auth(&self.token)
             .send()
@@ -146,7 +146,7 @@ impl Client {
 }
 
 #[derive(Debug)]
-enum CallError {
+pub(crate) enum CallError {
     Unreachable(String),
     Refused { code: u16, message: String },
 }

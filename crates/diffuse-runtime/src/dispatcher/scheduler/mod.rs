@@ -25,6 +25,7 @@
 
 mod dataflow;
 pub mod lookup;
+pub mod objects;
 mod placement;
 pub mod pool;
 pub mod tasks;
@@ -110,6 +111,14 @@ pub enum Cmd {
     Batch(u64, oneshot::Sender<Option<BatchView>>),
     /// Names of the workers holding an object.
     Locate(String, oneshot::Sender<Vec<String>>),
+    /// Where an object is and its state (None: no task names it).
+    Object(String, oneshot::Sender<Option<objects::ObjectView>>),
+    /// Place a `tmp://` object on the named worker.
+    Place(
+        String,
+        String,
+        oneshot::Sender<Result<String, objects::PlaceError>>,
+    ),
     /// The peer data URL of the connected worker of this name.
     PeerOf(String, oneshot::Sender<Option<String>>),
     /// Tasks whose outcome was journaled after the first `n`, in that order: (id, state); and
@@ -267,6 +276,8 @@ pub struct Scheduler {
     node_names: FxHashMap<String, diffuse_core::NodeName>,
     /// The names, by `NodeName`.
     name_list: Vec<String>,
+    /// `tmp://` objects placed on a worker (`PUT /v1/objects/{uri}/placement`).
+    placed: FxHashMap<ObjectId, String>,
     /// Tasks whose input lookups wait for these tasks to succeed (they may write the inputs).
     deferred: FxHashMap<TaskId, Vec<TaskId>>,
     /// For each such task, how many of its dependencies have not succeeded yet.
@@ -324,6 +335,7 @@ impl Scheduler {
             tmp_sizes: FxHashMap::default(),
             node_names: FxHashMap::default(),
             name_list: Vec::new(),
+            placed: FxHashMap::default(),
             deferred: FxHashMap::default(),
             deferred_left: FxHashMap::default(),
             versions: Vec::new(),
@@ -647,6 +659,12 @@ impl Scheduler {
                     None => Vec::new(),
                 };
                 let _ = reply.send(names);
+            }
+            Cmd::Object(uri, reply) => {
+                let _ = reply.send(self.object_view(&uri));
+            }
+            Cmd::Place(uri, name, reply) => {
+                let _ = reply.send(self.place(&uri, &name));
             }
             Cmd::PeerOf(name, reply) => {
                 let url = self

@@ -186,6 +186,7 @@ impl Scheduler {
                 self.tmp_sizes.insert(o, k.size);
                 self.core.handle_intermediate_size(o, k.size);
                 let _ = self.core.handle_object_cached(node, o, now);
+                self.copy_placed(o);
             }
         }
         let remake = matches!(self.tasks.get(t).phase, Phase::Done(_));

@@ -1,0 +1,114 @@
+//! `diffuse locate` and `diffuse place`: Hercules' locate and place, through the dispatcher's
+//! `/v1/objects/{uri}` routes.
+
+use super::client::{CallError, Client, ClientArgs};
+use super::runtime;
+use anyhow::{bail, Result};
+use serde_json::Value;
+use std::process::ExitCode;
+
+/// `diffuse locate`.
+#[derive(clap::Args)]
+pub struct LocateArgs {
+    /// The object: tmp://NAME, file:///path, s3://bucket/key, ...
+    uri: String,
+    /// Print the dispatcher's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `diffuse place`.
+#[derive(clap::Args)]
+pub struct PlaceArgs {
+    /// A tmp:// object some task writes.
+    uri: String,
+    /// The worker's name (as `diffuse status` lists it).
+    node: String,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `{dispatcher}/v1/objects/{uri}{tail}`, the URI percent-encoded as one path segment.
+fn object_url(c: &Client, uri: &str, tail: &[&str]) -> Result<reqwest::Url> {
+    let mut url = reqwest::Url::parse(&format!("{}/v1/objects/", c.url))?;
+    {
+        let mut seg = url
+            .path_segments_mut()
+            .map_err(|()| anyhow::anyhow!("{} cannot take a path", c.url))?;
+        seg.pop_if_empty().push(uri);
+        seg.extend(tail);
+    }
+    Ok(url)
+}
+
+/// Exit 1 (with the dispatcher's reason) for an unknown object or a refused request.
+fn refused(e: CallError) -> Result<ExitCode> {
+    match e {
+        CallError::Refused {
+            code: 400 | 404,
+            message,
+        } => {
+            let why = message.split_once("): ").map_or(&*message, |(_, m)| m);
+            eprintln!("error: {why}");
+            Ok(ExitCode::from(1))
+        }
+        CallError::Refused { message, .. } | CallError::Unreachable(message) => bail!("{message}"),
+    }
+}
+
+/// `diffuse locate URI`: `STATE on NODE, NODE (SIZE bytes, written by TASK)`.
+pub fn locate(a: LocateArgs) -> Result<ExitCode> {
+    let c = Client::new(&a.client)?;
+    let url = object_url(&c, &a.uri, &[])?;
+    let v: Value = match runtime()?.block_on(c.call(c.http.get(url))) {
+        Ok(v) => v,
+        Err(e) => return refused(e),
+    };
+    if a.json {
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let nodes: Vec<&str> = v["nodes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut line = format!(
+        "{}: {}",
+        v["uri"].as_str().unwrap_or(&a.uri),
+        v["state"].as_str().unwrap_or("?")
+    );
+    if !nodes.is_empty() {
+        line.push_str(&format!(" on {}", nodes.join(", ")));
+    }
+    let mut more = Vec::new();
+    if let Some(s) = v["size"].as_u64() {
+        more.push(format!("{s} bytes"));
+    }
+    if let Some(p) = v["producer"].as_str() {
+        more.push(format!("written by task '{p}'"));
+    }
+    if let Some(p) = v["placed"].as_str() {
+        more.push(format!("placed on '{p}'"));
+    }
+    if !more.is_empty() {
+        line.push_str(&format!(" ({})", more.join(", ")));
+    }
+    println!("{line}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `diffuse place URI NODE`: prints what the dispatcher did.
+pub fn place(a: PlaceArgs) -> Result<ExitCode> {
+    let c = Client::new(&a.client)?;
+    let url = object_url(&c, &a.uri, &["placement"])?;
+    let body = serde_json::json!({ "node": a.node });
+    match runtime()?.block_on(c.call(c.http.put(url).json(&body))) {
+        Ok(v) => {
+            println!("{}", v["result"].as_str().unwrap_or("placed"));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => refused(e),
+    }
+}
