@@ -85,6 +85,16 @@ pub enum Action {
         /// Why.
         why: Abandoned,
     },
+    /// Copy intermediate object `object` from `from` to `to` ahead of time (`tmp_replicas`);
+    /// `to` reports `handle_object_cached` when its copy is complete.
+    Replicate {
+        /// The object.
+        object: ObjectId,
+        /// A node that holds it (its producer's).
+        from: NodeId,
+        /// The node to copy it to.
+        to: NodeId,
+    },
     /// No unfinished task needs this intermediate object any more: delete it from these nodes.
     /// The core has already removed it from its location index.
     DropObject {

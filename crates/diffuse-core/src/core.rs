@@ -60,6 +60,15 @@ pub struct CoreConfig {
     /// their cache with [`Core::handle_node_cache`].
     #[serde(default)]
     pub handoff: Option<HandoffConfig>,
+    /// Copies of each intermediate object made ahead of time: when its producer succeeds, the
+    /// core asks for `tmp_replicas - 1` more ([`Action::Replicate`]), so losing one node loses
+    /// no object and remakes nothing. 1 (the default): only the producer's copy.
+    #[serde(default = "one")]
+    pub tmp_replicas: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Default for CoreConfig {
@@ -72,6 +81,7 @@ impl Default for CoreConfig {
             crash_limit: 3,
             peer_read_limit: 4,
             handoff: None,
+            tmp_replicas: 1,
         }
     }
 }
@@ -703,7 +713,9 @@ impl Core {
         let state = match outcome {
             Outcome::Succeeded if !cancelled => {
                 self.counts.blocked -= 1;
+                let produced = t.produces.clone();
                 self.task_succeeded(task);
+                self.replicate(&produced, node);
                 return Ok(TaskState::Finished(Outcome::Succeeded));
             }
             Outcome::Retryable(_) if !cancelled && t.retries_left > 0 => {

@@ -279,6 +279,56 @@ fn a_consumer_that_finds_its_input_gone_waits_for_it_to_be_made_again() {
 }
 
 #[test]
+fn replicas_made_ahead_of_time_spare_the_producer_a_rerun() {
+    let mut env = TestEnv::with_config(diffuse_core::CoreConfig {
+        tmp_replicas: 2,
+        ..config(PolicyKind::Gcc)
+    });
+    env.node(0, 1).node(1, 2).node(2, 1);
+    env.submit(step(1, &[], &[10]));
+    let p = env.take_one();
+    // Node 1 gets busy: the replica goes to the least busy other node.
+    env.submit(spec(8, &[])).submit(spec(9, &[]));
+    let busy: Vec<_> = env.take_dispatches();
+    assert_eq!(busy.len(), 2);
+    produce(&mut env, &p, &[10]);
+    let copies: Vec<(u32, u32)> = env
+        .take_actions()
+        .iter()
+        .filter_map(|a| match a {
+            Action::Replicate { object, from, to } if *object == o(10) => Some((from.0, to.0)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(copies.len(), 1, "two copies in all: {copies:?}");
+    let (from, to) = copies[0];
+    assert_eq!(from, p.node.0);
+    let running = |n: u32| busy.iter().filter(|d| d.node.0 == n).count();
+    let others: Vec<u32> = [0, 1, 2].into_iter().filter(|n| *n != from).collect();
+    let least = others
+        .iter()
+        .copied()
+        .min_by_key(|n| (running(*n), *n))
+        .unwrap();
+    assert_eq!(to, least, "the least busy node other than the producer's");
+    env.cached(to, 10);
+    // The producer's node is lost: the replica serves the reader, nothing runs again.
+    env.lose(from);
+    env.submit(step(2, &[10], &[]));
+    let d = env
+        .take_dispatches()
+        .into_iter()
+        .find(|d| d.task == t(2))
+        .expect("the reader runs at once");
+    assert!(matches!(source(&d, 10), Source::Local | Source::Peer(_)));
+    assert_eq!(
+        env.state(1),
+        Some(TaskState::Finished(Outcome::Succeeded)),
+        "the producer is not running again"
+    );
+}
+
+#[test]
 fn remakes_are_bounded() {
     let mut env = TestEnv::new(PolicyKind::Gcc);
     env.submit(spec(9, &[]))
@@ -474,8 +524,17 @@ impl Model {
     }
 
     fn drain(&mut self, env: &mut TestEnv) {
+        let mut copies = Vec::new();
         for a in env.take_actions() {
             match a {
+                Action::Replicate { object, from, to } => {
+                    assert!(
+                        env.core.producer_of(object).is_some(),
+                        "{object} is not an intermediate"
+                    );
+                    assert_ne!(from, to);
+                    copies.push((object, to));
+                }
                 Action::Dispatch(d) => {
                     let i = d.task.0 as usize;
                     for dep in self.reads[i].iter().chain(&self.after[i]) {
@@ -495,6 +554,16 @@ impl Model {
                 Action::Abandon { task, .. } => self.end(task.0, "failed"),
                 Action::DropObject { .. } | Action::Provision { .. } | Action::Release { .. } => {}
             }
+        }
+        // Each copy arrives at once, unless its target or the object has gone meanwhile.
+        for (object, to) in copies {
+            if env.core.producer_of(object).is_some() {
+                let _ = env.core.handle_object_cached(to, object, env.now);
+                env.check();
+            }
+        }
+        if env.core.poll_action(env.now).is_some() {
+            panic!("a copy arriving asked for nothing");
         }
     }
 
@@ -523,7 +592,7 @@ impl Model {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
 
     /// Under any sequence of successes, failures, retries, lost inputs, lost and joining nodes,
     /// dropped copies and cancels: no task runs before its dependencies succeeded, no
@@ -533,8 +602,12 @@ proptest! {
     fn every_task_ends_once_and_never_before_its_producers(
         g in graph(),
         events in prop::collection::vec(ev(), 0..60),
+        replicas in 1..3u32,
     ) {
-        let mut env = TestEnv::new(PolicyKind::Gcc);
+        let mut env = TestEnv::with_config(diffuse_core::CoreConfig {
+            tmp_replicas: replicas,
+            ..config(PolicyKind::Gcc)
+        });
         let n = g.len();
         let mut m = Model {
             reads: g.iter().map(|(r, _)| r.clone()).collect(),

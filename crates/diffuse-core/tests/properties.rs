@@ -190,6 +190,7 @@ impl Model {
             provisioning,
             crash_limit: knobs.crash_limit,
             peer_read_limit: knobs.peer_read_limit,
+            tmp_replicas: 1,
             handoff: knobs.handoff.map(|(budget, _)| HandoffConfig {
                 budget,
                 time_bound: Duration::from_secs(5),
@@ -508,7 +509,7 @@ impl Model {
                         "asked beyond max_nodes"
                     );
                 }
-                Action::Abandon { .. } | Action::DropObject { .. } => {
+                Action::Abandon { .. } | Action::DropObject { .. } | Action::Replicate { .. } => {
                     panic!("no task here depends on another or writes an intermediate object")
                 }
                 Action::Release { node, handoff } => {

@@ -275,6 +275,8 @@ impl Simulation {
             crash_limit: 3,
             peer_read_limit: cfg.peer_read_limit,
             handoff: cfg.handoff.clone(),
+            // Replicas ahead of time are not modelled (docs/simulation.md, "Not modelled").
+            tmp_replicas: 1,
         });
         let mut net = FlowNet::new();
         let storage = net.add_resource(cfg.testbed.storage_bw);
@@ -683,6 +685,8 @@ impl Simulation {
 
     fn action(&mut self, action: Action) {
         match action {
+            // Never asked for: the simulator's core keeps one copy (`tmp_replicas` 1).
+            Action::Replicate { .. } => debug_assert!(false, "replicas are not simulated"),
             Action::Abandon { task, .. } => {
                 self.waiting.remove(&task);
                 self.abandoned.insert(task);

@@ -171,6 +171,42 @@ fn killing_the_worker_with_the_only_copy_makes_its_producer_run_again() {
 }
 
 #[test]
+fn with_two_replicas_killing_the_producers_worker_runs_nothing_again() {
+    let mut c = Cluster::start_with(&[], &["--tmp-replicas", "2"], &[]);
+    for name in ["a", "b", "c"] {
+        c.worker(name, 1, "100MB");
+    }
+    c.wait_workers(3);
+    let gate = c.path("gate");
+    c.submit(&[
+        gated_task("gate", &gate),
+        json!({"id": "make", "cmd": "seq 1 40000 > {outputs[0]}", "outputs": ["tmp://numbers"]}),
+        json!({"id": "use", "cmd": "sha256sum < {inputs[0]}", "inputs": ["tmp://numbers"], "after": ["gate"]}),
+    ]);
+    let (made, _) = c.wait_succeeded("make");
+    let holder = made["outcome"]["node"].as_str().unwrap().to_string();
+    // A second copy is made ahead of time, on another worker.
+    let nodes = poll("a replica", || {
+        let v = c.get("/v1/locate?uri=tmp://numbers");
+        let nodes: Vec<String> = serde_json::from_value(v["nodes"].clone()).ok()?;
+        (nodes.len() == 2).then_some(nodes)
+    });
+    assert!(nodes.contains(&holder), "{nodes:?}");
+    let i = ["a", "b", "c"].iter().position(|n| *n == holder).unwrap();
+    c.kill_worker(i);
+    std::fs::write(&gate, b"").unwrap();
+    let (_, used) = c.wait_succeeded("use");
+    let want = std::process::Command::new("sh")
+        .args(["-c", "seq 1 40000 | sha256sum"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout_of(&used), String::from_utf8_lossy(&want.stdout));
+    let made = c.task("make");
+    let attempts = made["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 1, "the producer did not run again: {made}");
+}
+
+#[test]
 fn bad_dependencies_are_refused_naming_the_task_and_field() {
     let c = Cluster::start(&[]);
     let cases = [

@@ -282,16 +282,22 @@ impl Core {
             .filter(|i| !self.available(i.object))
             .map(|i| (i.object, self.intermediates[&i.object].producer))
             .collect();
+        // Whether `task` still waits to be queued: remaking a producer can end it (a producer
+        // upstream of both could not run), which for a remake puts it back to `Done`.
+        let blocked = |c: &Core| {
+            c.tasks
+                .get(&task)
+                .is_some_and(|t| matches!(t.phase, Phase::Blocked))
+        };
         for (object, producer) in missing {
-            if producer == task || !self.tasks.contains_key(&task) {
+            if producer == task {
                 continue;
             }
             let waiting = match self.tasks[&producer].phase {
                 Phase::Done => self.remake(producer),
                 _ => true,
             };
-            // Remaking can end this very task (a producer upstream of both could not run).
-            if !self.tasks.contains_key(&task) {
+            if !blocked(self) {
                 return;
             }
             if !waiting {
@@ -300,7 +306,6 @@ impl Core {
             }
             self.wait_on(task, producer);
         }
-        // A remake that could not start may have abandoned it.
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
@@ -334,7 +339,8 @@ impl Core {
     }
 
     /// Run a finished producer again because an object it wrote is needed and has no copy.
-    /// False if it has been remade `crash_limit` times already.
+    /// False if it has been remade `crash_limit` times already, or cannot run again because
+    /// an input of its own is lost beyond remaking.
     fn remake(&mut self, producer: TaskId) -> bool {
         let limit = self.cfg.crash_limit;
         let t = self.tasks.get_mut(&producer).expect("producer kept");
@@ -377,7 +383,9 @@ impl Core {
             }
         }
         self.try_ready(producer);
-        true
+        // Its own lost input may have been beyond remaking: then it is `Done` again, and so
+        // is the object.
+        !matches!(self.tasks[&producer].phase, Phase::Done)
     }
 
     /// Forget every copy of `object` and tell their nodes to delete them.
@@ -454,6 +462,34 @@ impl Core {
         self.job_task_ended(job);
         for o in produces {
             self.release_if_unneeded(o);
+        }
+    }
+
+    /// With `tmp_replicas` K > 1: ask for copies of the objects `from` just wrote on the K - 1
+    /// nodes (of those not holding one) running the fewest tasks, lowest id first; fewer if
+    /// the pool is smaller.
+    pub(super) fn replicate(&mut self, objects: &[ObjectId], from: NodeId) {
+        let k = self.cfg.tmp_replicas as usize;
+        if k <= 1 {
+            return;
+        }
+        for &object in objects {
+            if !self.intermediates.contains_key(&object) {
+                continue;
+            }
+            let holders = self.index.holders(object);
+            let mut targets: Vec<(usize, NodeId)> = self
+                .nodes
+                .iter()
+                .filter(|(n, _)| **n != from && !holders.contains(n))
+                .map(|(n, e)| (e.running.len(), *n))
+                .collect();
+            targets.sort_unstable();
+            let have = holders.len().max(1);
+            for (_, to) in targets.into_iter().take(k.saturating_sub(have)) {
+                self.actions
+                    .push_back(Action::Replicate { object, from, to });
+            }
         }
     }
 

@@ -57,6 +57,10 @@ pub struct SchedArgs {
     /// fails with that reason instead of running again.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     crash_limit: u32,
+    /// Copies of each tmp:// object kept ahead of time: when its producer succeeds, K - 1 other
+    /// workers (the least busy) fetch it, so losing a worker makes no producer run again.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16), allow_hyphen_values = true)]
+    tmp_replicas: u32,
 }
 
 impl SchedArgs {
@@ -66,6 +70,7 @@ impl SchedArgs {
             window: self.window as usize,
             threshold: self.threshold,
             crash_limit: self.crash_limit,
+            tmp_replicas: self.tmp_replicas,
             ..CoreConfig::default()
         }
     }

@@ -5,7 +5,7 @@
 use super::{Phase, Scheduler};
 use crate::journal::OutcomeState;
 use crate::proto::{AssignedInput, InputSource, ToWorker};
-use diffuse_core::{ObjectId, Placement};
+use diffuse_core::{NodeId, ObjectId, Placement};
 use serde::Serialize;
 
 /// What `GET /v1/objects/{uri}` shows.
@@ -144,7 +144,6 @@ impl Scheduler {
         let Some(name) = self.placed.get(&o) else {
             return;
         };
-        let holders = self.core.locate(o);
         let Some(target) = self
             .sessions
             .iter()
@@ -153,10 +152,20 @@ impl Scheduler {
         else {
             return;
         };
+        let holders = self.core.locate(o);
         if holders.contains(&target) {
             return;
         }
-        let Some(source) = holders.iter().find_map(|h| self.sessions.get(h)) else {
+        if let Some(&from) = holders.first() {
+            self.copy_object(o, from, target);
+        }
+    }
+
+    /// Worker `to` fetches `o` from worker `from`, as a peer read (placement, replicas ahead of
+    /// time); it reports the copy when it is cached.
+    pub(super) fn copy_object(&mut self, o: ObjectId, from: NodeId, to: NodeId) {
+        let (Some(source), Some(target)) = (self.sessions.get(&from), self.sessions.get(&to))
+        else {
             return;
         };
         let input = AssignedInput {
@@ -167,7 +176,7 @@ impl Scheduler {
                 url: source.peer_url.clone(),
             },
         };
-        let _ = self.sessions[&target].tx.send(ToWorker::Fetch {
+        let _ = target.tx.send(ToWorker::Fetch {
             inputs: vec![input],
         });
     }

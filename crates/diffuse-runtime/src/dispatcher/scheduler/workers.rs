@@ -428,6 +428,7 @@ impl Scheduler {
                 Action::Release { node, handoff } => self.release(node, handoff),
                 Action::Abandon { task, why } => self.abandoned(task, why),
                 Action::DropObject { object, nodes } => self.drop_object(object, nodes),
+                Action::Replicate { object, from, to } => self.copy_object(object, from, to),
             }
         }
     }
