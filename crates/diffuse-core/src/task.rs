@@ -89,6 +89,12 @@ impl TaskSpec {
         }
     }
 
+    /// The same task in job `job`.
+    pub fn with_job(mut self, job: JobId) -> Self {
+        self.job = job;
+        self
+    }
+
     /// The same task asking to run on a node named as in `hint`.
     pub fn with_hint(mut self, hint: Placement) -> Self {
         self.hint = Some(hint);

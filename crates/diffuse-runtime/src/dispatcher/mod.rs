@@ -10,6 +10,8 @@
 //! | `GET /v1/tasks/{id}/logs?attempt=N&stream=S` | client | an attempt's stdout or stderr, from its worker |
 //! | `GET /v1/status` | client or metrics | counters |
 //! | `GET /v1/locate?uri=U` | client | workers holding an object (Hercules' locate) |
+//! | `GET /v1/jobs/{job}` | client | a job's counters |
+//! | `POST /v1/jobs/{job}/cancel` | client | cancel a job's unfinished tasks (running ones' processes are stopped) |
 //! | `GET /v1/objects/{uri}` | client | an object's state, holders, size, producer (`uri` percent-encoded) |
 //! | `PUT /v1/objects/{uri}/placement` | client | `{"node": NAME}`: put a `tmp://` object on that worker (Hercules' place) |
 //! | `GET /metrics` | client or metrics | Prometheus text format |
@@ -390,6 +392,8 @@ pub fn router(handle: Handle) -> Router {
         .route("/v1/batches/{batch}", get(batch))
         .route("/v1/status", get(status))
         .route("/v1/locate", get(locate))
+        .route("/v1/jobs/{job}", get(job))
+        .route("/v1/jobs/{job}/cancel", post(cancel_job))
         .route("/v1/objects/{uri}", get(object))
         .route("/v1/objects/{uri}/placement", put(place))
         .route("/metrics", get(metrics))
@@ -673,6 +677,34 @@ async fn locate(
     let uri = crate::uri::canonical(&q.uri).map_err(ApiError::BadRequest)?;
     let nodes = h.ask(|tx| Cmd::Locate(uri.clone(), tx)).await?;
     Ok(Json(serde_json::json!({ "uri": uri, "nodes": nodes })).into_response())
+}
+
+/// `GET /v1/jobs/{job}`: a job's counters.
+async fn job(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    q: Result<Query<NoParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    h.client(&headers)?;
+    q?;
+    match h.ask(|tx| Cmd::Job(name.clone(), tx)).await? {
+        Some(v) => Ok(Json(v).into_response()),
+        None => Err(ApiError::NotFound(format!("no task is in job '{name}'"))),
+    }
+}
+
+/// `POST /v1/jobs/{job}/cancel`: cancel its unfinished tasks.
+async fn cancel_job(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    h.client(&headers)?;
+    match h.ask(|tx| Cmd::CancelJob(name.clone(), tx)).await? {
+        Some(v) => Ok(Json(v).into_response()),
+        None => Err(ApiError::NotFound(format!("no task is in job '{name}'"))),
+    }
 }
 
 /// `GET /v1/objects/{uri}` (the URI percent-encoded as one path segment).

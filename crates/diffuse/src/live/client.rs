@@ -66,6 +66,9 @@ pub struct StatusArgs {
     /// With --failed: at most this many.
     #[arg(long, default_value_t = 10, requires = "failed")]
     limit: u32,
+    /// One job's counters (tasks queued, running, succeeded, failed, cancelled).
+    #[arg(long, conflicts_with = "failed")]
+    job: Option<String>,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -149,6 +152,23 @@ impl Client {
 pub(crate) enum CallError {
     Unreachable(String),
     Refused { code: u16, message: String },
+}
+
+impl CallError {
+    /// A refusal with one of `codes` (an unknown object, a bad request): its reason on stderr
+    /// and exit code 1. Anything else is an error.
+    pub(crate) fn exit_if(self, codes: &[u16]) -> Result<ExitCode> {
+        match self {
+            CallError::Refused { code, message } if codes.contains(&code) => {
+                let why = message.split_once("): ").map_or(&*message, |(_, m)| m);
+                eprintln!("error: {why}");
+                Ok(ExitCode::from(1))
+            }
+            CallError::Refused { message, .. } | CallError::Unreachable(message) => {
+                bail!("{message}")
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for CallError {
@@ -441,6 +461,9 @@ fn print_workers(s: &Value) {
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let c = Client::new(&a.client)?;
     let rt = runtime()?;
+    if let Some(job) = &a.job {
+        return super::jobs::status(&rt, &c, job, a.json);
+    }
     if a.failed {
         let page = rt.block_on(c.call(c.http.get(format!(
             "{}/v1/tasks?state=failed&limit={}",
@@ -545,8 +568,11 @@ pub fn logs(a: LogsArgs) -> Result<ExitCode> {
 #[derive(clap::Args)]
 pub struct CancelArgs {
     /// Ids of the tasks to cancel.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "job")]
     ids: Vec<String>,
+    /// Cancel every unfinished task of this job instead.
+    #[arg(long, conflicts_with = "ids")]
+    job: Option<String>,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -555,6 +581,9 @@ pub struct CancelArgs {
 /// SIGKILL 3 s later. Exit 1 if a task is unknown or had already ended.
 pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
     let c = Client::new(&a.client)?;
+    if let Some(job) = &a.job {
+        return super::jobs::cancel(&runtime()?, &c, job);
+    }
     let mut refused = 0;
     runtime()?.block_on(async {
         for id in &a.ids {

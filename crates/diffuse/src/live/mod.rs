@@ -5,6 +5,7 @@
 pub mod cache;
 pub mod client;
 pub mod each;
+pub mod jobs;
 pub mod objects;
 pub mod pool;
 pub mod run;

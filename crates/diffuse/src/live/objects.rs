@@ -1,9 +1,9 @@
 //! `diffuse locate` and `diffuse place`: Hercules' locate and place, through the dispatcher's
 //! `/v1/objects/{uri}` routes.
 
-use super::client::{CallError, Client, ClientArgs};
+use super::client::{Client, ClientArgs};
 use super::runtime;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde_json::Value;
 use std::process::ExitCode;
 
@@ -43,28 +43,13 @@ fn object_url(c: &Client, uri: &str, tail: &[&str]) -> Result<reqwest::Url> {
     Ok(url)
 }
 
-/// Exit 1 (with the dispatcher's reason) for an unknown object or a refused request.
-fn refused(e: CallError) -> Result<ExitCode> {
-    match e {
-        CallError::Refused {
-            code: 400 | 404,
-            message,
-        } => {
-            let why = message.split_once("): ").map_or(&*message, |(_, m)| m);
-            eprintln!("error: {why}");
-            Ok(ExitCode::from(1))
-        }
-        CallError::Refused { message, .. } | CallError::Unreachable(message) => bail!("{message}"),
-    }
-}
-
 /// `diffuse locate URI`: `STATE on NODE, NODE (SIZE bytes, written by TASK)`.
 pub fn locate(a: LocateArgs) -> Result<ExitCode> {
     let c = Client::new(&a.client)?;
     let url = object_url(&c, &a.uri, &[])?;
     let v: Value = match runtime()?.block_on(c.call(c.http.get(url))) {
         Ok(v) => v,
-        Err(e) => return refused(e),
+        Err(e) => return e.exit_if(&[400, 404]),
     };
     if a.json {
         println!("{v}");
@@ -109,6 +94,6 @@ pub fn place(a: PlaceArgs) -> Result<ExitCode> {
             println!("{}", v["result"].as_str().unwrap_or("placed"));
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => refused(e),
+        Err(e) => e.exit_if(&[400, 404]),
     }
 }

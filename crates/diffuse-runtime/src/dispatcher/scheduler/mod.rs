@@ -24,6 +24,7 @@
 //! | [`writer`] | the journal writer thread |
 
 mod dataflow;
+pub mod jobs;
 pub mod lookup;
 pub mod objects;
 mod placement;
@@ -111,6 +112,10 @@ pub enum Cmd {
     Batch(u64, oneshot::Sender<Option<BatchView>>),
     /// Names of the workers holding an object.
     Locate(String, oneshot::Sender<Vec<String>>),
+    /// A job's counters (None: no task names it).
+    Job(String, oneshot::Sender<Option<jobs::JobView>>),
+    /// Cancel every unfinished task of a job (None: no task names it).
+    CancelJob(String, oneshot::Sender<Option<jobs::JobCancelled>>),
     /// Where an object is and its state (None: no task names it).
     Object(String, oneshot::Sender<Option<objects::ObjectView>>),
     /// Place a `tmp://` object on the named worker.
@@ -278,6 +283,8 @@ pub struct Scheduler {
     name_list: Vec<String>,
     /// `tmp://` objects placed on a worker (`PUT /v1/objects/{uri}/placement`).
     placed: FxHashMap<ObjectId, String>,
+    /// Every job's tasks, by job name.
+    jobs: FxHashMap<String, jobs::JobTasks>,
     /// Tasks whose input lookups wait for these tasks to succeed (they may write the inputs).
     deferred: FxHashMap<TaskId, Vec<TaskId>>,
     /// For each such task, how many of its dependencies have not succeeded yet.
@@ -336,6 +343,7 @@ impl Scheduler {
             node_names: FxHashMap::default(),
             name_list: Vec::new(),
             placed: FxHashMap::default(),
+            jobs: FxHashMap::default(),
             deferred: FxHashMap::default(),
             deferred_left: FxHashMap::default(),
             versions: Vec::new(),
@@ -391,7 +399,9 @@ impl Scheduler {
                     .filter(|u| crate::uri::is_tmp(u))
                     .map(|u| self.object(u))
                     .collect();
+                let job = def.job().to_string();
                 let t = self.tasks.insert(def, batch, inputs, Phase::Done(o.state));
+                self.join_job(&job, t);
                 for p in &produces {
                     self.tmp_producer.insert(*p, t);
                 }
@@ -442,7 +452,9 @@ impl Scheduler {
                 error: None,
             }
         };
+        let job = def.job().to_string();
         let t = self.tasks.insert(def, batch, inputs, phase);
+        self.join_job(&job, t);
         let (after, produces) = match deps {
             dataflow::Deps::Wait { after, produces } => (after, produces),
             dataflow::Deps::Failed(e) => {
@@ -548,6 +560,7 @@ impl Scheduler {
             disk: more.disk.unwrap_or(0),
         })
         .with_priority(more.priority)
+        .with_job(self.job_id(task.def.job()))
         .with_retries(more.retries.unwrap_or(self.cfg.retries))
         .with_walltime(
             more.walltime_s
@@ -659,6 +672,12 @@ impl Scheduler {
                     None => Vec::new(),
                 };
                 let _ = reply.send(names);
+            }
+            Cmd::Job(name, reply) => {
+                let _ = reply.send(self.job_view(&name));
+            }
+            Cmd::CancelJob(name, reply) => {
+                let _ = reply.send(self.cancel_job(&name));
             }
             Cmd::Object(uri, reply) => {
                 let _ = reply.send(self.object_view(&uri));

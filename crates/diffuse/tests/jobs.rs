@@ -1,0 +1,114 @@
+//! Jobs, live: a job's counters (`diffuse status --job`), cancelling a whole job (its running
+//! processes stopped, other jobs untouched), and an unread intermediate object released when
+//! its own job ends. Real worker processes, real sockets.
+
+mod common;
+
+use common::cluster::*;
+use serde_json::json;
+use std::time::Duration;
+
+/// `diffuse ARGS --dispatcher URL` with the client token; (exit code, stdout, stderr).
+fn cli(c: &Cluster, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--dispatcher", &c.url]);
+    let out = common::run_diffuse(
+        &all,
+        None,
+        &[("DIFFUSE_CLIENT_TOKEN", &c.client_token)],
+        Duration::from_secs(30),
+    );
+    (out.code, out.stdout, out.stderr)
+}
+
+/// Processes whose command line starts with `prefix` (the tasks' `sleep`, not their shells).
+fn running(prefix: &str) -> usize {
+    common::host::processes_starting(prefix).len()
+}
+
+#[test]
+fn a_job_is_counted_and_cancelled_whole_and_other_jobs_go_on() {
+    let mut c = Cluster::start(&[]);
+    c.worker("a", 1, "10MB");
+    c.worker("b", 1, "10MB");
+    c.wait_workers(2);
+    let marker = c.path("marker");
+    // Job "long": two running tasks, a queued one, one waiting for it; each would leave a
+    // marker if it were not stopped. Job "short": quick tasks queued behind them.
+    let slow = |id: &str| {
+        json!({"id": id, "job": "long",
+               "cmd": format!("sleep 37.25; touch {}", marker.display())})
+    };
+    c.submit(&[
+        slow("l0"),
+        slow("l1"),
+        slow("l2"),
+        json!({"id": "l3", "job": "long", "cmd": "true", "after": ["l2"]}),
+    ]);
+    poll("two of job long running", || {
+        (running("sleep 37.25") == 2).then_some(())
+    });
+    c.submit(&[
+        json!({"id": "s0", "job": "short", "cmd": "true"}),
+        json!({"id": "s1", "job": "short", "cmd": "true"}),
+    ]);
+    let (code, stdout, stderr) = cli(&c, &["status", "--job", "long"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout
+            .contains("job long: 4 tasks; queued 2, running 2, succeeded 0, failed 0, cancelled 0"),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) = cli(&c, &["cancel", "--job", "long"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("job long: 2 cancelled, 2 running being stopped, 0 had already ended"),
+        "{stdout}"
+    );
+    for id in ["l0", "l1", "l2", "l3"] {
+        let t = c.wait_done(id);
+        assert_eq!(t["state"], "cancelled", "{t}");
+    }
+    poll("the running tasks' processes stopped", || {
+        (running("sleep 37.25") == 0).then_some(())
+    });
+    assert!(!marker.exists(), "a cancelled task went on to its end");
+    c.wait_succeeded("s0");
+    c.wait_succeeded("s1");
+    let (_, stdout, _) = cli(&c, &["status", "--job", "long", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["cancelled"], 4, "{v}");
+    let (_, stdout, _) = cli(&c, &["status", "--job", "short"]);
+    assert!(
+        stdout.contains("job short: 2 tasks; queued 0, running 0, succeeded 2"),
+        "{stdout}"
+    );
+
+    for args in [["status", "--job", "nope"], ["cancel", "--job", "nope"]] {
+        let (code, _, stderr) = cli(&c, &args);
+        assert_eq!(code, Some(1), "{args:?}");
+        assert!(stderr.contains("no task is in job 'nope'"), "{stderr}");
+    }
+}
+
+#[test]
+fn an_unread_intermediate_is_released_when_its_own_job_ends() {
+    let mut c = Cluster::start(&[]);
+    c.worker("a", 2, "10MB");
+    c.wait_workers(1);
+    let gate = c.path("gate");
+    c.submit(&[
+        json!({"id": "w", "job": "one", "cmd": "echo x > {outputs[0]}", "outputs": ["tmp://unread"]}),
+        json!({"id": "other", "job": "two", "cmd": gated_task("g", &gate)["cmd"]}),
+    ]);
+    c.wait_succeeded("w");
+    // Job one has ended; job two still runs: the object nobody read is gone.
+    poll("tmp://unread released", || {
+        let v = c.get("/v1/objects/tmp%3A%2F%2Funread");
+        (v["state"] == "released").then_some(())
+    });
+    assert_eq!(c.task("other")["state"], "running");
+    std::fs::write(&gate, b"").unwrap();
+    c.wait_succeeded("other");
+}
