@@ -1,6 +1,10 @@
 //! A node's cache (the paper's *store*): which objects it holds, within a byte quota, and which
 //! one it evicts next under its eviction policy (Random, FIFO, LRU or LFU).
 //!
+//! Each held object has an eviction *priority* (default 0; the live worker gives it the
+//! `eviction_priority` of the last task that read it): objects of a lower priority are all
+//! evicted before any of a higher one, and the policy orders objects within a priority.
+//!
 //! This is bookkeeping only: the simulator's nodes and the live worker's on-disk cache both keep
 //! one, so that both evict the same objects in the same order. Invariant: `used() <= quota()`
 //! after every call, except that an object larger than the quota is never admitted.
@@ -70,8 +74,10 @@ pub enum Admission {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     size: u64,
-    /// The entry's key in `order` (policy-dependent), or its index in `slots` for Random.
+    /// The entry's key in `order` (policy-dependent), or its index in its priority's `slots`
+    /// for Random.
     key: (u64, u64),
+    priority: i16,
 }
 
 /// A byte-quota cache of object ids with a pluggable eviction order.
@@ -81,10 +87,10 @@ pub struct NodeCache {
     quota: u64,
     used: u64,
     entries: FxHashMap<ObjectId, Entry>,
-    /// Eviction order, first = next victim (FIFO, LRU, LFU).
-    order: BTreeSet<((u64, u64), ObjectId)>,
-    /// Dense list of objects for uniform random choice (Random).
-    slots: Vec<ObjectId>,
+    /// Eviction order, first = next victim (FIFO, LRU, LFU): by priority, then policy key.
+    order: BTreeSet<(i16, (u64, u64), ObjectId)>,
+    /// Dense lists of objects for uniform random choice (Random), by priority.
+    slots: std::collections::BTreeMap<i16, Vec<ObjectId>>,
     /// Logical clock: one tick per insert or use, so ties are broken deterministically.
     tick: u64,
     rng: ChaCha8Rng,
@@ -99,7 +105,7 @@ impl NodeCache {
             used: 0,
             entries: FxHashMap::default(),
             order: BTreeSet::new(),
-            slots: Vec::new(),
+            slots: std::collections::BTreeMap::new(),
             tick: 0,
             rng: ChaCha8Rng::seed_from_u64(seed),
         }
@@ -144,7 +150,7 @@ impl NodeCache {
     /// next victim (most recently used first for LRU, most often used for LFU, newest for
     /// FIFO). Empty for Random, which ranks nothing.
     pub fn hottest_first(&self) -> impl Iterator<Item = ObjectId> + '_ {
-        self.order.iter().rev().map(|(_, o)| *o)
+        self.order.iter().rev().map(|(_, _, o)| *o)
     }
 
     /// Eviction policy.
@@ -165,14 +171,38 @@ impl NodeCache {
             EvictionPolicy::Lru => (tick, 0),
             EvictionPolicy::Lfu => (e.key.0 + 1, tick),
         };
-        self.order.remove(&(e.key, object));
+        self.order.remove(&(e.priority, e.key, object));
         e.key = new_key;
-        self.order.insert((new_key, object));
+        self.order.insert((e.priority, new_key, object));
+        true
+    }
+
+    /// The eviction priority of `object`, if held.
+    pub fn priority_of(&self, object: ObjectId) -> Option<i16> {
+        self.entries.get(&object).map(|e| e.priority)
+    }
+
+    /// Give held `object` eviction priority `priority` (its place within the policy's order
+    /// is kept). Returns false if it is not held.
+    pub fn set_priority(&mut self, object: ObjectId, priority: i16) -> bool {
+        let Some(e) = self.entries.get(&object).copied() else {
+            return false;
+        };
+        if e.priority == priority {
+            return true;
+        }
+        self.remove(object);
+        self.store(object, e.size, priority, Some(e.key));
         true
     }
 
     /// Offer `object` of `size` bytes: store it, evicting as the policy says.
     pub fn insert(&mut self, object: ObjectId, size: u64) -> Admission {
+        self.insert_at(object, size, 0)
+    }
+
+    /// [`NodeCache::insert`] with eviction priority `priority` (a held object keeps its own).
+    pub fn insert_at(&mut self, object: ObjectId, size: u64, priority: i16) -> Admission {
         if self.contains(object) {
             self.touch(object);
             return Admission::AlreadyPresent;
@@ -186,34 +216,48 @@ impl NodeCache {
             self.remove(victim);
             evicted.push(victim);
         }
-        self.tick += 1;
+        self.store(object, size, priority, None);
+        Admission::Stored(evicted)
+    }
+
+    /// Add `object` (room made): under `key` in the order, or as a new arrival.
+    fn store(&mut self, object: ObjectId, size: u64, priority: i16, key: Option<(u64, u64)>) {
         let key = match self.policy {
             EvictionPolicy::Random => {
-                self.slots.push(object);
-                (self.slots.len() as u64 - 1, 0)
+                let slots = self.slots.entry(priority).or_default();
+                slots.push(object);
+                (slots.len() as u64 - 1, 0)
             }
-            EvictionPolicy::Fifo | EvictionPolicy::Lru => (self.tick, 0),
-            EvictionPolicy::Lfu => (1, self.tick),
+            _ => key.unwrap_or_else(|| {
+                self.tick += 1;
+                match self.policy {
+                    EvictionPolicy::Lfu => (1, self.tick),
+                    _ => (self.tick, 0),
+                }
+            }),
         };
         if self.policy != EvictionPolicy::Random {
-            self.order.insert((key, object));
+            self.order.insert((priority, key, object));
         }
-        self.entries.insert(object, Entry { size, key });
+        self.entries.insert(
+            object,
+            Entry {
+                size,
+                key,
+                priority,
+            },
+        );
         self.used += size;
-        Admission::Stored(evicted)
     }
 
     /// The object the policy would evict next.
     pub fn next_victim(&mut self) -> Option<ObjectId> {
         match self.policy {
             EvictionPolicy::Random => {
-                if self.slots.is_empty() {
-                    None
-                } else {
-                    Some(self.slots[self.rng.random_range(0..self.slots.len())])
-                }
+                let (_, slots) = self.slots.iter().find(|(_, s)| !s.is_empty())?;
+                Some(slots[self.rng.random_range(0..slots.len())])
             }
-            _ => self.order.first().map(|(_, o)| *o),
+            _ => self.order.first().map(|(_, _, o)| *o),
         }
     }
 
@@ -223,15 +267,19 @@ impl NodeCache {
         self.used -= e.size;
         if self.policy == EvictionPolicy::Random {
             let idx = e.key.0 as usize;
-            self.slots.swap_remove(idx);
-            if let Some(moved) = self.slots.get(idx).copied() {
+            let slots = self.slots.get_mut(&e.priority).expect("priority has slots");
+            slots.swap_remove(idx);
+            if let Some(moved) = slots.get(idx).copied() {
                 self.entries
                     .get_mut(&moved)
                     .expect("slot of a held object")
                     .key = (idx as u64, 0);
             }
+            if slots.is_empty() {
+                self.slots.remove(&e.priority);
+            }
         } else {
-            self.order.remove(&(e.key, object));
+            self.order.remove(&(e.priority, e.key, object));
         }
         Some(e.size)
     }
@@ -283,6 +331,51 @@ mod tests {
         assert_eq!(stored(c.insert(o(4), 10)), vec![o(2)]);
         assert_eq!(stored(c.insert(o(5), 10)), vec![o(3)]);
         assert_eq!(stored(c.insert(o(6), 10)), vec![o(1)]);
+    }
+
+    #[test]
+    fn a_lower_priority_is_evicted_first_under_every_policy() {
+        for policy in [
+            EvictionPolicy::Random,
+            EvictionPolicy::Fifo,
+            EvictionPolicy::Lru,
+            EvictionPolicy::Lfu,
+        ] {
+            let mut c = NodeCache::new(policy, 40, 7);
+            c.insert_at(o(1), 10, 5);
+            c.insert_at(o(2), 10, 0);
+            c.insert_at(o(3), 10, 5);
+            c.insert_at(o(4), 10, -1);
+            c.touch(o(4));
+            assert_eq!(stored(c.insert(o(5), 10)), vec![o(4)], "{policy}: -1 first");
+            assert_eq!(stored(c.insert(o(6), 10)), vec![o(2)], "{policy}: then 0");
+            let third = stored(c.insert(o(7), 10));
+            assert!(
+                third == vec![o(5)] || third == vec![o(6)],
+                "{policy}: {third:?}"
+            );
+            assert!(
+                c.contains(o(1)) && c.contains(o(3)),
+                "{policy}: priority 5 stays"
+            );
+            // Raised, an object leaves the lower class; lowered, it is next.
+            c.set_priority(o(1), -3);
+            assert_eq!(c.priority_of(o(1)), Some(-3));
+            assert_eq!(stored(c.insert(o(8), 10)), vec![o(1)], "{policy}");
+        }
+    }
+
+    #[test]
+    fn a_new_priority_keeps_the_policy_order_within_it() {
+        let mut c = NodeCache::new(EvictionPolicy::Lru, 30, 0);
+        for i in 1..=3 {
+            c.insert_at(o(i), 10, 1);
+        }
+        c.touch(o(1)); // LRU order now 2, 3, 1
+        c.set_priority(o(2), 0);
+        c.set_priority(o(2), 1);
+        assert_eq!(stored(c.insert_at(o(4), 10, 1)), vec![o(2)]);
+        assert_eq!(stored(c.insert_at(o(5), 10, 1)), vec![o(3)]);
     }
 
     #[test]

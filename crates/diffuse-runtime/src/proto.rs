@@ -168,6 +168,9 @@ pub struct Assignment {
     /// See `stdout_uri`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_uri: Option<String>,
+    /// Eviction priority of the inputs it reads on this worker (their cache entries take it).
+    #[serde(default, skip_serializing_if = "is_zero_i16")]
+    pub eviction_priority: i16,
 }
 
 fn one() -> u32 {
@@ -176,6 +179,10 @@ fn one() -> u32 {
 
 fn is_one(n: &u32) -> bool {
     *n == 1
+}
+
+fn is_zero_i16(n: &i16) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -367,6 +374,7 @@ mod tests {
             env: Default::default(),
             stdout_uri: None,
             stderr_uri: None,
+            eviction_priority: 0,
         }));
         let text = serde_json::to_string(&m).unwrap();
         assert!(

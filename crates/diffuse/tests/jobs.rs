@@ -112,3 +112,50 @@ fn an_unread_intermediate_is_released_when_its_own_job_ends() {
     std::fs::write(&gate, b"").unwrap();
     c.wait_succeeded("other");
 }
+
+#[test]
+fn a_jobs_eviction_priority_keeps_its_inputs_through_another_jobs_scan() {
+    let mut c = Cluster::start(&[]);
+    c.worker("a", 1, "4MB");
+    c.wait_workers(1);
+    let files: Vec<String> = (0..8)
+        .map(|i| file_uri(&c.data(&format!("f{i}"), &random_bytes(1 << 20))))
+        .collect();
+    let read = |id: &str, job: &str, uri: &str, prio: i64| {
+        json!({"id": id, "job": job, "cmd": "wc -c {inputs[0]}", "inputs": [uri],
+               "eviction_priority": prio})
+    };
+    // Job "keep" (priority 10) reads two files; job "scan" (0) then reads six, one at a time,
+    // through a cache that holds three.
+    c.submit(&[
+        read("k0", "keep", &files[0], 10),
+        read("k1", "keep", &files[1], 10),
+    ]);
+    c.wait_succeeded("k0");
+    c.wait_succeeded("k1");
+    for (i, f) in files[2..].iter().enumerate() {
+        c.submit(&[read(&format!("s{i}"), "scan", f, 0)]);
+        c.wait_succeeded(&format!("s{i}"));
+    }
+    let holds = |uri: &str| c.get(&format!("/v1/locate?uri={uri}"))["nodes"] == json!(["a"]);
+    assert!(
+        holds(&files[0]) && holds(&files[1]),
+        "job keep's inputs stayed"
+    );
+    assert!(
+        !holds(&files[2]),
+        "the scan evicted its own files, oldest first"
+    );
+    // Read again: local hits, nothing from storage.
+    let before = c.status()["traffic"]["bytes_storage"].as_u64().unwrap();
+    c.submit(&[
+        read("again0", "keep", &files[0], 10),
+        read("again1", "keep", &files[1], 10),
+    ]);
+    c.wait_succeeded("again0");
+    c.wait_succeeded("again1");
+    assert_eq!(
+        c.status()["traffic"]["bytes_storage"].as_u64().unwrap(),
+        before
+    );
+}

@@ -722,6 +722,18 @@ impl CacheDir {
         true
     }
 
+    /// Give held `uri` eviction priority `priority` (see [`NodeCache`]); a pinned object is
+    /// not evicted at all and is left as it is. Returns whether `uri` is held.
+    pub fn set_priority(&mut self, uri: &str, priority: i16) -> bool {
+        let Some(e) = self.entries.get(uri) else {
+            return false;
+        };
+        if !e.pinned {
+            self.cache.set_priority(e.id, priority);
+        }
+        true
+    }
+
     /// Bytes of pinned objects.
     pub fn pinned_bytes(&self) -> u64 {
         self.pinned

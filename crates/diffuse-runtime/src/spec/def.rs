@@ -140,6 +140,9 @@ pub struct TaskMore {
     pub env: BTreeMap<String, String>,
     /// Queue order: higher first (default 0; -32768 to 32767).
     pub priority: i16,
+    /// Cache order: the inputs it reads are evicted after those of lower priority on the
+    /// worker (default 0; -32768 to 32767). Give a job's tasks one to give the job one.
+    pub eviction_priority: i16,
     /// Ids of tasks that must succeed before it runs (besides the producers of its `tmp://`
     /// inputs, which it waits for anyway).
     pub after: Vec<String>,
@@ -211,6 +214,8 @@ pub struct TaskWire {
     env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     priority: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    eviction_priority: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     after: Vec<String>,
 }
@@ -237,6 +242,7 @@ impl From<TaskDef> for TaskWire {
             retries: m.retries,
             env: m.env,
             priority: (m.priority != 0).then_some(m.priority as i64),
+            eviction_priority: (m.eviction_priority != 0).then_some(m.eviction_priority as i64),
             after: m.after,
         }
     }
@@ -397,11 +403,13 @@ impl TaskWire {
                 ));
             }
         }
-        let priority = match w.priority {
-            None => 0,
-            Some(p) => i16::try_from(p)
-                .map_err(|_| err("priority", format!("{p} is outside -32768..32767")))?,
+        let small = |field: &str, v: Option<i64>| -> Result<i16, SpecError> {
+            v.map_or(Ok(0), |p| {
+                i16::try_from(p).map_err(|_| err(field, format!("{p} is outside -32768..32767")))
+            })
         };
+        let priority = small("priority", w.priority)?;
+        let eviction_priority = small("eviction_priority", w.eviction_priority)?;
         let more = TaskMore {
             job: w.job.filter(|j| j != "default"),
             compute_s: w.compute_s,
@@ -417,6 +425,7 @@ impl TaskWire {
             retries: w.retries,
             env: w.env,
             priority,
+            eviction_priority,
             after: w.after,
         };
         Ok(TaskDef {

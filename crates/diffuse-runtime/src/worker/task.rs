@@ -209,6 +209,13 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
     }
     report.uncached = uncached;
     report.staged_at = unix_now();
+    // What it read is kept with its eviction priority (the last reader's).
+    {
+        let mut cache = ctx.cache.lock().expect("cache lock");
+        for input in &a.inputs {
+            cache.set_priority(&input.uri, a.eviction_priority);
+        }
+    }
     let outputs: Vec<PathBuf> = (0..a.outputs.len())
         .map(|i| outputs_dir.join(format!("{i}")))
         .collect();

@@ -482,6 +482,7 @@ impl Scheduler {
             env: more.env.clone(),
             stdout_uri: more.stdout.clone(),
             stderr_uri: more.stderr.clone(),
+            eviction_priority: more.eviction_priority,
         };
         let Some(s) = self.sessions.get(&node) else {
             return;
