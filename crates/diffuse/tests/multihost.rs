@@ -1,6 +1,6 @@
 //! Across hosts: a dispatcher and workers in separate network namespaces, each with its own
 //! address and cache, talking over real TCP. A worker listening on 0.0.0.0 must advertise an
-//! address its peers can reach.
+//! address its peers can reach; an intermediate object and its replica move between hosts.
 
 mod common;
 
@@ -8,48 +8,77 @@ use common::cluster::*;
 use common::host::skip;
 use common::testbed::Testbed;
 use common::BIN;
-use serde_json::Value;
+use serde_json::{json, Value};
+use std::path::PathBuf;
 use std::process::Command;
 
-#[test]
-fn workers_on_separate_hosts_fetch_from_each_other() {
-    let Some(bed) = Testbed::up(3) else {
-        return skip("network namespaces need root and iproute2");
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let (client, worker) = (random_token(), random_token());
-    let env = |cmd: &mut Command| {
-        cmd.env("DIFFUSE_CLIENT_TOKEN", &client)
-            .env("DIFFUSE_WORKER_TOKEN", &worker)
+/// A dispatcher on host 0 of a testbed, workers on the others.
+struct Hosts {
+    bed: Testbed,
+    dir: tempfile::TempDir,
+    client: String,
+    worker_token: String,
+    url: String,
+    http: reqwest::blocking::Client,
+    /// The dispatcher first, then the workers in the order started.
+    procs: Vec<Proc>,
+}
+
+impl Hosts {
+    /// `hosts` hosts, the dispatcher (with `args`) on host 0; None where namespaces cannot be
+    /// made.
+    fn up(hosts: usize, args: &[&str]) -> Option<Hosts> {
+        let bed = Testbed::up(hosts)?;
+        let url = format!("http://{}:8700", bed.addr(0));
+        let mut h = Hosts {
+            dir: tempfile::tempdir().unwrap(),
+            client: random_token(),
+            worker_token: random_token(),
+            url,
+            http: http(),
+            procs: Vec::new(),
+            bed,
+        };
+        let mut d = h.bed.command(0, BIN);
+        d.args(["dispatcher", "--listen", &format!("{}:8700", h.bed.addr(0))])
+            .arg("--journal")
+            .arg(h.dir.path().join("journal.sqlite"))
+            .args(args);
+        h.env(&mut d);
+        let log = h.path("d.log");
+        h.procs
+            .push(Proc::spawn("dispatcher (host 0)", &mut d, log));
+        poll("the dispatcher on host 0", || h.get("/v1/status"));
+        Some(h)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn env(&self, cmd: &mut Command) {
+        cmd.env("DIFFUSE_CLIENT_TOKEN", &self.client)
+            .env("DIFFUSE_WORKER_TOKEN", &self.worker_token)
             .env("DIFFUSE_LOG", "info");
-    };
-    let url = format!("http://{}:8700", bed.addr(0));
-    let mut d = bed.command(0, BIN);
-    d.args(["dispatcher", "--listen", &format!("{}:8700", bed.addr(0))])
-        .arg("--journal")
-        .arg(dir.path().join("journal.sqlite"));
-    env(&mut d);
-    let mut procs = vec![Proc::spawn(
-        "dispatcher (host 0)",
-        &mut d,
-        dir.path().join("d.log"),
-    )];
-    let http = http();
-    let get = |path: &str| -> Option<Value> {
-        http.get(format!("{url}{path}"))
-            .bearer_auth(&client)
+    }
+
+    fn get(&self, path: &str) -> Option<Value> {
+        self.http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.client)
             .send()
             .ok()?
             .json()
             .ok()
-    };
-    poll("the dispatcher on host 0", || get("/v1/status"));
-    let start_worker = |host: usize, name: &str, procs: &mut Vec<Proc>| {
-        let mut w = bed.command(host, BIN);
+    }
+
+    /// A one-slot worker named `name` on `host`, listening on 0.0.0.0 (the default).
+    fn worker(&mut self, host: usize, name: &str) {
+        let mut w = self.bed.command(host, BIN);
         w.args([
             "worker",
             "--dispatcher",
-            &url,
+            &self.url,
             "--cache-size",
             "100MB",
             "--slots",
@@ -57,57 +86,67 @@ fn workers_on_separate_hosts_fetch_from_each_other() {
         ])
         .args(["--name", name])
         .arg("--cache-dir")
-        .arg(dir.path().join(format!("cache-{name}")));
-        env(&mut w);
-        let log = dir.path().join(format!("worker-{name}.log"));
-        procs.push(Proc::spawn(
+        .arg(self.path(&format!("cache-{name}")));
+        self.env(&mut w);
+        let log = self.path(&format!("worker-{name}.log"));
+        self.procs.push(Proc::spawn(
             &format!("worker {name} (host {host})"),
             &mut w,
             log,
         ));
-    };
-    let submit = |tasks: &[Value]| {
+    }
+
+    fn wait_workers(&self, n: u64) {
+        poll("workers", || {
+            self.get("/v1/status").filter(|s| s["workers"] == n)
+        });
+    }
+
+    fn submit(&self, tasks: &[Value]) {
         let body: String = tasks.iter().map(|t| format!("{t}\n")).collect();
-        let r = http
-            .post(format!("{url}/v1/tasks"))
-            .bearer_auth(&client)
+        let r = self
+            .http
+            .post(format!("{}/v1/tasks", self.url))
+            .bearer_auth(&self.client)
             .body(body)
             .send()
             .unwrap();
         assert!(r.status().is_success(), "{}", r.text().unwrap_or_default());
-    };
-    let done = |id: &str| {
+    }
+
+    fn done(&self, id: &str) -> Value {
         poll(&format!("{id} to end"), || {
-            get(&format!("/v1/tasks/{id}")).filter(|t| {
+            self.get(&format!("/v1/tasks/{id}")).filter(|t| {
                 ["succeeded", "failed"].contains(&t["state"].as_str().unwrap_or_default())
             })
         })
-    };
-    let workers = |n: u64| {
-        poll("workers", || {
-            get("/v1/status").filter(|s| s["workers"] == n)
-        })
-    };
+    }
+}
 
-    start_worker(1, "A", &mut procs);
-    workers(1);
+#[test]
+fn workers_on_separate_hosts_fetch_from_each_other() {
+    let Some(mut h) = Hosts::up(3, &[]) else {
+        return skip("network namespaces need root and iproute2");
+    };
+    h.worker(1, "A");
+    h.wait_workers(1);
     let size = 2 << 20;
-    let x = dir.path().join("x.bin");
+    let x = h.path("x.bin");
     std::fs::write(&x, random_bytes(size)).unwrap();
     let uri = file_uri(&x);
-    submit(&[wc_task("t1", &uri)]);
-    let t1 = done("t1");
+    h.submit(&[wc_task("t1", &uri)]);
+    let t1 = h.done("t1");
     assert_eq!(t1["state"], "succeeded", "{t1}");
     // A's only slot stays busy, so the next reader of x goes to B.
-    let gate = dir.path().join("gate");
-    submit(&[gated_task("hold", &gate)]);
+    let gate = h.path("gate");
+    h.submit(&[gated_task("hold", &gate)]);
     poll("A to be busy", || {
-        get("/v1/tasks/hold").filter(|t| t["state"] == "running")
+        h.get("/v1/tasks/hold").filter(|t| t["state"] == "running")
     });
-    start_worker(2, "B", &mut procs);
-    workers(2);
-    submit(&[wc_task("t2", &uri)]);
-    let t2 = done("t2");
+    h.worker(2, "B");
+    h.wait_workers(2);
+    h.submit(&[wc_task("t2", &uri)]);
+    let t2 = h.done("t2");
     std::fs::write(&gate, b"go").unwrap();
     assert_eq!(t2["state"], "succeeded", "{t2}");
     assert_eq!(t2["node"], "B", "{t2}");
@@ -118,18 +157,74 @@ fn workers_on_separate_hosts_fetch_from_each_other() {
         "B read x from A across hosts (a worker that advertised 0.0.0.0 would be unreachable): {r}"
     );
     // A task's output, fetched by the dispatcher (host 0) from the worker that ran it (host 1).
-    let stdout = http
-        .get(format!("{url}/v1/tasks/t1/logs"))
-        .bearer_auth(&client)
+    let stdout = h
+        .http
+        .get(format!("{}/v1/tasks/t1/logs", h.url))
+        .bearer_auth(&h.client)
         .send()
         .unwrap();
     assert!(stdout.status().is_success(), "{}", stdout.status());
     let stdout = stdout.text().unwrap();
     assert!(stdout.starts_with(&size.to_string()), "{stdout}");
-    let log = std::fs::read_to_string(dir.path().join("d.log")).unwrap();
+    let log = std::fs::read_to_string(h.path("d.log")).unwrap();
     assert!(
-        log.contains(&format!("peer=http://{}:", bed.addr(1))),
+        log.contains(&format!("peer=http://{}:", h.bed.addr(1))),
         "A advertised its own host's address:\n{log}"
     );
-    drop(procs);
+}
+
+#[test]
+fn an_intermediate_and_its_replica_cross_hosts_and_outlive_the_producers_host() {
+    let Some(mut h) = Hosts::up(4, &["--tmp-replicas", "2"]) else {
+        return skip("network namespaces need root and iproute2");
+    };
+    for (host, name) in [(1, "A"), (2, "B"), (3, "C")] {
+        h.worker(host, name);
+    }
+    h.wait_workers(3);
+    let gate = h.path("gate");
+    let strict = |name: &str| json!({"node": name, "strict": true});
+    // C is held by the gate; A writes the object; its replica goes to the least busy other
+    // worker, B; the reader, on C, waits for the gate.
+    let mut hold = gated_task("hold", &gate);
+    hold["hint"] = strict("C");
+    h.submit(&[hold]);
+    poll("C to be busy", || {
+        h.get("/v1/tasks/hold").filter(|t| t["state"] == "running")
+    });
+    h.submit(&[
+        json!({"id": "make", "cmd": "seq 1 40000 > {outputs[0]}", "outputs": ["tmp://n"],
+               "hint": strict("A")}),
+        json!({"id": "use", "cmd": "sha256sum < {inputs[0]}", "inputs": ["tmp://n"],
+               "after": ["hold"], "hint": strict("C")}),
+    ]);
+    assert_eq!(h.done("make")["state"], "succeeded");
+    poll("the replica on B", || {
+        let v = h.get("/v1/objects/tmp%3A%2F%2Fn")?;
+        (v["nodes"] == json!(["A", "B"]) || v["nodes"] == json!(["B", "A"])).then_some(())
+    });
+    // The producer's host goes: its worker is killed.
+    h.procs[1].kill_worker_proper();
+    poll("A gone", || {
+        h.get("/v1/status").filter(|s| s["workers"] == 2)
+    });
+    std::fs::write(&gate, b"go").unwrap();
+    let used = h.done("use");
+    assert_eq!(used["state"], "succeeded", "{used}");
+    let r = report(&used);
+    assert_eq!(
+        r["traffic"]["peer"], 1,
+        "C read the replica from B across hosts: {r}"
+    );
+    let want = Command::new("sh")
+        .args(["-c", "seq 1 40000 | sha256sum"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout_of(&r), String::from_utf8_lossy(&want.stdout));
+    let made = h.get("/v1/tasks/make").unwrap();
+    assert_eq!(
+        made["attempts"].as_array().map(Vec::len),
+        Some(1),
+        "the producer did not run again: {made}"
+    );
 }
