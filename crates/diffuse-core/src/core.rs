@@ -307,6 +307,8 @@ pub struct Core {
     soft_deadlines: BTreeSet<(Time, TaskId)>,
     /// Names whose last node left: a task hard-hinted at one can never run.
     departed: BTreeSet<NodeName>,
+    /// Producers running again to remake their objects (their success already counted).
+    remaking: BTreeSet<TaskId>,
 }
 
 impl Core {
@@ -350,6 +352,7 @@ impl Core {
             soft_unstarted: Vec::new(),
             soft_deadlines: BTreeSet::new(),
             departed: BTreeSet::new(),
+            remaking: BTreeSet::new(),
         }
     }
 
@@ -361,6 +364,18 @@ impl Core {
     /// Whether nodes should cache what they read (false for FA, which reads only from storage).
     pub fn caching_enabled(&self) -> bool {
         self.policy.uses_locality()
+    }
+
+    /// Producers running again to remake a lost object, whose success is already counted in
+    /// `succeeded`: (waiting: blocked or queued, running). [`Counts`] counts them in its
+    /// `blocked`, `queued` and `running` too; a driver showing each task once subtracts them.
+    pub fn remakes(&self) -> (u64, u64) {
+        let running = self
+            .remaking
+            .iter()
+            .filter(|t| matches!(self.tasks[t].phase, Phase::Running { .. }))
+            .count() as u64;
+        (self.remaking.len() as u64 - running, running)
     }
 
     /// Counters.

@@ -330,7 +330,10 @@ impl CacheModel {
                 .is_none();
             debug_assert!(fresh, "{} planned twice to {}", h.object, h.to);
             *self.pending_objects.entry(h.object).or_default() += 1;
-            *self.reserved.entry(h.to).or_default() += h.size;
+            // An empty object reserves nothing (and leaves no zero entry behind).
+            if h.size > 0 {
+                *self.reserved.entry(h.to).or_default() += h.size;
+            }
         }
     }
 

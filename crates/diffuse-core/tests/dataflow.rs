@@ -212,6 +212,11 @@ fn losing_the_only_copy_runs_the_producer_again() {
     let p = first.iter().find(|d| d.task == t(1)).unwrap().clone();
     produce(&mut env, &p, &[10]);
     assert_eq!(env.lose(p.node.0), Vec::<TaskId>::new());
+    assert_eq!(
+        env.core.remakes(),
+        (1, 0),
+        "the producer waits to run again, its success already counted"
+    );
     env.node(2, 1);
     let again = env.take_dispatches();
     assert!(
@@ -225,6 +230,7 @@ fn losing_the_only_copy_runs_the_producer_again() {
         None => env.take_one(),
     };
     assert_eq!(p2.attempt, 2);
+    assert_eq!(env.core.remakes(), (0, 1));
     assert_eq!(
         produce(&mut env, &p2, &[10]),
         TaskState::Finished(Outcome::Succeeded)

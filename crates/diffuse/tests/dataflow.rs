@@ -148,8 +148,23 @@ fn killing_the_worker_with_the_only_copy_makes_its_producer_run_again() {
     let i = if holder == "a" { 0 } else { 1 };
     c.kill_worker(i);
     c.worker("c", 1, "100MB");
-    // The producer runs again, on the new worker (the other one is held by the gate).
+    // The producer runs again, on the new worker (the other one is held by the gate). Each
+    // task is counted once meanwhile: the remake is not queued or running work.
     poll("the producer to run again", || {
+        let s = c.status();
+        let n = |k: &str| s[k].as_u64().unwrap();
+        let counted = [
+            "queued",
+            "running",
+            "ending",
+            "succeeded",
+            "failed",
+            "cancelled",
+        ]
+        .map(n)
+        .iter()
+        .sum::<u64>();
+        assert_eq!(counted, n("submitted"), "{s}");
         let v = c.get("/v1/locate?uri=tmp://numbers");
         (v["nodes"] == json!(["c"])).then_some(())
     });

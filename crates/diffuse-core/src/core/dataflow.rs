@@ -350,6 +350,7 @@ impl Core {
         }
         t.remakes += 1;
         t.remaking = true;
+        self.remaking.insert(producer);
         t.phase = Phase::Blocked;
         debug_assert!(t.waiting_on.is_empty());
         let job = t.job;
@@ -441,6 +442,7 @@ impl Core {
         let t = self.tasks.get_mut(&task).expect("task exists");
         let (job, remade) = (t.job, t.remaking);
         t.remaking = false;
+        self.remaking.remove(&task);
         t.phase = Phase::Done;
         let produces = t.produces.clone();
         if !remade {
@@ -529,6 +531,7 @@ impl Core {
         let mut unmade = Vec::new();
         if t.remaking {
             t.remaking = false;
+            self.remaking.remove(&task);
             t.phase = Phase::Done;
         } else {
             unmade = std::mem::take(&mut t.produces);

@@ -11,6 +11,7 @@ impl Core {
         let mut blocked = 0u64;
         self.check_dataflow()?;
         self.check_hints()?;
+        self.check_remakes()?;
         for (id, t) in &self.tasks {
             match &t.phase {
                 Phase::Blocked => blocked += 1,
@@ -217,6 +218,22 @@ impl Core {
 
     /// Bound hints: exactly the queued tasks whose hint binds are listed under their name at
     /// their order number; each soft deadline is its task's; no node carries a departed name.
+    fn check_remakes(&self) -> Result<(), String> {
+        let flagged: BTreeSet<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.remaking)
+            .map(|(id, _)| *id)
+            .collect();
+        if flagged != self.remaking {
+            return Err(format!(
+                "remaking {flagged:?}, but the set says {:?}",
+                self.remaking
+            ));
+        }
+        Ok(())
+    }
+
     fn check_hints(&self) -> Result<(), String> {
         let mut listed = 0usize;
         for (name, set) in &self.hinted {

@@ -411,6 +411,9 @@ fn print_status(s: &Value, json: bool) {
             s["running"].as_u64().unwrap_or(0) + s["ending"].as_u64().unwrap_or(0),
             s["succeeded"], s["failed"], s["cancelled"], s["workers"], s["slots"], s["busy_slots"]
         );
+        if let Some(n) = s["remaking"].as_u64().filter(|n| *n > 0) {
+            println!("remaking {n}: succeeded tasks running again to remake a lost tmp:// object");
+        }
         print_workers(s);
     }
 }

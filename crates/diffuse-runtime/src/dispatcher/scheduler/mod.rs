@@ -155,6 +155,10 @@ pub struct Status {
     pub failed: u64,
     /// Cancelled.
     pub cancelled: u64,
+    /// Of the succeeded, those running again to remake an intermediate object whose every
+    /// copy was lost (not counted in `queued` or `running`).
+    #[serde(default)]
+    pub remaking: u64,
     /// Connected workers.
     pub workers: u32,
     /// Workers by state: requested, pending, starting (pool requests not yet connected),
@@ -717,6 +721,7 @@ impl Scheduler {
 
     fn status(&self) -> Status {
         let c = self.core.counts();
+        let (remakes_waiting, remakes_running) = self.core.remakes();
         let unfit = self.core.unschedulable();
         let examples = unfit
             .iter()
@@ -740,9 +745,10 @@ impl Scheduler {
             pool,
             unschedulable: unfit.len() as u64,
             unschedulable_examples: examples,
-            queued: c.queued + c.blocked,
+            queued: c.queued + c.blocked - remakes_waiting,
             looking_up: self.looking_up,
-            running: c.running,
+            running: c.running - remakes_running,
+            remaking: remakes_waiting + remakes_running,
             ending: self.unconfirmed.len() as u64,
             workers: c.nodes,
             slots: c.slots,
