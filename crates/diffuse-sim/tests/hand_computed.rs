@@ -987,3 +987,34 @@ fn a_pipeline_reads_its_intermediate_object_from_nodes_never_from_storage() {
     assert_eq!((s.bytes_local, s.bytes_peer), (500, 500));
     close(s.makespan_s, 3.5, "makespan");
 }
+
+#[test]
+fn an_intermediate_object_outlasts_a_scan_through_its_nodes_cache() {
+    // One node, one slot, a 1000 B cache. Task 0 writes object 100 (400 B) at 1 s. Tasks 1 and
+    // 2 read objects 1 and 2 (400 B each) from storage, 4 s each plus 1 s of compute: 1..6,
+    // 6..11. Caching object 2 at 10 s must evict one object: object 1, not the intermediate
+    // (kept at the highest eviction priority), though LRU alone would pick object 100. Task 3
+    // (after task 2) then reads object 100 locally (0.4 s) and computes: 11..12.4. Had the
+    // intermediate been evicted, task 0 would have run again first and the run would end at 13.4.
+    let producer = Arrival {
+        produces: vec![(ObjectId(100), 400)],
+        ..at(0.0, &[], 1.0)
+    };
+    let reader = Arrival {
+        after: vec![2],
+        ..at(0.0, &[(100, 400)], 1.0)
+    };
+    let s = summary(config(
+        testbed(1, 1),
+        vec![
+            producer,
+            at(0.0, &[(1, 400)], 1.0),
+            at(0.0, &[(2, 400)], 1.0),
+            reader,
+        ],
+        1000,
+    ));
+    assert_eq!(s.tasks, 4);
+    assert_eq!((s.bytes_storage, s.bytes_local), (800, 400));
+    close(s.makespan_s, 12.4, "makespan");
+}

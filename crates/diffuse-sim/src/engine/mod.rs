@@ -525,11 +525,13 @@ impl Simulation {
             }
             Ev::ComputeDone(task) => {
                 let r = self.running.remove(&task).expect("running task");
-                // What it wrote is on its node before it reports (as a worker does).
+                // What it wrote is on its node before it reports (as a worker does), kept at
+                // the highest eviction priority: evicted only when nothing else is left (a
+                // worker pins it outright, and fails a producer whose output does not fit).
                 for (object, size) in self.arrival(task).produces.clone() {
                     self.core.handle_intermediate_size(object, size);
                     let n = self.nodes.get_mut(&r.node).expect("node of a running task");
-                    if let Admission::Stored(evicted) = n.cache.insert(object, size) {
+                    if let Admission::Stored(evicted) = n.cache.insert_at(object, size, i16::MAX) {
                         for o in evicted {
                             self.core
                                 .handle_object_evicted(r.node, o, self.now)
