@@ -31,6 +31,7 @@ use thiserror::Error;
 
 mod dataflow;
 mod invariants;
+mod jobs;
 mod nodes;
 mod placement;
 mod provisioning;
@@ -124,6 +125,9 @@ pub enum CoreError {
     /// A task reads an object it writes itself.
     #[error("task {0} reads {1}, which it writes")]
     ReadsOwnOutput(TaskId, ObjectId),
+    /// A job's policy was set after its first task.
+    #[error("job {0} already has tasks: its policy is set before them")]
+    JobStarted(JobId),
 }
 
 #[derive(Clone, Debug)]
@@ -310,6 +314,12 @@ pub struct Core {
     departed: BTreeSet<NodeName>,
     /// Producers running again to remake their objects (their success already counted).
     remaking: BTreeSet<TaskId>,
+    /// Jobs with a dispatch policy of their own (the others use `policy`).
+    job_policies: FxHashMap<JobId, PolicyKind>,
+    /// One instance of each policy jobs chose.
+    kind_policies: BTreeMap<PolicyKind, Box<dyn DispatchPolicy>>,
+    /// Queued tasks are in `locality`'s candidate sets: some policy in use reads cached data.
+    tracking: bool,
 }
 
 impl Core {
@@ -326,6 +336,7 @@ impl Core {
             Provisioning::Dynamic(d) => Some(Allocator::new(d.clone())),
         };
         let caches = (cfg.handoff.is_some() && policy.uses_locality()).then(CacheModel::new);
+        let tracking = policy.uses_locality();
         Core {
             cfg,
             policy,
@@ -354,6 +365,9 @@ impl Core {
             soft_deadlines: BTreeSet::new(),
             departed: BTreeSet::new(),
             remaking: BTreeSet::new(),
+            job_policies: FxHashMap::default(),
+            kind_policies: BTreeMap::new(),
+            tracking,
         }
     }
 
@@ -362,9 +376,10 @@ impl Core {
         &self.cfg
     }
 
-    /// Whether nodes should cache what they read (false for FA, which reads only from storage).
+    /// Whether some policy in use caches what it reads (false while FA, which reads only from
+    /// storage, is the only one). Per task: [`Core::caches_for`].
     pub fn caching_enabled(&self) -> bool {
-        self.policy.uses_locality()
+        self.tracking
     }
 
     /// Producers running again to remake a lost object, whose success is already counted in
@@ -447,7 +462,7 @@ impl Core {
         if entry.avoid.is_some() || entry.walltime.is_some() {
             self.avoiding.insert(task);
         }
-        if self.policy.uses_locality() {
+        if self.tracking {
             self.locality
                 .enqueue(task, seq, &entry.inputs, &self.effective);
         }
@@ -753,10 +768,45 @@ impl Core {
                             total_slots: self.counts.slots,
                             fits: &fits,
                         };
-                        let choice = if local_pass {
-                            self.policy.choose_local(&view, node, now)
+                        let choice = if self.job_policies.is_empty() {
+                            if local_pass {
+                                self.policy.choose_local(&view, node, now)
+                            } else {
+                                self.policy.choose_any(&view, node, now)
+                            }
                         } else {
-                            self.policy.choose_any(&view, node, now)
+                            // Each policy in use chooses among its jobs' tasks; the one whose
+                            // oldest task in the window is oldest goes first.
+                            let job_policies = &self.job_policies;
+                            let kind_of = |t: TaskId| job_policies.get(&tasks[&t].job).copied();
+                            let groups = jobs::groups_by_age(
+                                &self.queue,
+                                view.window_bound,
+                                &kind_of,
+                                1 + self.kind_policies.len(),
+                            );
+                            let mut chosen = None;
+                            for g in groups {
+                                let fits_g = |t: TaskId| kind_of(t) == g && fits(t);
+                                let view_g = view.with_fits(&fits_g);
+                                let policy = match g {
+                                    None => self.policy.as_mut(),
+                                    Some(k) => self
+                                        .kind_policies
+                                        .get_mut(&k)
+                                        .expect("a policy per kind")
+                                        .as_mut(),
+                                };
+                                chosen = if local_pass {
+                                    policy.choose_local(&view_g, node, now)
+                                } else {
+                                    policy.choose_any(&view_g, node, now)
+                                };
+                                if chosen.is_some() {
+                                    break;
+                                }
+                            }
+                            chosen
                         };
                         let Some(task) = choice else {
                             declined = true;
@@ -800,7 +850,7 @@ impl Core {
             panic!("policy chose {task}, which is not queued");
         };
         self.dequeue(task, seq);
-        let use_locality = self.policy.uses_locality();
+        let use_locality = self.caches_for(task);
         let t = self.tasks.get_mut(&task).expect("task exists");
         t.attempt += 1;
         let mut inputs = Vec::with_capacity(t.inputs.len());

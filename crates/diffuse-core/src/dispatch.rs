@@ -42,6 +42,19 @@ pub struct SchedView<'a> {
 }
 
 impl SchedView<'_> {
+    /// The same view with another fit filter (one policy's share of the queue).
+    pub(crate) fn with_fits<'b>(&'b self, fits: &'b dyn Fn(TaskId) -> bool) -> SchedView<'b> {
+        SchedView {
+            queue: self.queue,
+            locality: self.locality,
+            index: self.index,
+            window_bound: self.window_bound,
+            busy_slots: self.busy_slots,
+            total_slots: self.total_slots,
+            fits,
+        }
+    }
+
     /// Busy slots / allocated slots (1.0 when no slot is allocated).
     pub fn utilization(&self) -> f64 {
         if self.total_slots == 0 {
@@ -192,7 +205,9 @@ impl DispatchPolicy for GoodCacheCompute {
 }
 
 /// The built-in policies by name, for configuration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyKind {
     /// First-available.
@@ -207,6 +222,11 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
+    /// Whether the policy uses cached data (all but FA).
+    pub fn uses_locality(self) -> bool {
+        self != PolicyKind::Fa
+    }
+
     /// Build the policy; `threshold` is used by GCC only.
     pub fn build(self, threshold: f64) -> Box<dyn DispatchPolicy> {
         match self {

@@ -482,3 +482,81 @@ fn in_transfer_ends_when_the_fetching_task_ends() {
     assert_eq!((d.task, d.node), (t(2), n(1)));
     assert_eq!(source(&d, 10), Source::Local);
 }
+
+// ----- per-job policies -----
+
+#[test]
+fn a_job_with_its_own_policy_is_dispatched_by_it() {
+    use diffuse_core::JobId;
+    // The core runs GCC; job 1 chose FA. Node 1 holds o10.
+    let mut env = TestEnv::new(PolicyKind::Gcc);
+    env.core
+        .handle_job_policy(JobId(1), PolicyKind::Fa)
+        .unwrap();
+    env.node(1, 1).node(2, 1).cached(1, 10);
+    let fa = support::spec(1, &[(10, 5)]).with_job(JobId(1));
+    env.submit(fa).task(2, &[(10, 5)]);
+    let d = env.take_dispatches();
+    let of = |task: u64| d.iter().find(|d| d.task == t(task)).unwrap().clone();
+    // GCC's task takes the node holding its data; FA's goes elsewhere and reads storage.
+    assert_eq!(of(2).node, n(1));
+    assert_eq!(source(&of(2), 10), Source::Local);
+    assert_eq!(of(1).node, n(2));
+    assert_eq!(source(&of(1), 10), Source::Storage);
+    assert!(!env.core.caches_for(t(1)) && env.core.caches_for(t(2)));
+    // Too late for a job that has tasks.
+    assert!(env
+        .core
+        .handle_job_policy(JobId(1), PolicyKind::Mch)
+        .is_err());
+}
+
+#[test]
+fn policies_take_turns_by_their_oldest_task() {
+    use diffuse_core::JobId;
+    // One slot. Job 1 (MCH) queues first: its task's data is on no node, so MCH takes it (cold).
+    // Then the core's GCC job's task. The slot serves the older group first, each time.
+    let mut env = TestEnv::new(PolicyKind::Gcc);
+    env.core
+        .handle_job_policy(JobId(1), PolicyKind::Mch)
+        .unwrap();
+    env.node(1, 1);
+    fill(&mut env, 1, 1, 100);
+    env.submit(support::spec(1, &[(10, 5)]).with_job(JobId(1)))
+        .task(2, &[])
+        .submit(support::spec(3, &[(11, 5)]).with_job(JobId(1)));
+    env.finish(100);
+    assert_eq!(env.take_one().task, t(1), "job 1's task is the oldest");
+    env.finish(1);
+    assert_eq!(env.take_one().task, t(2), "then the core's job's");
+    env.finish(2);
+    assert_eq!(env.take_one().task, t(3));
+}
+
+#[test]
+fn a_caching_policy_for_one_job_under_fa_tracks_locality_from_then_on() {
+    use diffuse_core::JobId;
+    let mut env = TestEnv::new(PolicyKind::Fa);
+    env.node(1, 1);
+    fill(&mut env, 1, 1, 100);
+    env.task(1, &[(10, 5)]);
+    assert!(!env.core.caching_enabled());
+    env.core
+        .handle_job_policy(JobId(1), PolicyKind::Gcc)
+        .unwrap();
+    env.check();
+    assert!(env.core.caching_enabled());
+    env.cached(1, 20).node(2, 1);
+    env.submit(support::spec(2, &[(20, 5)]).with_job(JobId(1)));
+    let d = env.take_one();
+    assert_eq!(
+        (d.task, d.node),
+        (t(1), n(2)),
+        "FA's task is older: the free node takes it"
+    );
+    assert_eq!(source(&d, 10), Source::Storage);
+    env.finish(100);
+    let d = env.take_one();
+    assert_eq!((d.task, d.node), (t(2), n(1)));
+    assert_eq!(source(&d, 20), Source::Local);
+}

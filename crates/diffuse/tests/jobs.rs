@@ -159,3 +159,64 @@ fn a_jobs_eviction_priority_keeps_its_inputs_through_another_jobs_scan() {
         before
     );
 }
+
+#[test]
+fn a_job_chooses_its_dispatch_policy_and_bad_choices_are_refused() {
+    let mut c = Cluster::start(&[]);
+    c.worker("a", 1, "10MB");
+    c.wait_workers(1);
+    let f = file_uri(&c.data("f", &random_bytes(1 << 16)));
+    let read = |id: &str, job: &str| json!({"id": id, "job": job, "cmd": "wc -c {inputs[0]}", "inputs": [&f]});
+    c.submit(&[read("warm", "default")]);
+    c.wait_succeeded("warm");
+    // Job "direct" runs FA: it reads from storage though the file is cached on its worker;
+    // the dispatcher's GCC job reads the cached copy.
+    let mut direct = read("d0", "direct");
+    direct["job_policy"] = json!("fa");
+    c.submit(&[direct, read("d1", "direct")]);
+    for id in ["d0", "d1"] {
+        let (_, r) = c.wait_succeeded(id);
+        assert_eq!(r["traffic"]["storage"], 1, "{id} read storage: {r}");
+        assert_eq!(r["traffic"]["local"], 0, "{r}");
+    }
+    c.submit(&[read("g", "default")]);
+    let (_, r) = c.wait_succeeded("g");
+    assert_eq!(r["traffic"]["local"], 1, "{r}");
+
+    let cases = [
+        (
+            vec![json!({"id": "x", "cmd": "true", "job": "default", "job_policy": "mch"})],
+            "task 'x': field 'job_policy': job 'default' already has tasks, dispatched by the dispatcher's policy",
+        ),
+        (
+            vec![json!({"id": "x", "cmd": "true", "job": "direct", "job_policy": "gcc"})],
+            "job 'direct' already has tasks, dispatched by policy fa",
+        ),
+        (
+            vec![
+                json!({"id": "x", "cmd": "true", "job": "new", "job_policy": "fa"}),
+                json!({"id": "y", "cmd": "true", "job": "new", "job_policy": "mcu"}),
+            ],
+            "task 'y': field 'job_policy': task 'x' of job 'new' says fa, this one mcu",
+        ),
+        (
+            vec![json!({"id": "x", "cmd": "true", "job_policy": "lru"})],
+            "unknown policy 'lru' (expected fa, mcu, mch or gcc)",
+        ),
+    ];
+    for (tasks, want) in cases {
+        let body: String = tasks.iter().map(|t| format!("{t}\n")).collect();
+        let (code, v) = c.post_tasks(&body, Some(&c.client_token));
+        assert_eq!(code, 400, "{body}: {v}");
+        assert!(v.to_string().contains(want), "{body}: {v}");
+    }
+    // The journal keeps a job's policy: after a restart, job "direct" still runs FA.
+    c.restart_dispatcher();
+    c.worker("b", 1, "10MB");
+    c.wait_workers(1);
+    c.submit(&[read("g2", "default")]);
+    c.wait_succeeded("g2");
+    c.submit(&[read("d2", "direct")]);
+    let (_, r) = c.wait_succeeded("d2");
+    assert_eq!(r["traffic"]["storage"], 1, "{r}");
+}

@@ -121,7 +121,7 @@ impl Core {
         if fetches != self.incoming {
             return Err("in-transfer counts disagree with running tasks".into());
         }
-        if self.policy.uses_locality() {
+        if self.tracking {
             self.locality.check(&self.effective)?;
         }
         if let Some(c) = &self.caches {

@@ -112,6 +112,8 @@ pub struct TaskDef {
 pub struct TaskMore {
     /// Job name (default `default`).
     pub job: Option<String>,
+    /// The dispatch policy of its job (default: the dispatcher's `--policy`).
+    pub job_policy: Option<diffuse_core::PolicyKind>,
     /// Expected compute time, seconds (informational).
     pub compute_s: Option<f64>,
     /// Placement hint.
@@ -189,6 +191,8 @@ pub struct TaskWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     job: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    job_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     compute_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     hint: Option<Hint>,
@@ -229,6 +233,7 @@ impl From<TaskDef> for TaskWire {
             inputs: d.inputs,
             outputs: d.outputs,
             job: m.job,
+            job_policy: m.job_policy.map(|k| k.to_string()),
             compute_s: m.compute_s,
             hint: m.hint,
             stdout: m.stdout,
@@ -410,8 +415,16 @@ impl TaskWire {
         };
         let priority = small("priority", w.priority)?;
         let eviction_priority = small("eviction_priority", w.eviction_priority)?;
+        let job_policy = match &w.job_policy {
+            None => None,
+            Some(p) => Some(
+                p.parse::<diffuse_core::PolicyKind>()
+                    .map_err(|e| err("job_policy", e))?,
+            ),
+        };
         let more = TaskMore {
             job: w.job.filter(|j| j != "default"),
+            job_policy,
             compute_s: w.compute_s,
             hint: w.hint,
             stdout,

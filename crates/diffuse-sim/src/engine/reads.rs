@@ -9,7 +9,7 @@ impl Simulation {
     pub(super) fn deliver(&mut self, task: TaskId) -> Result<(), SimError> {
         let t = secs(self.now);
         let tb = self.cfg.testbed.clone();
-        let caching = self.core.caching_enabled();
+        let caching = self.core.caches_for(task);
         let mut r = self.running.remove(&task).expect("dispatched task");
         r.delivered = t;
         let node = r.node;
@@ -108,7 +108,7 @@ impl Simulation {
         i: usize,
         bytes: u64,
     ) -> Result<(), SimError> {
-        let caching = self.core.caching_enabled();
+        let caching = self.core.caches_for(task);
         let r = self.running.get_mut(&task).expect("running task");
         let (object, size, _) = r.inputs[i];
         let used = r.plan[i].1;

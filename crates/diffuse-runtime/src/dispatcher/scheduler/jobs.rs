@@ -5,8 +5,10 @@
 //! running tasks' processes are stopped.
 
 use super::tasks::Listed;
-use super::Scheduler;
-use diffuse_core::{JobId, TaskId};
+use super::{Scheduler, SubmitError};
+use crate::spec::TaskDef;
+use diffuse_core::{JobId, PolicyKind, TaskId};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 /// The tasks of one job, in the order they were taken in.
@@ -50,18 +52,72 @@ pub struct JobCancelled {
 }
 
 impl Scheduler {
-    /// The core's id of job `name`, and the task recorded in it.
-    pub(super) fn join_job(&mut self, name: &str, t: TaskId) -> JobId {
+    /// Record task `t` (taken in, new or replayed) in its job; a job's first task gives the
+    /// core the job's policy, if it has one.
+    pub(super) fn join_job(&mut self, t: TaskId) -> JobId {
+        let def = &self.tasks.get(t).def;
+        let name = def.job().to_string();
+        let policy = def.more.as_ref().and_then(|m| m.job_policy);
         let next = JobId(self.jobs.len() as u32);
-        let entry = self
-            .jobs
-            .entry(name.to_string())
-            .or_insert_with(|| JobTasks {
-                id: next,
-                tasks: Vec::new(),
-            });
+        let entry = self.jobs.entry(name).or_insert_with(|| JobTasks {
+            id: next,
+            tasks: Vec::new(),
+        });
         entry.tasks.push(t);
-        entry.id
+        let (id, first) = (entry.id, entry.tasks.len() == 1);
+        if let (true, Some(kind)) = (first, policy) {
+            if let Err(e) = self.core.handle_job_policy(id, kind) {
+                tracing::error!("job policy: {e}");
+            }
+        }
+        id
+    }
+
+    /// A job's policy is stated on its tasks (`job_policy`): every task of a job must state
+    /// the same one or none, and a job that already has tasks keeps the policy it has. Each
+    /// task of the batch is given its job's policy, so the journal replays it with its first.
+    pub(super) fn resolve_job_policies(&self, defs: &mut [TaskDef]) -> Result<(), SubmitError> {
+        let mut chosen: FxHashMap<String, (PolicyKind, String)> = FxHashMap::default();
+        for d in defs.iter() {
+            let Some(kind) = d.more.as_ref().and_then(|m| m.job_policy) else {
+                continue;
+            };
+            let job = d.job();
+            let refuse = |why: String| {
+                Err(SubmitError::Invalid(format!(
+                    "task '{}': field 'job_policy': {why}",
+                    d.id
+                )))
+            };
+            if let Some(j) = self.jobs.get(job) {
+                let has = self.core.job_policy(j.id);
+                if has != Some(kind) {
+                    let has = has.map_or("the dispatcher's policy".to_string(), |k| {
+                        format!("policy {k}")
+                    });
+                    return refuse(format!(
+                        "job '{job}' already has tasks, dispatched by {has}: a job's policy is set with its first tasks"
+                    ));
+                }
+            }
+            match chosen.get(job) {
+                Some((k, other)) if *k != kind => {
+                    return refuse(format!(
+                        "task '{other}' of job '{job}' says {k}, this one {kind}"
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    chosen.insert(job.to_string(), (kind, d.id.clone()));
+                }
+            }
+        }
+        for d in defs.iter_mut() {
+            if let Some((kind, _)) = chosen.get(d.job()) {
+                d.more.get_or_insert_with(Default::default).job_policy = Some(*kind);
+            }
+        }
+        Ok(())
     }
 
     /// The core's id of job `name` (a name never seen gets the next id, unrecorded).

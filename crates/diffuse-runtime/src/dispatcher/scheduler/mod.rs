@@ -403,9 +403,8 @@ impl Scheduler {
                     .filter(|u| crate::uri::is_tmp(u))
                     .map(|u| self.object(u))
                     .collect();
-                let job = def.job().to_string();
                 let t = self.tasks.insert(def, batch, inputs, Phase::Done(o.state));
-                self.join_job(&job, t);
+                self.join_job(t);
                 for p in &produces {
                     self.tmp_producer.insert(*p, t);
                 }
@@ -456,9 +455,8 @@ impl Scheduler {
                 error: None,
             }
         };
-        let job = def.job().to_string();
         let t = self.tasks.insert(def, batch, inputs, phase);
-        self.join_job(&job, t);
+        self.join_job(t);
         let (after, produces) = match deps {
             dataflow::Deps::Wait { after, produces } => (after, produces),
             dataflow::Deps::Failed(e) => {
@@ -785,7 +783,7 @@ impl Scheduler {
 
     fn submit(
         &mut self,
-        defs: Vec<TaskDef>,
+        mut defs: Vec<TaskDef>,
         reply: oneshot::Sender<Result<Submitted, SubmitError>>,
     ) {
         for d in &defs {
@@ -796,6 +794,7 @@ impl Scheduler {
         }
         let order = match self
             .check_hints(&defs)
+            .and_then(|()| self.resolve_job_policies(&mut defs))
             .and_then(|()| self.check_dataflow(&defs))
         {
             Ok(order) => order,

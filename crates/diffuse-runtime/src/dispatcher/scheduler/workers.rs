@@ -471,7 +471,7 @@ impl Scheduler {
             cmd: task.def.cmd.clone(),
             inputs: assigned,
             outputs: task.def.outputs.clone(),
-            caching: self.core.caching_enabled(),
+            caching: self.core.caches_for(t),
             positions: positions(&task.def.inputs),
             cores: more.cores.unwrap_or(1),
             memory: more.memory,
