@@ -1,4 +1,4 @@
-//! Core decisions per second: GCC at W = 2500, 100 nodes x 2 slots, 10,000 cached objects per
+//! Core decisions per second: GCC (and MCU, FA, DAD) at W = 2500, 100 nodes x 2 slots, 10,000 cached objects per
 //! node, 20,000 queued tasks each reading one random object.
 //!
 //! One iteration is one scheduling decision in steady state: a running task finishes (freeing a
@@ -87,7 +87,12 @@ impl Bench {
 fn decisions(c: &mut Criterion) {
     let mut group = c.benchmark_group("decision");
     group.throughput(Throughput::Elements(1));
-    for policy in [PolicyKind::Gcc, PolicyKind::Mcu, PolicyKind::Fa] {
+    for policy in [
+        PolicyKind::Gcc,
+        PolicyKind::Mcu,
+        PolicyKind::Fa,
+        PolicyKind::Dad,
+    ] {
         let mut b = Bench::new(policy);
         group.bench_function(format!("{policy}_w2500_100nodes_10k_objects"), |bench| {
             bench.iter(|| b.step())

@@ -67,6 +67,9 @@ pub struct CoreConfig {
     /// no object and remakes nothing. 1 (the default): only the producer's copy.
     #[serde(default = "one")]
     pub tmp_replicas: u32,
+    /// DAD's parameters (used by the `dad` policy).
+    #[serde(default)]
+    pub dad: crate::dad::DadConfig,
 }
 
 fn one() -> u32 {
@@ -84,6 +87,7 @@ impl Default for CoreConfig {
             peer_read_limit: 4,
             handoff: None,
             tmp_replicas: 1,
+            dad: crate::dad::DadConfig::default(),
         }
     }
 }
@@ -325,7 +329,7 @@ pub struct Core {
 impl Core {
     /// A core with the built-in policy named in `cfg`.
     pub fn new(cfg: CoreConfig) -> Core {
-        let policy = cfg.policy.build(cfg.threshold);
+        let policy = cfg.policy.build(&cfg);
         Core::with_policy(cfg, policy)
     }
 
@@ -759,6 +763,12 @@ impl Core {
                                     && !(e.hint_live && e.hint.map(|h| h.node) != name)
                             }
                         };
+                        let nodes = &self.nodes;
+                        let load = |n: NodeId| {
+                            nodes.get(&n).map_or(1.0, |e| {
+                                e.used.cores as f64 / e.capacity.cores.max(1) as f64
+                            })
+                        };
                         let view = SchedView {
                             queue: &self.queue,
                             locality: &self.locality,
@@ -767,6 +777,8 @@ impl Core {
                             busy_slots: self.counts.busy_slots,
                             total_slots: self.counts.slots,
                             fits: &fits,
+                            free: &self.free,
+                            load: &load,
                         };
                         let choice = if self.job_policies.is_empty() {
                             if local_pass {

@@ -39,6 +39,10 @@ pub struct SchedView<'a> {
     /// Whether a task can run on the node deciding now (its resources fit what is free there,
     /// and it is not avoiding that node).
     pub(crate) fits: &'a dyn Fn(TaskId) -> bool,
+    /// Nodes with a free slot.
+    pub(crate) free: &'a std::collections::BTreeSet<NodeId>,
+    /// A node's load: busy slots over its slots, in [0, 1] (1 for an unknown node).
+    pub(crate) load: &'a dyn Fn(NodeId) -> f64,
 }
 
 impl SchedView<'_> {
@@ -52,6 +56,8 @@ impl SchedView<'_> {
             busy_slots: self.busy_slots,
             total_slots: self.total_slots,
             fits,
+            free: self.free,
+            load: self.load,
         }
     }
 
@@ -219,6 +225,8 @@ pub enum PolicyKind {
     /// Good-cache-compute.
     #[default]
     Gcc,
+    /// DAD's score (file locality and load) with a bounded delay ([`crate::dad`]).
+    Dad,
 }
 
 impl PolicyKind {
@@ -227,13 +235,16 @@ impl PolicyKind {
         self != PolicyKind::Fa
     }
 
-    /// Build the policy; `threshold` is used by GCC only.
-    pub fn build(self, threshold: f64) -> Box<dyn DispatchPolicy> {
+    /// Build the policy with `cfg`'s parameters (GCC's threshold, DAD's).
+    pub fn build(self, cfg: &crate::CoreConfig) -> Box<dyn DispatchPolicy> {
         match self {
             PolicyKind::Fa => Box::new(FirstAvailable),
             PolicyKind::Mcu => Box::new(MaxComputeUtil),
             PolicyKind::Mch => Box::new(MaxCacheHit),
-            PolicyKind::Gcc => Box::new(GoodCacheCompute { threshold }),
+            PolicyKind::Gcc => Box::new(GoodCacheCompute {
+                threshold: cfg.threshold,
+            }),
+            PolicyKind::Dad => Box::new(crate::dad::DataAwareDispatch::new(cfg.dad)),
         }
     }
 }
@@ -246,8 +257,9 @@ impl FromStr for PolicyKind {
             "mcu" => Ok(Self::Mcu),
             "mch" => Ok(Self::Mch),
             "gcc" => Ok(Self::Gcc),
+            "dad" => Ok(Self::Dad),
             _ => Err(format!(
-                "unknown policy '{s}' (expected fa, mcu, mch or gcc)"
+                "unknown policy '{s}' (expected fa, mcu, mch, gcc or dad)"
             )),
         }
     }
@@ -260,6 +272,7 @@ impl fmt::Display for PolicyKind {
             Self::Mcu => "mcu",
             Self::Mch => "mch",
             Self::Gcc => "gcc",
+            Self::Dad => "dad",
         };
         f.write_str(s)
     }

@@ -23,6 +23,7 @@
 pub mod action;
 pub mod cache;
 pub mod core;
+pub mod dad;
 pub mod dispatch;
 pub mod handoff;
 pub mod ids;
@@ -38,6 +39,7 @@ pub mod time;
 pub use crate::action::{Abandoned, Action, Dispatch, Source};
 pub use crate::cache::{Admission, EvictionPolicy, NodeCache};
 pub use crate::core::{Core, CoreConfig, CoreError, Counts, LostTasks};
+pub use crate::dad::DadConfig;
 pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
 pub use crate::handoff::{Handoff, HandoffConfig};
 pub use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};

@@ -218,6 +218,13 @@ impl Locality {
             .map_or(0, |h| h.bytes)
     }
 
+    /// A queued task's distinct inputs and their total bytes (None if it is not queued).
+    pub fn inputs(&self, task: TaskId) -> Option<(&[Input], u64)> {
+        self.queued
+            .get(&task)
+            .map(|q| (q.inputs.as_slice(), q.total))
+    }
+
     /// The greatest local bytes of `task` over all nodes.
     pub fn max_local_bytes(&self, task: TaskId, index: &LocationIndex) -> u64 {
         let Some(q) = self.queued.get(&task) else {

@@ -191,6 +191,7 @@ impl Model {
             crash_limit: knobs.crash_limit,
             peer_read_limit: knobs.peer_read_limit,
             tmp_replicas: 1,
+            dad: Default::default(),
             handoff: knobs.handoff.map(|(budget, _)| HandoffConfig {
                 budget,
                 time_bound: Duration::from_secs(5),
@@ -716,6 +717,8 @@ impl Model {
             PolicyKind::Fa | PolicyKind::Mcu => false,
             PolicyKind::Gcc => utilization >= self.knobs.threshold,
             PolicyKind::Mch => true,
+            // DAD may hold a task back for a busy node (its own tests cover when).
+            PolicyKind::Dad => return,
         };
         assert!(
             mch,
@@ -837,6 +840,7 @@ fn run_case(knobs: Knobs, ops: &[Op], exempt_known_bugs: bool) {
         PolicyKind::Mcu,
         PolicyKind::Mch,
         PolicyKind::Gcc,
+        PolicyKind::Dad,
     ] {
         for dynamic in [false, true] {
             let mut m = Model::new(policy, dynamic, knobs, exempt_known_bugs);

@@ -83,12 +83,33 @@ impl Testbed {
         }
     }
 
+    /// The DAD paper's cluster at the University of Tsukuba (Table II): 4 compute nodes with
+    /// Gigabit Ethernet. Gfarm keeps files on the nodes' disks, so "storage" here is a remote
+    /// Gfarm read: the holders' NICs, 4 x 1 Gb/s in all. The local read rate is not given:
+    /// each node has four 146 GB 6 Gb/s disks, taken as 200 MB/s each, 800 MB/s per node.
+    /// Five slots per node run the paper's 20 readgf tasks at once.
+    pub fn tsukuba_2014() -> Testbed {
+        Testbed {
+            name: "tsukuba-2014",
+            nodes: 4,
+            slots_per_node: 5,
+            storage_bw: 4.0 * GBPS,
+            storage_latency_s: 0.001,
+            nic_bw: GBPS,
+            disk_bw: 800e6,
+            peer_latency_s: 0.001,
+            dispatch_latency_s: 0.002,
+            node_startup_s: 0.0,
+        }
+    }
+
     /// A preset by name.
     pub fn by_name(name: &str) -> Option<Testbed> {
         match name {
             "teragrid-2007" => Some(Self::teragrid_2007()),
             "teragrid-2008" => Some(Self::teragrid_2008()),
             "local" => Some(Self::local()),
+            "tsukuba-2014" => Some(Self::tsukuba_2014()),
             _ => None,
         }
     }

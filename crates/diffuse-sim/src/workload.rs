@@ -332,6 +332,31 @@ fn arrival_line(line: &str) -> Result<Arrival, String> {
     })
 }
 
+/// DAD's readgf (dad-data-aware-dispatch-gfarm-torque.txt, section V-B): 20 tasks at time 0,
+/// task i reading file i (object i, 1 GB) and computing nothing.
+pub fn readgf_arrivals() -> Vec<Arrival> {
+    (0..20)
+        .map(|i| Arrival {
+            time: 0.0,
+            inputs: vec![(ObjectId(i), 1_000_000_000)],
+            compute_s: 0.0,
+            cores: 1,
+            produces: Vec::new(),
+            after: Vec::new(),
+        })
+        .collect()
+}
+
+/// Where readgf's files start: "distributed evenly" over `nodes` nodes, in blocks (files 0-4
+/// on the first of four nodes, 5-9 on the second, ...), so that the task order (0, 1, 2, ...)
+/// says nothing of where each file is.
+pub fn readgf_placement(nodes: u32) -> Vec<(u32, ObjectId, u64)> {
+    let per = 20u64.div_ceil(nodes.max(1) as u64);
+    (0..20u64)
+        .map(|i| ((i / per) as u32, ObjectId(i), 1_000_000_000))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 //! `sim` (the discrete-event simulator over the scheduling core); `run`, `dispatcher`, `worker`,
 //! `submit`, `status`, `wait` (the live runtime).
 
+mod dad_args;
 mod live;
 mod sim;
 mod size;
@@ -30,7 +31,7 @@ enum Command {
     /// Ctrl-C stops it; --resume continues it.
     Run(live::run::RunArgs),
     /// Serve the dispatcher: HTTP API, worker sessions, journal.
-    Dispatcher(live::serve::DispatcherArgs),
+    Dispatcher(Box<live::serve::DispatcherArgs>),
     /// Run a worker: executes tasks, caches their inputs, serves its cache to peers.
     Worker(live::serve::WorkerArgs),
     /// Submit a task file to a running dispatcher (in acknowledged batches).
@@ -60,7 +61,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Run(args) => live::run::run(args),
         Command::Demo(args) => live::run::demo(args),
-        Command::Dispatcher(args) => live::serve::dispatcher(args),
+        Command::Dispatcher(args) => live::serve::dispatcher(*args),
         Command::Worker(args) => live::serve::worker(args),
         Command::Submit(args) => live::client::submit(args),
         Command::Status(args) => live::client::status(args),

@@ -22,6 +22,9 @@ pub enum WorkloadArg {
     Ap,
     /// Every experiment of the paper's table, side by side with the paper's figures.
     Paper,
+    /// DAD's readgf: 20 files of 1 GB, 5 on each of 4 nodes' disks, 20 tasks reading one
+    /// each; testbed tsukuba-2014 (compare --policy fa with --policy dad).
+    Readgf,
     /// Tasks read from --arrivals FILE (JSON Lines: time, compute_s, inputs, cores), e.g. the
     /// arrivals of a live run; testbed `local`, dynamic provisioning, step `all`.
     Arrivals,
@@ -101,7 +104,7 @@ pub struct SimArgs {
     /// project's acceptance checks on those experiments fails).
     #[arg(value_enum)]
     workload: WorkloadArg,
-    /// Dispatch policy: fa, mcu, mch or gcc.
+    /// Dispatch policy: fa, mcu, mch, gcc or dad.
     #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
     policy: PolicyKind,
     /// Cache size per node, e.g. 2GB, 1.5GB, 512MiB [default: MI 2GB, SW and AP 50GB,
@@ -120,6 +123,8 @@ pub struct SimArgs {
     /// GCC's utilisation threshold, in (0, 1].
     #[arg(long, default_value_t = 0.9, value_parser = threshold, allow_hyphen_values = true)]
     threshold: f64,
+    #[command(flatten)]
+    dad: crate::dad_args::DadArgs,
     /// Per-node eviction policy: random, fifo, lru or lfu.
     #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
     eviction: EvictionPolicy,
@@ -192,6 +197,7 @@ pub fn defaults(w: WorkloadArg) -> (Testbed, u64, bool) {
     match w {
         WorkloadArg::Mi => (Testbed::teragrid_2007(), 2_000_000_000, true),
         WorkloadArg::Arrivals => (Testbed::local(), 10_000_000_000, true),
+        WorkloadArg::Readgf => (Testbed::tsukuba_2014(), 64_000_000_000, false),
         _ => (Testbed::teragrid_2008(), 50_000_000_000, false),
     }
 }
@@ -215,11 +221,16 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
             compute_s: a.ap_compute,
         },
         WorkloadArg::Arrivals => Workload::Custom(custom.expect("arrivals were read")),
+        WorkloadArg::Readgf => Workload::Custom(diffuse_sim::workload::readgf_arrivals()),
         WorkloadArg::Paper => unreachable!("paper is handled separately"),
     };
     let mut cfg = SimConfig::new(workload, testbed, a.cache_size.unwrap_or(cache));
+    if a.workload == WorkloadArg::Readgf {
+        cfg.placed = diffuse_sim::workload::readgf_placement(cfg.testbed.nodes);
+    }
     cfg.policy = a.policy;
     cfg.threshold = a.threshold;
+    cfg.dad = a.dad.config().unwrap_or_default();
     cfg.window = a.window as usize;
     cfg.eviction = a.eviction;
     cfg.seed = a.seed;
@@ -254,6 +265,10 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
 pub fn run(a: SimArgs) -> Result<ExitCode> {
     if a.arrivals.is_some() && a.workload != WorkloadArg::Arrivals {
         eprintln!("error: --arrivals FILE goes with the workload `arrivals` only");
+        return Ok(ExitCode::from(2));
+    }
+    if let Err(e) = a.dad.config() {
+        eprintln!("error: {e}");
         return Ok(ExitCode::from(2));
     }
     if a.workload == WorkloadArg::Paper {

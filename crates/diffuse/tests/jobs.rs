@@ -201,7 +201,7 @@ fn a_job_chooses_its_dispatch_policy_and_bad_choices_are_refused() {
         ),
         (
             vec![json!({"id": "x", "cmd": "true", "job_policy": "lru"})],
-            "unknown policy 'lru' (expected fa, mcu, mch or gcc)",
+            "unknown policy 'lru' (expected fa, mcu, mch, gcc or dad)",
         ),
     ];
     for (tasks, want) in cases {
@@ -219,4 +219,31 @@ fn a_job_chooses_its_dispatch_policy_and_bad_choices_are_refused() {
     c.submit(&[read("d2", "direct")]);
     let (_, r) = c.wait_succeeded("d2");
     assert_eq!(r["traffic"]["storage"], 1, "{r}");
+}
+
+#[test]
+fn dad_sends_a_multi_input_task_to_the_worker_holding_most_of_its_bytes() {
+    let mut c = Cluster::start_with(&[], &["--policy", "dad"], &[]);
+    c.worker("a", 1, "10MB");
+    c.worker("b", 1, "10MB");
+    c.wait_workers(2);
+    let big = file_uri(&c.data("big", &random_bytes(3 << 20)));
+    let small = file_uri(&c.data("small", &random_bytes(1 << 20)));
+    let warm = |id: &str, uri: &str, node: &str| {
+        json!({"id": id, "cmd": "wc -c {inputs[0]}", "inputs": [uri],
+               "hint": {"node": node, "strict": true}})
+    };
+    c.submit(&[warm("wa", &small, "a"), warm("wb", &big, "b")]);
+    c.wait_succeeded("wa");
+    c.wait_succeeded("wb");
+    // Both workers are free; b holds 3 MB of the task's 4 MB, a 1 MB. (MCU would let a, the
+    // first free worker it asks, take it for its 1 MB.)
+    c.submit(&[
+        json!({"id": "both", "cmd": "cat {inputs[0]} {inputs[1]} | wc -c",
+                      "inputs": [&small, &big]}),
+    ]);
+    let (t, r) = c.wait_succeeded("both");
+    assert_eq!(t["outcome"]["node"], "b", "{t}");
+    assert_eq!(r["traffic"]["local"], 1, "{r}");
+    assert_eq!(r["traffic"]["peer"], 1, "the small file from a: {r}");
 }

@@ -16,7 +16,7 @@ impl Core {
         self.job_policies.insert(job, kind);
         self.kind_policies
             .entry(kind)
-            .or_insert_with(|| kind.build(self.cfg.threshold));
+            .or_insert_with(|| kind.build(&self.cfg));
         if kind.uses_locality() && !self.tracking {
             self.start_tracking();
         }

@@ -12,9 +12,9 @@ use crate::testbed::Testbed;
 use crate::workload::{Arrival, Workload};
 use diffuse_core::model::{predict, ModelInput};
 use diffuse_core::{
-    Action, Admission, Core, CoreConfig, DynamicConfig, EvictionPolicy, Handoff, HandoffConfig,
-    Input, NodeCache, NodeId, ObjectId, Outcome, PolicyKind, Provisioning, Resources, Source,
-    StepPolicy, TaskId, TaskSpec, Time,
+    Action, Admission, Core, CoreConfig, DadConfig, DynamicConfig, EvictionPolicy, Handoff,
+    HandoffConfig, Input, NodeCache, NodeId, ObjectId, Outcome, PolicyKind, Provisioning,
+    Resources, Source, StepPolicy, TaskId, TaskSpec, Time,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Reverse;
@@ -56,6 +56,12 @@ pub struct SimConfig {
     pub handoff: Option<HandoffConfig>,
     /// Run `Core::check_invariants` after every step (slow; for tests).
     pub check_invariants: bool,
+    /// DAD's parameters (the `dad` policy).
+    pub dad: DadConfig,
+    /// Objects already on nodes' disks when they start, as `(node index, object, bytes)`:
+    /// files a distributed file system keeps on its compute nodes (Gfarm in the DAD paper).
+    /// They are cached entries of those nodes, known to the core.
+    pub placed: Vec<(u32, ObjectId, u64)>,
 }
 
 /// Dynamic provisioning settings of a simulation.
@@ -96,6 +102,8 @@ impl SimConfig {
             peer_read_limit: CoreConfig::default().peer_read_limit,
             handoff: None,
             check_invariants: false,
+            dad: DadConfig::default(),
+            placed: Vec::new(),
         }
     }
 }
@@ -278,6 +286,7 @@ impl Simulation {
             crash_limit: 3,
             peer_read_limit: cfg.peer_read_limit,
             handoff: cfg.handoff.clone(),
+            dad: cfg.dad,
             // Replicas ahead of time are not modelled (docs/simulation.md, "Not modelled").
             tmp_replicas: 1,
         });
@@ -579,6 +588,26 @@ impl Simulation {
                 self.core
                     .handle_node_cache(node, self.cfg.cache_size, self.cfg.eviction, self.now)
                     .map_err(|e| self.core_err(e))?;
+                let placed: Vec<(ObjectId, u64)> = self
+                    .cfg
+                    .placed
+                    .iter()
+                    .filter(|(i, _, _)| *i == node.0)
+                    .map(|(_, o, s)| (*o, *s))
+                    .collect();
+                for (object, size) in placed {
+                    let n = self.nodes.get_mut(&node).expect("joined");
+                    if let Admission::Stored(evicted) = n.cache.insert(object, size) {
+                        for o in evicted {
+                            self.core
+                                .handle_object_evicted(node, o, self.now)
+                                .map_err(|e| self.core_err(e))?;
+                        }
+                        self.core
+                            .handle_object_cached(node, object, self.now)
+                            .map_err(|e| self.core_err(e))?;
+                    }
+                }
             }
             Ev::Sample => {
                 self.close_sample();

@@ -45,7 +45,7 @@ impl StorageArgs {
 /// Scheduling settings shared by `dispatcher` and `run`.
 #[derive(Args, Debug, Clone)]
 pub struct SchedArgs {
-    /// Dispatch policy: fa, mcu, mch or gcc.
+    /// Dispatch policy: fa, mcu, mch, gcc or dad.
     #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
     policy: PolicyKind,
     /// Scheduling window: how many queued tasks a decision looks at.
@@ -62,11 +62,20 @@ pub struct SchedArgs {
     /// workers (the least busy) fetch it, so losing a worker makes no producer run again.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16), allow_hyphen_values = true)]
     tmp_replicas: u32,
+    #[command(flatten)]
+    dad: crate::dad_args::DadArgs,
 }
 
 impl SchedArgs {
+    /// The settings checked together (DAD's threshold against its beta); the message names
+    /// the flags.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        self.dad.config().map(|_| ())
+    }
+
     pub(crate) fn core(&self) -> CoreConfig {
         CoreConfig {
+            dad: self.dad.config().unwrap_or_default(),
             policy: self.policy,
             window: self.window as usize,
             threshold: self.threshold,

@@ -88,6 +88,10 @@ pub struct RunArgs {
 
 /// `diffuse run`.
 pub fn run(a: RunArgs) -> Result<ExitCode> {
+    if let Err(e) = a.sched.check() {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(2));
+    }
     harden();
     a.storage.apply();
     let (tasks, defs) = match (&a.each, a.items.as_slice()) {

@@ -91,6 +91,10 @@ pub struct DispatcherArgs {
 
 /// `diffuse dispatcher`.
 pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
+    if let Err(e) = a.sched.check() {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(2));
+    }
     logging();
     harden();
     a.storage.apply();
