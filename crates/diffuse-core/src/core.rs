@@ -188,6 +188,8 @@ struct TaskEntry {
     hint_live: bool,
     /// When its soft hint lapses (set at the first dispatch pass after it is queued).
     hint_until: Option<Time>,
+    /// Its own DAD beta.
+    dad_beta: Option<f64>,
 }
 
 impl TaskEntry {
@@ -213,6 +215,7 @@ impl TaskEntry {
             hint: spec.hint,
             hint_live: false,
             hint_until: None,
+            dad_beta: spec.dad_beta,
         }
     }
 }
@@ -231,6 +234,8 @@ struct NodeEntry {
     ends_at: Option<Time>,
     /// The driver's name for it ([`Core::handle_node_named`]), which hints name.
     name: Option<NodeName>,
+    /// Its load as the driver last measured it ([`Core::handle_node_load`]), in [0, 1].
+    reported_load: Option<f64>,
 }
 
 /// The tasks that ended because their node was lost ([`Core::handle_node_lost`]).
@@ -766,10 +771,13 @@ impl Core {
                         let nodes = &self.nodes;
                         let load = |n: NodeId| {
                             nodes.get(&n).map_or(1.0, |e| {
-                                e.used.cores as f64 / e.capacity.cores.max(1) as f64
+                                e.reported_load
+                                    .unwrap_or(e.used.cores as f64 / e.capacity.cores.max(1) as f64)
                             })
                         };
+                        let beta = |t: TaskId| tasks.get(&t).and_then(|e| e.dad_beta);
                         let view = SchedView {
+                            beta: &beta,
                             queue: &self.queue,
                             locality: &self.locality,
                             index: &self.effective,

@@ -20,6 +20,9 @@
 //! and at the least loaded free node: a node holding none of its bytes scores
 //! `beta + load * (1 - beta)`, so the least loaded one is the best of them. For the same reason
 //! the local threshold must not exceed `beta` (a node holding nothing is never local).
+//!
+//! A task may state its own beta (`TaskSpec::dad_beta`, the paper's future work). A task whose
+//! beta is under the local threshold waits only for busy nodes holding its data.
 
 use crate::dispatch::{DispatchPolicy, SchedView};
 use crate::ids::{NodeId, TaskId};
@@ -95,7 +98,8 @@ impl DataAwareDispatch {
         } else {
             1.0 - local / total as f64
         };
-        file_locality * self.cfg.beta + (view.load)(node) * (1.0 - self.cfg.beta)
+        let beta = (view.beta)(task).unwrap_or(self.cfg.beta);
+        file_locality * beta + (view.load)(node) * (1.0 - beta)
     }
 
     /// DAD's decision for `task`, given the free nodes now.

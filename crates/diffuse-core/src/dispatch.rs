@@ -43,6 +43,8 @@ pub struct SchedView<'a> {
     pub(crate) free: &'a std::collections::BTreeSet<NodeId>,
     /// A node's load: busy slots over its slots, in [0, 1] (1 for an unknown node).
     pub(crate) load: &'a dyn Fn(NodeId) -> f64,
+    /// A task's own DAD beta, if it states one.
+    pub(crate) beta: &'a dyn Fn(TaskId) -> Option<f64>,
 }
 
 impl SchedView<'_> {
@@ -58,6 +60,7 @@ impl SchedView<'_> {
             fits,
             free: self.free,
             load: self.load,
+            beta: self.beta,
         }
     }
 

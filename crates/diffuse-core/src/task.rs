@@ -69,6 +69,10 @@ pub struct TaskSpec {
     /// Where it asks to run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<Placement>,
+    /// DAD's beta for this task, in [0, 1], in place of the policy's (the DAD paper's future
+    /// work: how much its data's place matters against the nodes' load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dad_beta: Option<f64>,
 }
 
 impl TaskSpec {
@@ -86,7 +90,14 @@ impl TaskSpec {
             produces: Vec::new(),
             held: false,
             hint: None,
+            dad_beta: None,
         }
+    }
+
+    /// The same task with its own DAD beta.
+    pub fn with_dad_beta(mut self, beta: Option<f64>) -> Self {
+        self.dad_beta = beta;
+        self
     }
 
     /// The same task in job `job`.

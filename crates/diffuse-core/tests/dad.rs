@@ -136,6 +136,32 @@ fn beta_weighs_file_locality_against_load() {
 }
 
 #[test]
+fn a_task_may_state_its_own_beta() {
+    // As in the test above, node 1 (one of two slots busy) holds o10, node 2 is idle. Under
+    // beta 0.8 a task stating beta 0 goes by load alone: to node 2.
+    let mut env = dad(0.8, 0.5, 2);
+    env.node(1, 2).cached(1, 10);
+    env.task(9, &[(10, 5)]);
+    env.take_one();
+    env.node(2, 1);
+    env.submit(spec(1, &[(10, 5)]).with_dad_beta(Some(0.0)));
+    assert_eq!(env.take_one().node, n(2));
+}
+
+#[test]
+fn a_load_the_driver_measures_replaces_busy_slots() {
+    let mut env = dad(0.8, 0.5, 2);
+    env.node(1, 1).node(2, 1);
+    env.task(1, &[(30, 5)]);
+    assert_eq!(env.take_one().node, n(1), "both idle: the lowest id");
+    env.finish(1);
+    // Node 1's machine is loaded by something else (its load average says so).
+    env.core.handle_node_load(n(1), 0.9);
+    env.task(2, &[(31, 5)]);
+    assert_eq!(env.take_one().node, n(2));
+}
+
+#[test]
 fn a_threshold_above_beta_is_refused() {
     let c = DadConfig {
         beta: 0.3,

@@ -70,6 +70,11 @@ pub enum ToDispatcher {
     Finished(TaskReport),
     /// Still alive.
     Heartbeat,
+    /// Its machine's 1-minute load average (`/proc/loadavg`), every few seconds (DAD's load).
+    Load {
+        /// The load average.
+        load1: f64,
+    },
     /// The answer to a `Lookup`: one result per URI asked.
     LookedUp {
         /// The request's id.
@@ -384,5 +389,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<ToWorker>(&text).unwrap(), m);
         let h: ToDispatcher = serde_json::from_str(r#"{"type":"heartbeat"}"#).unwrap();
         assert_eq!(h, ToDispatcher::Heartbeat);
+        let l: ToDispatcher = serde_json::from_str(r#"{"type":"load","load1":1.5}"#).unwrap();
+        assert_eq!(l, ToDispatcher::Load { load1: 1.5 });
     }
 }

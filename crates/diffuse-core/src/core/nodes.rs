@@ -44,6 +44,7 @@ impl Core {
                 idle_since: Some(now),
                 ends_at: None,
                 name: None,
+                reported_load: None,
             },
         );
         self.free.insert(node);
@@ -62,6 +63,15 @@ impl Core {
     /// pool grows for them. Replaces the previous count.
     pub fn handle_waiting_demand(&mut self, tasks: u64) {
         self.waiting = tasks;
+    }
+
+    /// `node`'s load as the driver measures it (a machine's load average over its slots), in
+    /// place of its busy slots over its slots; clamped to [0, 1]. DAD's score uses it.
+    pub fn handle_node_load(&mut self, node: NodeId, load: f64) {
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.reported_load = load.is_finite().then(|| load.clamp(0.0, 1.0));
+            self.dirty = true;
+        }
     }
 
     /// `node` will leave at `ends_at` (a batch job's time limit; None: not known): a task that

@@ -114,6 +114,8 @@ pub struct TaskMore {
     pub job: Option<String>,
     /// The dispatch policy of its job (default: the dispatcher's `--policy`).
     pub job_policy: Option<diffuse_core::PolicyKind>,
+    /// DAD's beta for this task, in [0, 1] (default: the dispatcher's `--dad-beta`).
+    pub dad_beta: Option<f64>,
     /// Expected compute time, seconds (informational).
     pub compute_s: Option<f64>,
     /// Placement hint.
@@ -193,6 +195,8 @@ pub struct TaskWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     job_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    dad_beta: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     compute_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     hint: Option<Hint>,
@@ -234,6 +238,7 @@ impl From<TaskDef> for TaskWire {
             outputs: d.outputs,
             job: m.job,
             job_policy: m.job_policy.map(|k| k.to_string()),
+            dad_beta: m.dad_beta,
             compute_s: m.compute_s,
             hint: m.hint,
             stdout: m.stdout,
@@ -422,9 +427,13 @@ impl TaskWire {
                     .map_err(|e| err("job_policy", e))?,
             ),
         };
+        if w.dad_beta.is_some_and(|b| !(0.0..=1.0).contains(&b)) {
+            return Err(err("dad_beta", "must be in [0, 1]".into()));
+        }
         let more = TaskMore {
             job: w.job.filter(|j| j != "default"),
             job_policy,
+            dad_beta: w.dad_beta,
             compute_s: w.compute_s,
             hint: w.hint,
             stdout,

@@ -257,6 +257,13 @@ mod tests {
             (r#"{"id":"a","cmd":"x","timeout_s":0}"#, "timeout_s"),
             (r#"{"id":"a","cmd":"x","retries":-1}"#, "retries"),
             (r#"{"id":"a","cmd":"x","priority":40000}"#, "priority"),
+            (
+                r#"{"id":"a","cmd":"x","eviction_priority":40000}"#,
+                "eviction_priority",
+            ),
+            (r#"{"id":"a","cmd":"x","dad_beta":1.5}"#, "dad_beta"),
+            (r#"{"id":"a","cmd":"x","job_policy":"lru"}"#, "job_policy"),
+            (r#"{"id":"a","cmd":"x","hint":{"slot":"a"}}"#, "hint"),
             (r#"{"id":"a","cmd":"x","env":{"A=B":"1"}}"#, "env.A=B"),
             (
                 r#"{"id":"a","cmd":"x","env":{"DIFFUSE_X":"1"}}"#,

@@ -790,6 +790,7 @@ async fn session(
         }
     }
     let mut beat = tokio::time::interval(heartbeat);
+    let mut load_tick = tokio::time::interval(LOAD_EVERY);
     let mut draining = false;
     loop {
         if draining && tasks.is_empty() {
@@ -847,6 +848,11 @@ async fn session(
             _ = beat.tick() => {
                 sink.send(Message::Text(serde_json::to_string(&ToDispatcher::Heartbeat)?.into())).await?;
             }
+            _ = load_tick.tick() => {
+                if let Some(load1) = load_average() {
+                    sink.send(Message::Text(serde_json::to_string(&ToDispatcher::Load { load1 })?.into())).await?;
+                }
+            }
             () = signals.next() => {
                 // Stop every task (their groups get SIGTERM, then SIGKILL), keep the reports of
                 // those that ended by themselves meanwhile, then tell the dispatcher the rest
@@ -900,3 +906,21 @@ async fn deliver(
 /// Written at a graceful shutdown, removed at start: its absence means the last run ended
 /// uncleanly, and every cached object is verified before use.
 pub const CLEAN_MARKER: &str = "CLEAN";
+
+/// How often a worker tells its load average.
+const LOAD_EVERY: Duration = Duration::from_secs(5);
+
+/// The machine's 1-minute load average, from `/proc/loadavg` (None where there is none).
+fn load_average() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod load_tests {
+    #[test]
+    fn the_load_average_is_read_from_proc() {
+        let l = super::load_average().expect("/proc/loadavg on Linux");
+        assert!(l.is_finite() && l >= 0.0, "{l}");
+    }
+}

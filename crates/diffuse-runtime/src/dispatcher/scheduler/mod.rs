@@ -563,6 +563,7 @@ impl Scheduler {
         })
         .with_priority(more.priority)
         .with_job(self.job_id(task.def.job()))
+        .with_dad_beta(more.dad_beta)
         .with_retries(more.retries.unwrap_or(self.cfg.retries))
         .with_walltime(
             more.walltime_s

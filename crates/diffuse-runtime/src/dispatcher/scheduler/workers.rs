@@ -144,6 +144,10 @@ impl Scheduler {
         let now = self.now();
         match msg {
             ToDispatcher::Heartbeat | ToDispatcher::Hello { .. } => {}
+            ToDispatcher::Load { load1 } => {
+                let slots = self.sessions.get(&node).map_or(1, |s| s.slots.max(1));
+                self.core.handle_node_load(node, load1 / slots as f64);
+            }
             ToDispatcher::Cached { objects } => self.cached(node, objects),
             ToDispatcher::Evicted { uris } => {
                 for uri in uris {
