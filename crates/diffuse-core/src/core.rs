@@ -33,6 +33,8 @@ mod dataflow;
 mod invariants;
 mod jobs;
 mod nodes;
+pub use jobs::JobOrder;
+use jobs::Share;
 mod placement;
 mod provisioning;
 
@@ -70,6 +72,9 @@ pub struct CoreConfig {
     /// DAD's parameters (used by the `dad` policy).
     #[serde(default)]
     pub dad: crate::dad::DadConfig,
+    /// How jobs share the slots: FIFO (one queue order) or Fair (fewest cores held first).
+    #[serde(default)]
+    pub job_order: JobOrder,
 }
 
 fn one() -> u32 {
@@ -88,6 +93,7 @@ impl Default for CoreConfig {
             handoff: None,
             tmp_replicas: 1,
             dad: crate::dad::DadConfig::default(),
+            job_order: JobOrder::Fifo,
         }
     }
 }
@@ -329,6 +335,8 @@ pub struct Core {
     kind_policies: BTreeMap<PolicyKind, Box<dyn DispatchPolicy>>,
     /// Queued tasks are in `locality`'s candidate sets: some policy in use reads cached data.
     tracking: bool,
+    /// Under Fair: each job's queued tasks, by order number.
+    job_queues: FxHashMap<JobId, BTreeSet<u64>>,
 }
 
 impl Core {
@@ -377,6 +385,7 @@ impl Core {
             job_policies: FxHashMap::default(),
             kind_policies: BTreeMap::new(),
             tracking,
+            job_queues: FxHashMap::default(),
         }
     }
 
@@ -476,6 +485,10 @@ impl Core {
                 .enqueue(task, seq, &entry.inputs, &self.effective);
         }
         self.bind_hint(task, seq);
+        if self.cfg.job_order == JobOrder::Fair {
+            let job = self.tasks[&task].job;
+            self.job_queues.entry(job).or_default().insert(seq);
+        }
         self.counts.queued += 1;
         self.dirty = true;
     }
@@ -486,6 +499,15 @@ impl Core {
         self.avoiding.remove(&task);
         self.locality.dequeue(task, &self.effective);
         self.unbind_hint(task, seq);
+        if self.cfg.job_order == JobOrder::Fair {
+            let job = self.tasks[&task].job;
+            if let Some(q) = self.job_queues.get_mut(&job) {
+                q.remove(&seq);
+                if q.is_empty() {
+                    self.job_queues.remove(&job);
+                }
+            }
+        }
         self.counts.queued -= 1;
     }
 
@@ -625,6 +647,10 @@ impl Core {
                 n.used = n.used.minus(&held);
                 self.counts.busy_slots -= held.cores as u64;
                 self.free.insert(node);
+                let job = self.tasks[&task].job;
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.running_cores -= held.cores as u64;
+                }
             }
         }
     }
@@ -788,28 +814,42 @@ impl Core {
                             free: &self.free,
                             load: &load,
                         };
-                        let choice = if self.job_policies.is_empty() {
+                        let fair = self.cfg.job_order == JobOrder::Fair;
+                        let choice = if self.job_policies.is_empty() && !fair {
                             if local_pass {
                                 self.policy.choose_local(&view, node, now)
                             } else {
                                 self.policy.choose_any(&view, node, now)
                             }
                         } else {
-                            // Each policy in use chooses among its jobs' tasks; the one whose
-                            // oldest task in the window is oldest goes first.
+                            // Shares of the queue, each chosen from by its policy, in the job
+                            // order's turn (see core/jobs.rs).
                             let job_policies = &self.job_policies;
                             let kind_of = |t: TaskId| job_policies.get(&tasks[&t].job).copied();
-                            let groups = jobs::groups_by_age(
-                                &self.queue,
-                                view.window_bound,
-                                &kind_of,
-                                1 + self.kind_policies.len(),
-                            );
+                            let groups = if fair {
+                                jobs::fair_order(&self.job_queues, &self.jobs, view.window_bound)
+                            } else {
+                                jobs::groups_by_age(
+                                    &self.queue,
+                                    view.window_bound,
+                                    &kind_of,
+                                    1 + self.kind_policies.len(),
+                                )
+                            };
                             let mut chosen = None;
                             for g in groups {
-                                let fits_g = |t: TaskId| kind_of(t) == g && fits(t);
+                                let fits_g = |t: TaskId| {
+                                    (match g {
+                                        Share::Policy(k) => kind_of(t) == k,
+                                        Share::Job(j) => tasks[&t].job == j,
+                                    }) && fits(t)
+                                };
                                 let view_g = view.with_fits(&fits_g);
-                                let policy = match g {
+                                let kind = match g {
+                                    Share::Policy(k) => k,
+                                    Share::Job(j) => job_policies.get(&j).copied(),
+                                };
+                                let policy = match kind {
                                     None => self.policy.as_mut(),
                                     Some(k) => self
                                         .kind_policies
@@ -933,6 +973,8 @@ impl Core {
         };
         let attempt = t.attempt;
         let held = t.resources;
+        let job = t.job;
+        self.jobs.entry(job).or_default().running_cores += held.cores as u64;
         let n = self.nodes.get_mut(&node).expect("node exists");
         n.running.push(task);
         n.used = n.used.plus(&held);

@@ -38,7 +38,7 @@ pub mod time;
 
 pub use crate::action::{Abandoned, Action, Dispatch, Source};
 pub use crate::cache::{Admission, EvictionPolicy, NodeCache};
-pub use crate::core::{Core, CoreConfig, CoreError, Counts, LostTasks};
+pub use crate::core::{Core, CoreConfig, CoreError, Counts, JobOrder, LostTasks};
 pub use crate::dad::DadConfig;
 pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
 pub use crate::handoff::{Handoff, HandoffConfig};

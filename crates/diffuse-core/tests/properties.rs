@@ -192,6 +192,7 @@ impl Model {
             peer_read_limit: knobs.peer_read_limit,
             tmp_replicas: 1,
             dad: Default::default(),
+            job_order: Default::default(),
             handoff: knobs.handoff.map(|(budget, _)| HandoffConfig {
                 budget,
                 time_bound: Duration::from_secs(5),

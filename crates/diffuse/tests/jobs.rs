@@ -247,3 +247,42 @@ fn dad_sends_a_multi_input_task_to_the_worker_holding_most_of_its_bytes() {
     assert_eq!(r["traffic"]["local"], 1, "{r}");
     assert_eq!(r["traffic"]["peer"], 1, "the small file from a: {r}");
 }
+
+/// One two-slot worker; job "a" queues six tasks, then job "b" six. The jobs of the first six
+/// tasks to start.
+fn first_six(order: &str) -> Vec<String> {
+    let mut c = Cluster::start_with(&[], &["--job-order", order], &[]);
+    c.worker("w", 2, "10MB");
+    c.wait_workers(1);
+    let batch = |job: &str| -> Vec<serde_json::Value> {
+        (0..6)
+            .map(|i| json!({"id": format!("{job}{i}"), "job": job, "cmd": "sleep 0.3"}))
+            .collect()
+    };
+    c.submit(&batch("a"));
+    c.submit(&batch("b"));
+    let mut started: Vec<(f64, String)> = Vec::new();
+    for job in ["a", "b"] {
+        for i in 0..6 {
+            let (_, r) = c.wait_succeeded(&format!("{job}{i}"));
+            started.push((r["started_at"].as_f64().unwrap(), job.to_string()));
+        }
+    }
+    started.sort_by(|x, y| x.0.partial_cmp(&y.0).unwrap());
+    started.into_iter().take(6).map(|(_, j)| j).collect()
+}
+
+#[test]
+fn two_jobs_under_fair_share_the_slots_and_under_fifo_the_first_goes_first() {
+    let fifo = first_six("fifo");
+    assert!(
+        fifo.iter().all(|j| j == "a"),
+        "FIFO: job a's six first: {fifo:?}"
+    );
+    let fair = first_six("fair");
+    let b = fair.iter().filter(|j| *j == "b").count();
+    assert!(
+        b >= 2,
+        "Fair: job b starts while job a still has tasks: {fair:?}"
+    );
+}

@@ -43,6 +43,8 @@ pub(super) struct Intermediate {
 #[derive(Clone, Debug, Default)]
 pub(super) struct JobEntry {
     pub(super) unfinished: u64,
+    /// Cores its running tasks hold (what Fair sharing evens out).
+    pub(super) running_cores: u64,
     pub(super) objects: Vec<ObjectId>,
 }
 

@@ -12,6 +12,7 @@ impl Core {
         self.check_dataflow()?;
         self.check_hints()?;
         self.check_remakes()?;
+        self.check_jobs()?;
         for (id, t) in &self.tasks {
             match &t.phase {
                 Phase::Blocked => blocked += 1,
@@ -218,6 +219,39 @@ impl Core {
 
     /// Bound hints: exactly the queued tasks whose hint binds are listed under their name at
     /// their order number; each soft deadline is its task's; no node carries a departed name.
+    /// Each job's running cores add up to the busy slots; under Fair, the per-job queues hold
+    /// exactly the queued tasks.
+    fn check_jobs(&self) -> Result<(), String> {
+        let held: u64 = self.jobs.values().map(|j| j.running_cores).sum();
+        if held != self.counts.busy_slots {
+            return Err(format!(
+                "jobs hold {held} cores, busy slots {}",
+                self.counts.busy_slots
+            ));
+        }
+        if self.cfg.job_order == JobOrder::Fair {
+            let listed: usize = self.job_queues.values().map(BTreeSet::len).sum();
+            if listed as u64 != self.counts.queued {
+                return Err(format!(
+                    "{listed} tasks in job queues, {} queued",
+                    self.counts.queued
+                ));
+            }
+            for (job, seqs) in &self.job_queues {
+                for seq in seqs {
+                    let t = self
+                        .queue
+                        .get(*seq)
+                        .ok_or(format!("{job} lists {seq}, not queued"))?;
+                    if self.tasks[&t].job != *job {
+                        return Err(format!("{t} is listed under {job}, not its job"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn check_remakes(&self) -> Result<(), String> {
         let flagged: BTreeSet<TaskId> = self
             .tasks

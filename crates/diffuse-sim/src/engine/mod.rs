@@ -287,6 +287,8 @@ impl Simulation {
             peer_read_limit: cfg.peer_read_limit,
             handoff: cfg.handoff.clone(),
             dad: cfg.dad,
+            // The simulator's tasks are all of one job.
+            job_order: diffuse_core::JobOrder::Fifo,
             // Replicas ahead of time are not modelled (docs/simulation.md, "Not modelled").
             tmp_replicas: 1,
         });

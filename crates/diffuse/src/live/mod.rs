@@ -64,6 +64,10 @@ pub struct SchedArgs {
     tmp_replicas: u32,
     #[command(flatten)]
     dad: crate::dad_args::DadArgs,
+    /// How jobs share the slots: fifo (the oldest task first, whatever its job) or fair (the
+    /// job holding the fewest cores first; work-conserving).
+    #[arg(long, value_parser = |s: &str| s.parse::<diffuse_core::JobOrder>(), default_value = "fifo")]
+    job_order: diffuse_core::JobOrder,
 }
 
 impl SchedArgs {
@@ -76,6 +80,7 @@ impl SchedArgs {
     pub(crate) fn core(&self) -> CoreConfig {
         CoreConfig {
             dad: self.dad.config().unwrap_or_default(),
+            job_order: self.job_order,
             policy: self.policy,
             window: self.window as usize,
             threshold: self.threshold,
