@@ -95,6 +95,18 @@ pub enum Action {
         /// The node to copy it to.
         to: NodeId,
     },
+    /// Copy `object` from persistent storage into `node`'s cache ahead of the tasks that read
+    /// it (MixApart's transfer scheduler, [`crate::CoreConfig::prefetch`]); `node` reports
+    /// `handle_object_cached` when the copy is complete, or the driver calls
+    /// `handle_prefetch_failed`.
+    Prefetch {
+        /// The object.
+        object: ObjectId,
+        /// Its size, bytes.
+        size: u64,
+        /// The node to copy it to.
+        node: NodeId,
+    },
     /// No unfinished task needs this intermediate object any more: delete it from these nodes.
     /// The core has already removed it from its location index.
     DropObject {

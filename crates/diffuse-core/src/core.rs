@@ -20,6 +20,7 @@ use crate::index::LocationIndex;
 use crate::locality::Locality;
 use crate::provision::{Allocator, Demand, Provisioning};
 use crate::queue::WaitQueue;
+use crate::racks::Racks;
 use crate::resources::Resources;
 use crate::task::{Input, Outcome, Placement, TaskSpec, TaskState};
 use crate::time::Time;
@@ -36,6 +37,7 @@ mod nodes;
 pub use jobs::JobOrder;
 use jobs::Share;
 mod placement;
+mod prefetch;
 mod provisioning;
 
 use dataflow::{Intermediate, JobEntry};
@@ -75,6 +77,15 @@ pub struct CoreConfig {
     /// How jobs share the slots: FIFO (one queue order) or Fair (fewest cores held first).
     #[serde(default)]
     pub job_order: JobOrder,
+    /// Bytes per second all reads from persistent storage may take together (None: no cap).
+    /// The drivers enforce it on the bytes; the core budgets the storage reads under way
+    /// against it ([`Core::storage_reads`]) and plans prefetches within it.
+    #[serde(default)]
+    pub storage_cap: Option<f64>,
+    /// MixApart's data transfer scheduler: prefetch the inputs of the tasks expected next
+    /// within `storage_cap` (None, or no cap: off). See [`crate::mixapart::PrefetchConfig`].
+    #[serde(default)]
+    pub prefetch: Option<crate::mixapart::PrefetchConfig>,
 }
 
 fn one() -> u32 {
@@ -94,6 +105,8 @@ impl Default for CoreConfig {
             tmp_replicas: 1,
             dad: crate::dad::DadConfig::default(),
             job_order: JobOrder::Fifo,
+            storage_cap: None,
+            prefetch: None,
         }
     }
 }
@@ -337,6 +350,10 @@ pub struct Core {
     tracking: bool,
     /// Under Fair: each job's queued tasks, by order number.
     job_queues: FxHashMap<JobId, BTreeSet<u64>>,
+    /// Which nodes share a rack ([`Core::handle_node_rack`]).
+    racks: Racks,
+    /// The transfer scheduler's bookkeeping (used only with `prefetch`).
+    transfers: prefetch::Transfers,
 }
 
 impl Core {
@@ -386,6 +403,8 @@ impl Core {
             kind_policies: BTreeMap::new(),
             tracking,
             job_queues: FxHashMap::default(),
+            racks: Racks::new(),
+            transfers: prefetch::Transfers::default(),
         }
     }
 
@@ -552,7 +571,10 @@ impl Core {
     ) -> Result<TaskState, CoreError> {
         let t = self.tasks.get(&task).ok_or(CoreError::UnknownTask(task))?;
         let Phase::Running {
-            node, cancelled, ..
+            node,
+            cancelled,
+            since,
+            ..
         } = t.phase.clone()
         else {
             return Err(CoreError::NotRunning(task));
@@ -563,6 +585,9 @@ impl Core {
                 got: attempt,
                 current: t.attempt,
             });
+        }
+        if outcome == Outcome::Succeeded && !cancelled {
+            self.learn_io_rate(task, since, now);
         }
         self.release_slot(task, node);
         if let Some(n) = self.nodes.get_mut(&node) {
@@ -619,6 +644,7 @@ impl Core {
     }
 
     fn release_slot(&mut self, task: TaskId, node: NodeId) {
+        self.transfers_task_ended(task);
         let (peers, fetching) = match &self.tasks[&task].phase {
             Phase::Running {
                 peers, fetching, ..
@@ -670,6 +696,7 @@ impl Core {
         if let Some(c) = self.caches.as_mut() {
             c.cached(node, object);
         }
+        self.transfer_landed(node, object);
         Ok(())
     }
 
@@ -683,6 +710,7 @@ impl Core {
         if !self.nodes.contains_key(&node) {
             return Err(CoreError::UnknownNode(node));
         }
+        self.transfer_evicted(node, object);
         if self.index.remove(node, object) {
             self.effective_remove_if_unused(node, object);
             if let Some(c) = self.caches.as_mut() {
@@ -718,6 +746,7 @@ impl Core {
         for n in &holders {
             self.index.remove(*n, object);
             self.effective_remove_if_unused(*n, object);
+            self.transfer_evicted(*n, object);
         }
         if let Some(c) = self.caches.as_mut() {
             c.invalidated(object, &holders);
@@ -749,6 +778,7 @@ impl Core {
         if self.actions.is_empty() && self.dirty {
             self.dirty = false;
             self.dispatch_pass(now);
+            self.plan_prefetches();
         }
         self.actions.pop_front()
     }
@@ -807,6 +837,8 @@ impl Core {
                             queue: &self.queue,
                             locality: &self.locality,
                             index: &self.effective,
+                            held: &self.index,
+                            racks: &self.racks,
                             window_bound: self.queue.window_bound(self.cfg.window),
                             busy_slots: self.counts.busy_slots,
                             total_slots: self.counts.slots,
@@ -938,12 +970,16 @@ impl Core {
             } else {
                 let holders = self.index.holders(input.object);
                 let limit = self.cfg.peer_read_limit;
+                // The least busy holder, one in the reader's rack first.
                 match holders
                     .iter()
-                    .map(|h| (self.nodes.get(h).map_or(u32::MAX, |n| n.serving), *h))
-                    .filter(|(serving, _)| kept || limit == 0 || *serving < limit)
+                    .map(|h| {
+                        let serving = self.nodes.get(h).map_or(u32::MAX, |n| n.serving);
+                        (!self.racks.same_rack(node, *h), serving, *h)
+                    })
+                    .filter(|(_, serving, _)| kept || limit == 0 || *serving < limit)
                     .min()
-                    .map(|(_, h)| h)
+                    .map(|(_, _, h)| h)
                 {
                     Some(h) => {
                         peers.push(h);
@@ -984,6 +1020,7 @@ impl Core {
         }
         self.counts.running += 1;
         self.counts.busy_slots += held.cores as u64;
+        self.transfers_dispatched(task, node, &inputs);
         self.actions.push_back(Action::Dispatch(Dispatch {
             task,
             attempt,

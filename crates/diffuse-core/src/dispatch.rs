@@ -22,6 +22,7 @@ use crate::ids::{NodeId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::{Locality, Score, FULL};
 use crate::queue::WaitQueue;
+use crate::racks::Racks;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -31,7 +32,12 @@ use std::str::FromStr;
 pub struct SchedView<'a> {
     pub(crate) queue: &'a WaitQueue,
     pub(crate) locality: &'a Locality,
+    /// What nodes hold or are fetching (`Core::effective`): what scoring sees.
     pub(crate) index: &'a LocationIndex,
+    /// What nodes hold, as they reported it (no transfers under way).
+    pub(crate) held: &'a LocationIndex,
+    /// Which nodes share a rack.
+    pub(crate) racks: &'a Racks,
     /// Sequence numbers below this are inside the scheduling window.
     pub(crate) window_bound: u64,
     pub(crate) busy_slots: u64,
@@ -54,6 +60,8 @@ impl SchedView<'_> {
             queue: self.queue,
             locality: self.locality,
             index: self.index,
+            held: self.held,
+            racks: self.racks,
             window_bound: self.window_bound,
             busy_slots: self.busy_slots,
             total_slots: self.total_slots,
@@ -230,6 +238,10 @@ pub enum PolicyKind {
     Gcc,
     /// DAD's score (file locality and load) with a bounded delay ([`crate::dad`]).
     Dad,
+    /// MixApart's locality tiers: node-local, rack-local, in transfer, cached anywhere,
+    /// storage ([`crate::mixapart`]).
+    #[serde(rename = "mixapart")]
+    MixApart,
 }
 
 impl PolicyKind {
@@ -248,6 +260,7 @@ impl PolicyKind {
                 threshold: cfg.threshold,
             }),
             PolicyKind::Dad => Box::new(crate::dad::DataAwareDispatch::new(cfg.dad)),
+            PolicyKind::MixApart => Box::new(crate::mixapart::LocalityTiers),
         }
     }
 }
@@ -261,8 +274,9 @@ impl FromStr for PolicyKind {
             "mch" => Ok(Self::Mch),
             "gcc" => Ok(Self::Gcc),
             "dad" => Ok(Self::Dad),
+            "mixapart" => Ok(Self::MixApart),
             _ => Err(format!(
-                "unknown policy '{s}' (expected fa, mcu, mch, gcc or dad)"
+                "unknown policy '{s}' (expected fa, mcu, mch, gcc, dad or mixapart)"
             )),
         }
     }
@@ -276,6 +290,7 @@ impl fmt::Display for PolicyKind {
             Self::Mch => "mch",
             Self::Gcc => "gcc",
             Self::Dad => "dad",
+            Self::MixApart => "mixapart",
         };
         f.write_str(s)
     }

@@ -35,6 +35,10 @@ id!(
     NodeName(u32), "name"
 );
 id!(
+    /// A rack: nodes behind one switch (MixApart's rack-local tier). The driver interns names.
+    RackId(u32), "rack"
+);
+id!(
     /// A job: a group of tasks submitted together (the unit of FIFO/Fair sharing).
     JobId(u32), "j"
 );

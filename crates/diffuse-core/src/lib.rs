@@ -10,6 +10,9 @@
 //! | [`core`] | [`Core`]: tasks, nodes, slots; `handle_*` in, `poll_*` out | dispatcher |
 //! | [`dispatch`] | FA, MCU, MCH, GCC behind the [`DispatchPolicy`] trait | data-aware scheduler |
 //! | [`locality`] | per-node candidate sets that make a decision O(\|Ti\| + log \|Q\|) | scheduling window |
+//! | [`dad`] | DAD's score of file locality and load, with a bounded delay | data-aware dispatching |
+//! | [`mixapart`] | MixApart's locality tiers (node, rack, in transfer, anywhere, storage) | compute scheduler |
+//! | [`racks`] | which nodes share a switch | rack |
 //! | [`queue`] | the wait queue by priority and its window boundary | wait queue, window W |
 //! | [`resources`] | cores, memory, GPUs, disk: asked by tasks, had by nodes | executor = core |
 //! | [`index`] | object <-> node location index | centralized index |
@@ -29,9 +32,11 @@ pub mod handoff;
 pub mod ids;
 pub mod index;
 pub mod locality;
+pub mod mixapart;
 pub mod model;
 pub mod provision;
 pub mod queue;
+pub mod racks;
 pub mod resources;
 pub mod task;
 pub mod time;
@@ -42,7 +47,8 @@ pub use crate::core::{Core, CoreConfig, CoreError, Counts, JobOrder, LostTasks};
 pub use crate::dad::DadConfig;
 pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
 pub use crate::handoff::{Handoff, HandoffConfig};
-pub use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};
+pub use crate::ids::{JobId, NodeId, NodeName, ObjectId, RackId, TaskId};
+pub use crate::mixapart::{PrefetchConfig, PrefetchStats};
 pub use crate::provision::{DynamicConfig, Provisioning, StepPolicy};
 pub use crate::resources::{Bytes, Resources};
 pub use crate::task::{Input, Outcome, Placement, TaskSpec, TaskState};

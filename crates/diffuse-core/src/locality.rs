@@ -55,6 +55,8 @@ pub struct Locality {
     nodes: FxHashMap<NodeId, NodeCandidates>,
     /// Sequence numbers of queued tasks with no input cached anywhere.
     cold: BTreeSet<(u64, TaskId)>,
+    /// The others: queued tasks with an input cached somewhere (MixApart's cache-local tier).
+    warm: BTreeSet<(u64, TaskId)>,
 }
 
 fn score(local: u64, total: u64) -> Score {
@@ -102,6 +104,7 @@ impl Locality {
             return;
         };
         self.cold.remove(&(q.seq, task));
+        self.warm.remove(&(q.seq, task));
         for input in &q.inputs {
             if let Some(w) = self.waiting.get_mut(&input.object) {
                 if let Some(p) = w.iter().position(|t| *t == task) {
@@ -165,6 +168,7 @@ impl Locality {
                 q.nodes_with_data += 1;
                 if q.nodes_with_data == 1 {
                     self.cold.remove(&(q.seq, task));
+                    self.warm.insert((q.seq, task));
                 }
                 Held::default()
             }
@@ -193,6 +197,7 @@ impl Locality {
             q.nodes_with_data -= 1;
             if q.nodes_with_data == 0 {
                 self.cold.insert((q.seq, task));
+                self.warm.remove(&(q.seq, task));
             }
         } else {
             let new = Held {
@@ -216,6 +221,11 @@ impl Locality {
             .get(&node)
             .and_then(|nc| nc.local.get(&task))
             .map_or(0, |h| h.bytes)
+    }
+
+    /// A queued task's place in the queue (None if it is not queued).
+    pub fn seq(&self, task: TaskId) -> Option<u64> {
+        self.queued.get(&task).map(|q| q.seq)
     }
 
     /// A queued task's distinct inputs and their total bytes (None if it is not queued).
@@ -293,6 +303,11 @@ impl Locality {
         self.cold.iter().copied()
     }
 
+    /// Queued tasks with an input cached somewhere, in queue order: (seq, task).
+    pub fn warm(&self) -> impl Iterator<Item = (u64, TaskId)> + '_ {
+        self.warm.iter().copied()
+    }
+
     /// Check the invariant in the module doc against `index`.
     pub fn check(&self, index: &LocationIndex) -> Result<(), String> {
         for (task, q) in &self.queued {
@@ -325,6 +340,9 @@ impl Locality {
             if (nodes_with_data == 0) != self.cold.contains(&(q.seq, *task)) {
                 return Err(format!("{task}: cold set disagrees with holders"));
             }
+            if (nodes_with_data > 0) != self.warm.contains(&(q.seq, *task)) {
+                return Err(format!("{task}: warm set disagrees with holders"));
+            }
         }
         for (n, nc) in &self.nodes {
             if nc.local.len() != nc.order.len() {
@@ -336,8 +354,8 @@ impl Locality {
                 }
             }
         }
-        if self.cold.len() > self.queued.len() {
-            return Err("cold set larger than queue".into());
+        if self.cold.len() + self.warm.len() != self.queued.len() {
+            return Err("cold and warm sets do not cover the queue".into());
         }
         Ok(())
     }

@@ -559,6 +559,7 @@ impl Model {
                 }
                 Action::Abandon { task, .. } => self.end(task.0, "failed"),
                 Action::DropObject { .. } | Action::Provision { .. } | Action::Release { .. } => {}
+                Action::Prefetch { .. } => panic!("prefetching is off"),
             }
         }
         // Each copy arrives at once, unless its target or the object has gone meanwhile.

@@ -193,6 +193,8 @@ impl Model {
             tmp_replicas: 1,
             dad: Default::default(),
             job_order: Default::default(),
+            storage_cap: None,
+            prefetch: None,
             handoff: knobs.handoff.map(|(budget, _)| HandoffConfig {
                 budget,
                 time_bound: Duration::from_secs(5),
@@ -514,6 +516,7 @@ impl Model {
                 Action::Abandon { .. } | Action::DropObject { .. } | Action::Replicate { .. } => {
                     panic!("no task here depends on another or writes an intermediate object")
                 }
+                Action::Prefetch { .. } => panic!("prefetching is off"),
                 Action::Release { node, handoff } => {
                     assert!(self.dynamic, "static core released {node}");
                     self.check_handoff(node, &handoff);
@@ -715,7 +718,7 @@ impl Model {
         }
         let utilization = c.busy_slots as f64 / c.slots as f64;
         let mch = match self.policy {
-            PolicyKind::Fa | PolicyKind::Mcu => false,
+            PolicyKind::Fa | PolicyKind::Mcu | PolicyKind::MixApart => false,
             PolicyKind::Gcc => utilization >= self.knobs.threshold,
             PolicyKind::Mch => true,
             // DAD may hold a task back for a busy node (its own tests cover when).
@@ -842,6 +845,7 @@ fn run_case(knobs: Knobs, ops: &[Op], exempt_known_bugs: bool) {
         PolicyKind::Mch,
         PolicyKind::Gcc,
         PolicyKind::Dad,
+        PolicyKind::MixApart,
     ] {
         for dynamic in [false, true] {
             let mut m = Model::new(policy, dynamic, knobs, exempt_known_bugs);

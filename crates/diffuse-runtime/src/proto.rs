@@ -55,6 +55,9 @@ pub enum ToDispatcher {
         /// Its cache's eviction policy (how cache hand-off ranks what it holds).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         eviction: Option<diffuse_core::EvictionPolicy>,
+        /// Its rack (`--rack`): MixApart's rack-local tier, and peers in its rack read first.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rack: Option<String>,
     },
     /// The worker now caches these objects.
     Cached {
@@ -81,6 +84,14 @@ pub enum ToDispatcher {
         id: u64,
         /// Results.
         results: Vec<LookupResult>,
+    },
+    /// A `Fetch` of this object failed (the copy is not in the cache); the dispatcher's
+    /// transfer scheduler gives its budget back.
+    FetchFailed {
+        /// The URI.
+        uri: String,
+        /// Why.
+        error: String,
     },
     /// The worker is stopping (told to, or by a signal): its running tasks were stopped, not
     /// crashed, and should run elsewhere. The connection closes after this.
@@ -232,6 +243,12 @@ pub enum ToWorker {
         uris: Vec<String>,
         /// Most time one lookup may take.
         timeout_ms: u64,
+    },
+    /// Read persistent storage at most this fast from now on (this worker's share of
+    /// `--storage-bandwidth-cap`; None: no limit).
+    StorageRate {
+        /// Bytes per second.
+        bytes_per_s: Option<f64>,
     },
     /// Stop an attempt (its task was cancelled): its whole process group is killed, and it is
     /// reported as ended.

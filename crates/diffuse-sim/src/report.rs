@@ -5,6 +5,21 @@ use diffuse_core::model::{ModelInput, ModelPrediction};
 use serde::Serialize;
 use std::io::Write;
 
+/// One job of a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct JobSummary {
+    /// The job.
+    pub job: u32,
+    /// Its tasks that finished.
+    pub tasks: u64,
+    /// Its first task's arrival, seconds.
+    pub first_arrival_s: f64,
+    /// Its last task's completion, seconds.
+    pub last_done_s: f64,
+    /// From first arrival to last completion, seconds.
+    pub duration_s: f64,
+}
+
 /// One second of the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Sample {
@@ -198,6 +213,13 @@ pub struct Summary {
     pub bytes_storage: u64,
     /// Nodes acquired over the run (joined at least once).
     pub nodes_acquired: u64,
+    /// Bytes prefetched from storage by the transfer scheduler (not in `bytes_storage`, which
+    /// counts tasks' own reads).
+    pub bytes_prefetched: u64,
+    /// What the transfer scheduler did.
+    pub prefetch: diffuse_core::PrefetchStats,
+    /// Each job's tasks and duration (first arrival to last completion).
+    pub jobs: Vec<JobSummary>,
     /// Cache hand-off on release: what was planned and what arrived.
     pub handoff: HandoffReport,
     /// The abstract model next to the measurement.

@@ -33,6 +33,12 @@ pub struct Testbed {
     pub dispatch_latency_s: f64,
     /// Time from asking the resource manager for a node to the node joining, seconds.
     pub node_startup_s: f64,
+    /// Nodes per rack, in the order they join (0: no racks). Racks matter to MixApart's
+    /// rack-local tier and, with `rack_uplink_bw`, to what crosses racks.
+    pub rack_size: u32,
+    /// Each rack's uplink, bytes/s each way (0: not a bottleneck). A peer read between racks
+    /// crosses both racks' uplinks; a storage read crosses its reader's.
+    pub rack_uplink_bw: f64,
 }
 
 impl Testbed {
@@ -49,6 +55,8 @@ impl Testbed {
             peer_latency_s: 0.001,
             dispatch_latency_s: 0.002,
             node_startup_s: 30.0,
+            rack_size: 0,
+            rack_uplink_bw: 0.0,
         }
     }
 
@@ -80,6 +88,8 @@ impl Testbed {
             peer_latency_s: 0.001,
             dispatch_latency_s: 0.015,
             node_startup_s: 0.015,
+            rack_size: 0,
+            rack_uplink_bw: 0.0,
         }
     }
 
@@ -100,6 +110,30 @@ impl Testbed {
             peer_latency_s: 0.001,
             dispatch_latency_s: 0.002,
             node_startup_s: 0.0,
+            rack_size: 0,
+            rack_uplink_bw: 0.0,
+        }
+    }
+
+    /// MixApart's testbed (mixapart-cache-over-shared-storage.txt, section 8.1.1): 50 EC2
+    /// "standard-large" instances with 2 map slots and 1 Gb/s each, and an NFS server on a
+    /// 10 Gb/s instance (the experiments cap its use at 1 Gb/s: `--storage-bandwidth-cap`).
+    /// The instances' local disk rate is not given: 100 MB/s, an ephemeral disk of the time.
+    /// Hadoop's own scheduling delays are not modelled (the same 2 ms as the other presets).
+    pub fn ec2_2013() -> Testbed {
+        Testbed {
+            name: "ec2-2013",
+            nodes: 50,
+            slots_per_node: 2,
+            storage_bw: 10.0 * GBPS,
+            storage_latency_s: 0.001,
+            nic_bw: GBPS,
+            disk_bw: 100e6,
+            peer_latency_s: 0.001,
+            dispatch_latency_s: 0.002,
+            node_startup_s: 30.0,
+            rack_size: 0,
+            rack_uplink_bw: 0.0,
         }
     }
 
@@ -110,6 +144,7 @@ impl Testbed {
             "teragrid-2008" => Some(Self::teragrid_2008()),
             "local" => Some(Self::local()),
             "tsukuba-2014" => Some(Self::tsukuba_2014()),
+            "ec2-2013" => Some(Self::ec2_2013()),
             _ => None,
         }
     }

@@ -28,6 +28,10 @@ pub struct Arrival {
     pub produces: Vec<(ObjectId, u64)>,
     /// Earlier arrivals (by position, from 0) that must succeed before it runs.
     pub after: Vec<u64>,
+    /// Its job (0 in the paper's workloads): the unit of FIFO/Fair sharing.
+    pub job: u32,
+    /// Its priority: higher runs first (0 in the paper's workloads).
+    pub priority: i16,
 }
 
 /// Which workload to generate.
@@ -190,6 +194,8 @@ impl Workload {
                     cores: 1,
                     produces: Vec::new(),
                     after: Vec::new(),
+                    job: 0,
+                    priority: 0,
                 }))
             }
             Workload::Custom(list) => Box::new(list.clone().into_iter()),
@@ -205,6 +211,8 @@ fn one_file(time: f64, file: u64, compute_s: f64) -> Arrival {
         cores: 1,
         produces: Vec::new(),
         after: Vec::new(),
+        job: 0,
+        priority: 0,
     }
 }
 
@@ -329,6 +337,8 @@ fn arrival_line(line: &str) -> Result<Arrival, String> {
         cores,
         produces: Vec::new(),
         after: Vec::new(),
+        job: 0,
+        priority: 0,
     })
 }
 
@@ -343,6 +353,8 @@ pub fn readgf_arrivals() -> Vec<Arrival> {
             cores: 1,
             produces: Vec::new(),
             after: Vec::new(),
+            job: 0,
+            priority: 0,
         })
         .collect()
 }

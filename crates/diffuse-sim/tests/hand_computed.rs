@@ -36,6 +36,8 @@ fn testbed(nodes: u32, slots: u32) -> Testbed {
         peer_latency_s: 0.0,
         dispatch_latency_s: 0.0,
         node_startup_s: 0.0,
+        rack_size: 0,
+        rack_uplink_bw: 0.0,
     }
 }
 
@@ -48,6 +50,8 @@ fn at(time: f64, inputs: &[(u64, u64)], compute_s: f64) -> Arrival {
         cores: 1,
         produces: Vec::new(),
         after: Vec::new(),
+        job: 0,
+        priority: 0,
     }
 }
 
@@ -780,6 +784,8 @@ fn mi_like(tasks: usize, files: u64, seed: u64) -> Vec<Arrival> {
                 cores: 1,
                 produces: Vec::new(),
                 after: Vec::new(),
+                job: 0,
+                priority: 0,
             });
         }
         sec += 1;
@@ -801,6 +807,8 @@ fn small_teragrid() -> Testbed {
         peer_latency_s: 0.001,
         dispatch_latency_s: 0.002,
         node_startup_s: 2.0,
+        rack_size: 0,
+        rack_uplink_bw: 0.0,
     }
 }
 

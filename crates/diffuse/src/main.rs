@@ -8,6 +8,7 @@ mod dad_args;
 mod live;
 mod sim;
 mod size;
+mod transfer_args;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

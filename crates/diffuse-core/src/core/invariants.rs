@@ -13,6 +13,7 @@ impl Core {
         self.check_hints()?;
         self.check_remakes()?;
         self.check_jobs()?;
+        self.check_transfers()?;
         for (id, t) in &self.tasks {
             match &t.phase {
                 Phase::Blocked => blocked += 1,
@@ -119,8 +120,11 @@ impl Core {
                 }
             }
         }
+        for key in self.prefetches_under_way() {
+            *fetches.entry(key).or_default() += 1;
+        }
         if fetches != self.incoming {
-            return Err("in-transfer counts disagree with running tasks".into());
+            return Err("in-transfer counts disagree with running tasks and prefetches".into());
         }
         if self.tracking {
             self.locality.check(&self.effective)?;

@@ -3,6 +3,7 @@
 //! driver reports for provisioning.
 
 use super::*;
+use crate::ids::RackId;
 
 impl Core {
     /// A node joined with `slots` cores (memory and disk not counted, no GPU) and an empty
@@ -58,6 +59,17 @@ impl Core {
         Ok(())
     }
 
+    /// `node` is in `rack` (MixApart's rack-local tier, and peer sources in the reader's rack
+    /// first). A node never placed in a rack shares one with no other node.
+    pub fn handle_node_rack(&mut self, node: NodeId, rack: RackId) -> Result<(), CoreError> {
+        if !self.nodes.contains_key(&node) {
+            return Err(CoreError::UnknownNode(node));
+        }
+        self.racks.set(node, rack);
+        self.dirty = true;
+        Ok(())
+    }
+
     /// `tasks` more tasks wait outside the core and will be submitted soon (the live driver
     /// looks up their inputs first): dynamic provisioning counts them as queued, so an empty
     /// pool grows for them. Replaces the previous count.
@@ -99,6 +111,7 @@ impl Core {
         if let Some(c) = self.caches.as_mut() {
             c.set_cache(node, quota, eviction);
         }
+        self.transfers_quota(node, quota);
         Ok(())
     }
 
@@ -209,6 +222,8 @@ impl Core {
             self.locality.object_removed(node, object);
         }
         self.locality.remove_node(node);
+        self.racks.remove(node);
+        self.transfers_node_left(node);
         if let Some(name) = entry.name {
             self.name_left(name);
         }

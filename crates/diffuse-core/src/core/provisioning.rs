@@ -36,7 +36,8 @@ impl Core {
                     if n.running.is_empty()
                         && n.serving == 0
                         && now.since(t) >= cfg.idle_timeout
-                        && !self.holds_needed_intermediate(*id) =>
+                        && !self.holds_needed_intermediate(*id)
+                        && !self.holds_prefetches(*id) =>
                 {
                     Some((t, *id))
                 }

@@ -94,5 +94,38 @@ pub fn metrics_text(s: &Status) -> String {
             ("{source=\"storage\"}", t.bytes_storage as f64),
         ],
     );
+    let p = &s.prefetch;
+    metric(
+        "diffuse_prefetches_total",
+        "Prefetches from storage by the transfer scheduler, by what became of them.",
+        "counter",
+        &[
+            ("{event=\"issued\"}", p.issued as f64),
+            ("{event=\"landed\"}", p.landed as f64),
+            ("{event=\"failed\"}", p.failed as f64),
+            ("{event=\"read\"}", p.read as f64),
+            ("{event=\"evicted_unread\"}", p.evicted_unread as f64),
+        ],
+    );
+    metric(
+        "diffuse_prefetch_bytes_total",
+        "Bytes asked for by prefetches.",
+        "counter",
+        &[("", p.issued_bytes as f64)],
+    );
+    if let Some(cap) = s.storage_cap {
+        metric(
+            "diffuse_storage_cap_bytes_per_second",
+            "The cap on reads from persistent storage (--storage-bandwidth-cap).",
+            "gauge",
+            &[("", cap)],
+        );
+        metric(
+            "diffuse_storage_budget_used_bytes_per_second",
+            "The budgeted rate of the storage reads under way.",
+            "gauge",
+            &[("", s.storage_budget_used as f64)],
+        );
+    }
     out
 }

@@ -75,6 +75,7 @@ pub async fn get(
     client: &reqwest::Client,
     uri: &str,
     dest: &Path,
+    throttle: &super::throttle::Throttle,
 ) -> Result<Download, StorageError> {
     let resp = client
         .get(uri)
@@ -83,7 +84,12 @@ pub async fn get(
         .map_err(|e| other(uri, e.without_url()))?;
     check(uri, resp.status())?;
     let headers = resp.headers().clone();
-    let (written, sha256) = write_hashed(uri, dest, resp.bytes_stream()).await?;
+    let (written, sha256) = write_hashed(
+        uri,
+        dest,
+        super::throttle::throttled(resp.bytes_stream(), throttle),
+    )
+    .await?;
     Ok(Download {
         info: SourceInfo {
             size: written,

@@ -10,6 +10,7 @@
 
 pub mod file;
 pub mod http;
+pub mod throttle;
 
 use crate::uri::Scheme;
 use futures_util::StreamExt;
@@ -157,6 +158,8 @@ pub struct Storage {
     /// Shared-storage emulation (`crate::gateway`): read `file://` objects through this
     /// dispatcher URL with this token.
     gateway: Option<(String, String)>,
+    /// The cap on this process's storage reads (its share of `--storage-bandwidth-cap`).
+    throttle: throttle::Throttle,
 }
 
 impl Default for Storage {
@@ -173,7 +176,18 @@ impl Storage {
             http: http::client(),
             buckets: Mutex::new(HashMap::new()),
             gateway: None,
+            throttle: throttle::Throttle::default(),
         }
+    }
+
+    /// Limit this process's storage reads to `rate` bytes per second (None: no limit).
+    pub fn set_read_rate(&self, rate: Option<f64>) {
+        self.throttle.set_rate(rate);
+    }
+
+    /// The limit on storage reads, if any.
+    pub fn read_rate(&self) -> Option<f64> {
+        self.throttle.rate()
     }
 
     /// Read `file://` objects through a bandwidth-limited gateway (`crate::gateway`) at `url`,
@@ -216,7 +230,12 @@ impl Storage {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
-        let (written, sha256) = write_hashed(uri, dest, resp.bytes_stream()).await?;
+        let (written, sha256) = write_hashed(
+            uri,
+            dest,
+            throttle::throttled(resp.bytes_stream(), &self.throttle),
+        )
+        .await?;
         Ok(Download {
             info: SourceInfo {
                 size: written,
@@ -309,15 +328,16 @@ impl Storage {
                     uri: uri.to_string(),
                     message: e.to_string(),
                 })?);
+                let chunks = read_chunks(tokio::fs::File::from_std(file));
                 let (written, sha256) =
-                    write_hashed(uri, dest, read_chunks(tokio::fs::File::from_std(file))).await?;
+                    write_hashed(uri, dest, throttle::throttled(chunks, &self.throttle)).await?;
                 Ok(Download {
                     info,
                     written,
                     sha256,
                 })
             }
-            Some(Scheme::Http) => http::get(&self.http, uri, dest).await,
+            Some(Scheme::Http) => http::get(&self.http, uri, dest, &self.throttle).await,
             Some(Scheme::S3) => {
                 let (store, key) = self.bucket(uri)?;
                 let result = store.get(&key).await.map_err(|e| Self::map_err(uri, e))?;
@@ -325,7 +345,12 @@ impl Storage {
                     size: result.meta.size,
                     version: s3_version(&result.meta),
                 };
-                let (written, sha256) = write_hashed(uri, dest, result.into_stream()).await?;
+                let (written, sha256) = write_hashed(
+                    uri,
+                    dest,
+                    throttle::throttled(result.into_stream(), &self.throttle),
+                )
+                .await?;
                 Ok(Download {
                     info,
                     written,

@@ -111,6 +111,8 @@ pub struct WorkerConfig {
     pub task_env_drop: Vec<String>,
     /// Limits of the peer data server.
     pub limits: crate::server::Limits,
+    /// Its rack, told to the dispatcher (MixApart's rack-local tier).
+    pub rack: Option<String>,
 }
 
 /// What this machine has, for a worker's defaults.
@@ -710,6 +712,7 @@ async fn connect(
         held,
         request: cfg.request.clone(),
         eviction: Some(cfg.eviction),
+        rack: cfg.rack.clone(),
         leaves_in_s: cfg.leave_at.map(|t| {
             t.saturating_duration_since(std::time::Instant::now())
                 .as_secs_f64()
@@ -839,6 +842,12 @@ async fn session(
                         for input in inputs {
                             tokio::spawn(stage::prefetch(ctx.clone(), input));
                         }
+                    }
+                    ToWorker::StorageRate { bytes_per_s } => {
+                        if ctx.storage.read_rate() != bytes_per_s {
+                            tracing::debug!(?bytes_per_s, "storage read rate");
+                        }
+                        ctx.storage.set_read_rate(bytes_per_s);
                     }
                     ToWorker::Welcome { .. } => {}
                 }

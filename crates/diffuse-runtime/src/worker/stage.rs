@@ -18,17 +18,21 @@ pub(super) enum Staged {
     Storage(u64),
 }
 
-/// Fetch one object into the cache for no task (a hand-off from a worker being released):
-/// staged as an input into a scratch name that is removed at once. A failure is only logged:
-/// the object stays where it was, or is read from storage later.
+/// Fetch one object into the cache for no task (a hand-off from a worker being released, a
+/// replica, or a prefetch from storage): staged as an input into a scratch name that is removed
+/// at once. A failure is reported (`FetchFailed`): the object stays where it was, or is read
+/// from storage later.
 pub(super) async fn prefetch(ctx: Arc<Ctx>, input: AssignedInput) {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dest = ctx.work.join(format!(".handoff-{n}"));
+    let dest = ctx.work.join(format!(".fetch-{n}"));
     let uri = input.uri.clone();
-    match stage(ctx, input, dest.clone()).await {
-        Ok(_) => tracing::debug!(uri, "handed off to this worker"),
-        Err(e) => tracing::info!(uri, "hand-off not taken: {e}"),
+    match stage(ctx.clone(), input, dest.clone()).await {
+        Ok(_) => tracing::debug!(uri, "fetched into the cache"),
+        Err(error) => {
+            tracing::info!(uri, "fetch not taken: {error}");
+            let _ = ctx.out.send(ToDispatcher::FetchFailed { uri, error });
+        }
     }
     let _ = std::fs::remove_file(&dest);
 }

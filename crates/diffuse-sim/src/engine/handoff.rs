@@ -57,10 +57,9 @@ impl Simulation {
         };
         let (from, to) = (p.from, p.handoff.to);
         let size = p.handoff.size;
-        let src = self.leaving.get(&from).map(|l| l.node.nic_out);
-        match (src, self.nodes.get(&to)) {
-            (Some(out), Some(target)) => {
-                let resources = [out, target.nic_in];
+        match (self.leaving.get(&from), self.nodes.get(&to)) {
+            (Some(l), Some(target)) => {
+                let resources = super::transfers::peer_path(&l.node, target);
                 self.net.start(t, size, &resources, Tag::Push(id));
             }
             _ => self.push_ended(id, Ended::Lost),

@@ -13,8 +13,8 @@ use crate::workload::{Arrival, Workload};
 use diffuse_core::model::{predict, ModelInput};
 use diffuse_core::{
     Action, Admission, Core, CoreConfig, DadConfig, DynamicConfig, EvictionPolicy, Handoff,
-    HandoffConfig, Input, NodeCache, NodeId, ObjectId, Outcome, PolicyKind, Provisioning,
-    Resources, Source, StepPolicy, TaskId, TaskSpec, Time,
+    HandoffConfig, Input, JobId, JobOrder, NodeCache, NodeId, ObjectId, Outcome, PolicyKind,
+    PrefetchConfig, Provisioning, Resources, Source, StepPolicy, TaskId, TaskSpec, Time,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Reverse;
@@ -24,6 +24,7 @@ use thiserror::Error;
 
 mod handoff;
 mod reads;
+mod transfers;
 
 /// Settings of one simulation.
 #[derive(Clone, Debug)]
@@ -62,6 +63,14 @@ pub struct SimConfig {
     /// files a distributed file system keeps on its compute nodes (Gfarm in the DAD paper).
     /// They are cached entries of those nodes, known to the core.
     pub placed: Vec<(u32, ObjectId, u64)>,
+    /// How jobs share the slots (FIFO or Fair).
+    pub job_order: JobOrder,
+    /// Bytes per second that all reads from persistent storage may take together (None: only
+    /// the storage's own bandwidth bounds them). Modelled as one more resource every storage
+    /// read crosses.
+    pub storage_cap: Option<f64>,
+    /// MixApart's transfer scheduler (None: no prefetching), within `storage_cap`.
+    pub prefetch: Option<PrefetchConfig>,
 }
 
 /// Dynamic provisioning settings of a simulation.
@@ -104,6 +113,9 @@ impl SimConfig {
             check_invariants: false,
             dad: DadConfig::default(),
             placed: Vec::new(),
+            job_order: JobOrder::Fifo,
+            storage_cap: None,
+            prefetch: None,
         }
     }
 }
@@ -149,6 +161,8 @@ enum Ev {
     PushStart(u64),
     /// A released node's time bound for its pushes is up.
     HandoffDeadline(NodeId),
+    /// A prefetch starts moving (after the storage latency).
+    PrefetchStart(u64),
 }
 
 /// What a flow in the network carries.
@@ -158,6 +172,8 @@ enum Tag {
     Input(TaskId, u32),
     /// A hand-off push.
     Push(u64),
+    /// A prefetch from storage.
+    Prefetch(u64),
 }
 
 /// A hand-off push from a released node.
@@ -200,6 +216,10 @@ struct SimNode {
     nic_in: ResourceId,
     nic_out: ResourceId,
     joined: f64,
+    /// Its rack's uplink (up, down), if racks are modelled.
+    uplink: Option<(ResourceId, ResourceId)>,
+    /// Its rack, if the testbed has racks.
+    rack: Option<u32>,
 }
 
 struct Running {
@@ -235,6 +255,16 @@ pub struct Simulation {
     /// Fetches in progress to a node, with the (task, input) pairs waiting for each.
     inflight: FxHashMap<(NodeId, ObjectId), Vec<(TaskId, u32)>>,
     storage: ResourceId,
+    /// The cap on storage reads, if any: a resource every storage read crosses.
+    storage_cap: Option<ResourceId>,
+    /// Each rack's uplink (up, down).
+    uplinks: FxHashMap<u32, (ResourceId, ResourceId)>,
+    /// Prefetches: (node, object, bytes), by id.
+    prefetches: FxHashMap<u64, (NodeId, ObjectId, u64)>,
+    next_prefetch: u64,
+    bytes_prefetched: u64,
+    /// Per job: tasks finished, first arrival, last completion.
+    jobs: std::collections::BTreeMap<u32, crate::report::JobSummary>,
     next_task: u64,
     next_node: u32,
     /// Released nodes whose hand-off pushes are under way.
@@ -287,13 +317,15 @@ impl Simulation {
             peer_read_limit: cfg.peer_read_limit,
             handoff: cfg.handoff.clone(),
             dad: cfg.dad,
-            // The simulator's tasks are all of one job.
-            job_order: diffuse_core::JobOrder::Fifo,
+            job_order: cfg.job_order,
             // Replicas ahead of time are not modelled (docs/simulation.md, "Not modelled").
             tmp_replicas: 1,
+            storage_cap: cfg.storage_cap,
+            prefetch: cfg.prefetch,
         });
         let mut net = FlowNet::new();
         let storage = net.add_resource(cfg.testbed.storage_bw);
+        let storage_cap = cfg.storage_cap.map(|c| net.add_resource(c));
         let arrivals = cfg.workload.arrivals(cfg.seed).peekable();
         let mut sim = Simulation {
             core,
@@ -309,6 +341,12 @@ impl Simulation {
             net,
             inflight: FxHashMap::default(),
             storage,
+            storage_cap,
+            uplinks: FxHashMap::default(),
+            prefetches: FxHashMap::default(),
+            next_prefetch: 0,
+            bytes_prefetched: 0,
+            jobs: Default::default(),
             next_task: 0,
             next_node: 0,
             leaving: FxHashMap::default(),
@@ -423,6 +461,7 @@ impl Simulation {
             match flow.tag {
                 Tag::Input(task, i) => self.input_done(task, i as usize, flow.bytes)?,
                 Tag::Push(id) => self.push_done(id)?,
+                Tag::Prefetch(id) => self.prefetch_done(id, flow.bytes)?,
             }
         }
         while let Some(Reverse((when, _, ev))) = self.heap.peek().copied() {
@@ -509,7 +548,15 @@ impl Simulation {
                         .map(|x| TaskId(*x))
                         .filter(|x| self.waiting.contains_key(x) || self.kept.contains_key(x))
                         .collect();
+                    let job = self.jobs.entry(a.job).or_insert(crate::report::JobSummary {
+                        job: a.job,
+                        first_arrival_s: a.time,
+                        ..Default::default()
+                    });
+                    job.first_arrival_s = job.first_arrival_s.min(a.time);
                     let spec = TaskSpec::new(id, inputs)
+                        .with_job(JobId(a.job))
+                        .with_priority(a.priority)
                         .with_resources(Resources {
                             cores: a.cores,
                             ..Resources::ONE_CORE
@@ -564,6 +611,11 @@ impl Simulation {
                     self.kept.insert(task, a.clone());
                 }
                 self.finished += 1;
+                if let Some(j) = self.jobs.get_mut(&a.job) {
+                    j.tasks += 1;
+                    j.last_done_s = t;
+                    j.duration_s = t - j.first_arrival_s;
+                }
                 self.response_sum += t - a.time;
                 self.exec_sum += t - r.delivered;
                 self.last_done = t;
@@ -571,6 +623,8 @@ impl Simulation {
             Ev::NodeUp(node) => {
                 let tb = &self.cfg.testbed;
                 let (disk_bw, nic_bw) = (tb.disk_bw, tb.nic_bw);
+                let rack = (tb.rack_size > 0).then(|| node.0 / tb.rack_size);
+                let uplink = rack.and_then(|r| self.uplink(r));
                 let n = SimNode {
                     cache: NodeCache::new(
                         self.cfg.eviction,
@@ -581,6 +635,8 @@ impl Simulation {
                     nic_in: self.net.add_resource(nic_bw),
                     nic_out: self.net.add_resource(nic_bw),
                     joined: t,
+                    uplink,
+                    rack,
                 };
                 self.nodes.insert(node, n);
                 self.nodes_acquired += 1;
@@ -590,6 +646,11 @@ impl Simulation {
                 self.core
                     .handle_node_cache(node, self.cfg.cache_size, self.cfg.eviction, self.now)
                     .map_err(|e| self.core_err(e))?;
+                if let Some(r) = rack {
+                    self.core
+                        .handle_node_rack(node, diffuse_core::RackId(r))
+                        .map_err(|e| self.core_err(e))?;
+                }
                 let placed: Vec<(ObjectId, u64)> = self
                     .cfg
                     .placed
@@ -619,6 +680,7 @@ impl Simulation {
             }
             Ev::PushStart(id) => self.push_start(id, t),
             Ev::HandoffDeadline(node) => self.handoff_deadline(node),
+            Ev::PrefetchStart(id) => self.prefetch_start(id, t),
         }
         Ok(())
     }
@@ -681,6 +743,7 @@ impl Simulation {
                 }
             }
             Action::Release { node, handoff } => self.release(node, handoff),
+            Action::Prefetch { object, size, node } => self.prefetch(object, size, node),
         }
     }
 
@@ -763,6 +826,9 @@ impl Simulation {
             bytes_local: self.bytes[0],
             bytes_peer: self.bytes[1],
             bytes_storage: self.bytes[2],
+            bytes_prefetched: self.bytes_prefetched,
+            prefetch: self.core.prefetch_stats(),
+            jobs: self.jobs.values().cloned().collect(),
             nodes_acquired: self.nodes_acquired,
             handoff: self.handoff,
             model: ModelReport {

@@ -42,16 +42,12 @@ impl Simulation {
                             .is_some_and(|pn| pn.cache.contains(*object)) =>
                 {
                     (
-                        vec![self.nodes[p].nic_out, here.nic_in],
+                        transfers::peer_path(&self.nodes[p], here),
                         Used::Peer,
                         tb.peer_latency_s,
                     )
                 }
-                _ => (
-                    vec![self.storage, here.nic_in],
-                    Used::Storage,
-                    tb.storage_latency_s,
-                ),
+                _ => (self.storage_path(here), Used::Storage, tb.storage_latency_s),
             };
             let read_from = match (used, src) {
                 (Used::Local, _) => Some(node),

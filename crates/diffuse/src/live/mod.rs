@@ -45,7 +45,7 @@ impl StorageArgs {
 /// Scheduling settings shared by `dispatcher` and `run`.
 #[derive(Args, Debug, Clone)]
 pub struct SchedArgs {
-    /// Dispatch policy: fa, mcu, mch, gcc or dad.
+    /// Dispatch policy: fa, mcu, mch, gcc, dad or mixapart (docs/policies.md).
     #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
     policy: PolicyKind,
     /// Scheduling window: how many queued tasks a decision looks at.
@@ -68,17 +68,20 @@ pub struct SchedArgs {
     /// job holding the fewest cores first; work-conserving).
     #[arg(long, value_parser = |s: &str| s.parse::<diffuse_core::JobOrder>(), default_value = "fifo")]
     job_order: diffuse_core::JobOrder,
+    #[command(flatten)]
+    transfers: crate::transfer_args::TransferArgs,
 }
 
 impl SchedArgs {
     /// The settings checked together (DAD's threshold against its beta); the message names
     /// the flags.
     pub(crate) fn check(&self) -> Result<(), String> {
+        self.transfers.check()?;
         self.dad.config().map(|_| ())
     }
 
     pub(crate) fn core(&self) -> CoreConfig {
-        CoreConfig {
+        let mut cfg = CoreConfig {
             dad: self.dad.config().unwrap_or_default(),
             job_order: self.job_order,
             policy: self.policy,
@@ -87,7 +90,9 @@ impl SchedArgs {
             crash_limit: self.crash_limit,
             tmp_replicas: self.tmp_replicas,
             ..CoreConfig::default()
-        }
+        };
+        self.transfers.apply(&mut cfg);
+        cfg
     }
 }
 

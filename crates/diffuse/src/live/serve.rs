@@ -253,6 +253,10 @@ pub struct WorkerArgs {
     /// Eviction policy: random, fifo, lru or lfu.
     #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
     eviction: EvictionPolicy,
+    /// This worker's rack (any name; workers naming the same one share a switch): MixApart's
+    /// rack-local tier (`--policy mixapart`), and peers in its rack are read from first.
+    #[arg(long)]
+    rack: Option<String>,
     /// File holding the worker token [default: $DIFFUSE_WORKER_TOKEN].
     #[arg(long)]
     token_file: Option<PathBuf>,
@@ -350,6 +354,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         listen: a.listen,
         advertise: a.advertise,
         eviction: a.eviction,
+        rack: a.rack,
         noop: a.noop,
         storage_gateway: a.storage_gateway,
         reconnect_timeout: Duration::from_secs(a.reconnect_timeout),

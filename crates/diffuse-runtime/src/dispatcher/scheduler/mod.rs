@@ -30,6 +30,7 @@ pub mod objects;
 mod placement;
 pub mod pool;
 pub mod tasks;
+mod transfers;
 mod workers;
 pub mod writer;
 
@@ -183,6 +184,17 @@ pub struct Status {
     pub unschedulable_examples: Vec<String>,
     /// Accesses and bytes by source, summed over finished attempts.
     pub traffic: Traffic,
+    /// What the transfer scheduler did (`--prefetch`): prefetches issued, landed, failed, read
+    /// by a task, evicted unread.
+    #[serde(default)]
+    pub prefetch: diffuse_core::PrefetchStats,
+    /// The cap on storage reads, bytes/s (`--storage-bandwidth-cap`), and the budgeted rate of
+    /// the storage reads under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_cap: Option<f64>,
+    /// See `storage_cap`.
+    #[serde(default)]
+    pub storage_budget_used: u64,
     /// Seconds since the dispatcher started.
     pub uptime_s: f64,
 }
@@ -316,6 +328,10 @@ pub struct Scheduler {
     new_attempt_results: Vec<(String, u32, String)>,
     new_outcomes: Vec<TaskOutcome>,
     replies: Vec<(oneshot::Sender<Result<Submitted, SubmitError>>, Submitted)>,
+    /// Workers' racks, by name.
+    racks: FxHashMap<String, diffuse_core::RackId>,
+    /// Each worker's share of the storage cap, as last sent.
+    storage_shares: FxHashMap<NodeId, f64>,
 }
 
 fn unix_now() -> f64 {
@@ -366,6 +382,8 @@ impl Scheduler {
             new_attempt_results: Vec::new(),
             new_outcomes: Vec::new(),
             replies: Vec::new(),
+            racks: FxHashMap::default(),
+            storage_shares: FxHashMap::default(),
         };
         for st in stored {
             s.restore(st);
@@ -615,6 +633,7 @@ impl Scheduler {
                 self.check_heartbeats();
                 self.finish_handoffs();
                 self.fail_unfit();
+                self.share_storage_cap();
                 let now = self.now();
                 self.core.handle_waiting_demand(self.looking_up);
                 if self.core.poll_timeout().is_some_and(|t| t <= now) {
@@ -753,6 +772,9 @@ impl Scheduler {
             slots: c.slots,
             busy_slots: c.busy_slots,
             uptime_s: self.start.elapsed().as_secs_f64(),
+            prefetch: self.core.prefetch_stats(),
+            storage_cap: self.core.config().storage_cap,
+            storage_budget_used: self.core.storage_budget_used(),
             ..self.status.clone()
         }
     }

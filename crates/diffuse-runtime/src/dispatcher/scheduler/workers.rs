@@ -53,6 +53,7 @@ impl Scheduler {
             leaves_in_s,
             eviction,
             cache_quota,
+            rack,
             ..
         } = hello
         else {
@@ -76,6 +77,10 @@ impl Scheduler {
         let _ = self
             .core
             .handle_node_cache(node, cache_quota, eviction.unwrap_or_default(), now);
+        if let Some(r) = rack.as_deref().filter(|r| !r.is_empty()) {
+            let rack = self.rack_id(r);
+            let _ = self.core.handle_node_rack(node, rack);
+        }
         if let Some(s) = leaves_in_s.filter(|s| s.is_finite() && *s >= 0.0) {
             let ends = now + std::time::Duration::from_secs_f64(s.min(1e9));
             self.core.handle_node_deadline(node, Some(ends));
@@ -159,6 +164,7 @@ impl Scheduler {
             ToDispatcher::Finished(report) => self.finished(node, report),
             ToDispatcher::LookedUp { id, results } => self.looked_up(node, id, results),
             ToDispatcher::Leaving => self.node_lost(node, "it is stopping", false),
+            ToDispatcher::FetchFailed { uri, error } => self.fetch_failed(node, &uri, &error),
         }
     }
 
@@ -433,6 +439,7 @@ impl Scheduler {
                 Action::Abandon { task, why } => self.abandoned(task, why),
                 Action::DropObject { object, nodes } => self.drop_object(object, nodes),
                 Action::Replicate { object, from, to } => self.copy_object(object, from, to),
+                Action::Prefetch { object, size, node } => self.prefetch_object(object, size, node),
             }
         }
     }

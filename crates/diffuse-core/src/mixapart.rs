@@ -1,0 +1,189 @@
+//! MixApart's data-aware compute scheduler (mixapart-cache-over-shared-storage.txt, Algorithm
+//! 1): a free slot on node N takes, from the job whose turn it is, the first task found in this
+//! order of tiers:
+//!
+//! | tier | the task's data is | read from |
+//! |---|---|---|
+//! | 1. node-local | held by N | N's cache |
+//! | 2. rack-local | held by another node of N's rack | that node, through the rack's switch |
+//! | 3. in transfer | on its way to N (a fetch or a prefetch under way) | N, once it lands |
+//! | 4. cached anywhere | held by, or on its way to, some node | a peer |
+//! | 5. storage | nowhere | persistent storage |
+//!
+//! Within a tier: node-local and in-transfer tasks by the fraction of their bytes on N, then
+//! queue order (the candidate sets of [`crate::locality`]); the other tiers in queue order.
+//! Jobs take turns as the core's job order says (FIFO or Fair, [`crate::JobOrder`]); the core
+//! asks every free node for tiers 1-3 before any node falls back to tiers 4-5, so a task goes
+//! to a free node holding its data before any other takes it.
+//!
+//! Departures, written down in docs/policies.md: the paper's tiers 4 (cache-local) and 6
+//! (cache-local in progress) are one tier here, since both read from a peer; there is no
+//! rack-local-in-progress tier (an object on its way to a rack neighbour is read from that
+//! neighbour once it lands, which tier 4 covers); and tier 5 exists because our tasks may read
+//! storage themselves, where MixApart's wait for the transfer scheduler
+//! ([`crate::core::Core`]'s prefetch) to start their transfer. A rack neighbour with a free slot
+//! is passed over in tier 2: it takes its own node-local tasks in the same pass.
+
+use crate::dispatch::{DispatchPolicy, SchedView};
+use crate::ids::{NodeId, TaskId};
+use crate::time::Time;
+
+/// Which tier a task falls in for a node (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tier {
+    /// Held by the node.
+    NodeLocal,
+    /// Held by another node of its rack.
+    RackLocal,
+    /// On its way to the node.
+    InTransfer,
+    /// Held by, or on its way to, some other node.
+    CachedAnywhere,
+    /// Nowhere: read from persistent storage.
+    Storage,
+}
+
+/// The MixApart policy: locality tiers, no state of its own.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LocalityTiers;
+
+/// Whether `node` holds (not only fetches) some input of the queued task `task`.
+fn holds_some(view: &SchedView<'_>, task: TaskId, node: NodeId) -> bool {
+    view.locality
+        .inputs(task)
+        .is_some_and(|(inputs, _)| inputs.iter().any(|i| view.held.holds(node, i.object)))
+}
+
+impl LocalityTiers {
+    /// Tiers 1 and 3 on `node`: its best task holding data there, else its best task whose data
+    /// is only on its way there.
+    fn on_node(view: &SchedView<'_>, node: NodeId) -> Option<(TaskId, Tier)> {
+        let mut in_transfer = None;
+        for (task, _) in view.locality.candidates_within(node, view.window_bound) {
+            if !(view.fits)(task) {
+                continue;
+            }
+            if holds_some(view, task, node) {
+                return Some((task, Tier::NodeLocal));
+            }
+            in_transfer.get_or_insert(task);
+        }
+        in_transfer.map(|t| (t, Tier::InTransfer))
+    }
+
+    /// Tier 2: the oldest task held by a busy neighbour of `node`'s rack.
+    fn rack_local(view: &SchedView<'_>, node: NodeId) -> Option<TaskId> {
+        let mut best: Option<(u64, TaskId)> = None;
+        for m in view.racks.neighbours(node) {
+            if view.free.contains(&m) {
+                continue;
+            }
+            let first = view
+                .locality
+                .candidates_within(m, view.window_bound)
+                .map(|(t, _)| t)
+                .find(|t| (view.fits)(*t) && holds_some(view, *t, m));
+            if let Some(t) = first {
+                let seq = view.locality.seq(t).expect("a candidate is queued");
+                if best.is_none_or(|b| (seq, t) < b) {
+                    best = Some((seq, t));
+                }
+            }
+        }
+        best.map(|(_, t)| t)
+    }
+
+    /// The task a free slot on `node` takes from tiers 1-3, and its tier.
+    pub fn choose_near(view: &SchedView<'_>, node: NodeId) -> Option<(TaskId, Tier)> {
+        let near = Self::on_node(view, node);
+        if let Some((t, Tier::NodeLocal)) = near {
+            return Some((t, Tier::NodeLocal));
+        }
+        if let Some(t) = Self::rack_local(view, node) {
+            return Some((t, Tier::RackLocal));
+        }
+        near
+    }
+
+    /// The task a free slot takes from tiers 4-5, and its tier.
+    pub fn choose_far(view: &SchedView<'_>) -> Option<(TaskId, Tier)> {
+        let cached = view
+            .locality
+            .warm()
+            .take_while(|(seq, _)| *seq < view.window_bound)
+            .map(|(_, t)| t)
+            .find(|t| (view.fits)(*t));
+        match cached {
+            Some(t) => Some((t, Tier::CachedAnywhere)),
+            None => view.oldest().map(|t| (t, Tier::Storage)),
+        }
+    }
+}
+
+impl DispatchPolicy for LocalityTiers {
+    fn name(&self) -> &'static str {
+        "mixapart"
+    }
+    fn choose_local(&mut self, view: &SchedView<'_>, node: NodeId, _now: Time) -> Option<TaskId> {
+        Self::choose_near(view, node).map(|(t, _)| t)
+    }
+    fn choose_any(&mut self, view: &SchedView<'_>, _node: NodeId, _now: Time) -> Option<TaskId> {
+        Self::choose_far(view).map(|(t, _)| t)
+    }
+}
+
+/// MixApart's data transfer scheduler (Algorithm 2): settings. With it (and a
+/// [`crate::CoreConfig::storage_cap`], its budget), the core plans [`crate::Action::Prefetch`]es
+/// of the inputs of the tasks expected to run next, so that their data is on a node (or on its
+/// way) when a slot frees.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PrefetchConfig {
+    /// Most of a node's cache quota that prefetched objects no task has read yet may take, in
+    /// (0, 1]: what keeps prefetching from evicting what queued tasks will read.
+    pub cache_share: f64,
+    /// Most queued tasks (in the window, in the order they are expected to run) whose inputs
+    /// are looked at per plan.
+    pub lookahead: usize,
+}
+
+impl Default for PrefetchConfig {
+    fn default() -> Self {
+        PrefetchConfig {
+            cache_share: 0.25,
+            lookahead: 1024,
+        }
+    }
+}
+
+impl PrefetchConfig {
+    /// Check the ranges; the message names the setting.
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.cache_share > 0.0 && self.cache_share <= 1.0) {
+            return Err(format!(
+                "prefetch cache share {} is outside (0, 1]",
+                self.cache_share
+            ));
+        }
+        if self.lookahead == 0 {
+            return Err("prefetch lookahead must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What the transfer scheduler did, for reports and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PrefetchStats {
+    /// Prefetches asked for.
+    pub issued: u64,
+    /// Bytes asked for.
+    pub issued_bytes: u64,
+    /// Prefetches whose copy landed.
+    pub landed: u64,
+    /// Prefetches that failed (the driver said so, or the node left).
+    pub failed: u64,
+    /// Prefetched objects a task then read on that node.
+    pub read: u64,
+    /// Prefetched objects evicted before any task read them (wasted).
+    pub evicted_unread: u64,
+}

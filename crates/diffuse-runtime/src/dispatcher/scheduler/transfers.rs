@@ -1,0 +1,77 @@
+//! MixApart in the live dispatcher: racks as workers declare them, prefetches carried out as
+//! storage fetches on the worker the core chose, and the storage bandwidth cap divided among
+//! the workers by demand.
+//!
+//! The cap is enforced by the workers' reads (`storage::throttle`), each at its share. Every
+//! tick the dispatcher gives each worker `cap * w / sum(w)`, where `w` is the number of storage
+//! reads the core has under way to it (prefetches and tasks' own) plus a floor of 0.1, so the
+//! shares always sum to the cap and a worker with no read under way can still start one.
+//! A share is sent again when it changes by more than 5%.
+
+use super::Scheduler;
+use crate::proto::{AssignedInput, InputSource, ToWorker};
+use diffuse_core::{NodeId, ObjectId, RackId};
+
+/// A worker with no storage read under way still gets this weight.
+const IDLE_WEIGHT: f64 = 0.1;
+
+impl Scheduler {
+    /// The rack id of a worker's `--rack` name.
+    pub(super) fn rack_id(&mut self, name: &str) -> RackId {
+        let next = RackId(self.racks.len() as u32);
+        *self.racks.entry(name.to_string()).or_insert(next)
+    }
+
+    /// Carry out the core's `Prefetch`: the worker fetches the object from storage into its
+    /// cache and reports it `Cached` (or `FetchFailed`).
+    pub(super) fn prefetch_object(&mut self, o: ObjectId, size: u64, node: NodeId) {
+        let Some(session) = self.sessions.get(&node) else {
+            let now = self.now();
+            self.core.handle_prefetch_failed(node, o, now);
+            return;
+        };
+        let input = AssignedInput {
+            uri: self.uris[o.0 as usize].clone(),
+            size,
+            version: self.versions[o.0 as usize].clone(),
+            source: InputSource::Storage,
+        };
+        let _ = session.tx.send(ToWorker::Fetch {
+            inputs: vec![input],
+        });
+    }
+
+    /// A worker could not fetch `uri`.
+    pub(super) fn fetch_failed(&mut self, node: NodeId, uri: &str, error: &str) {
+        tracing::info!(uri = %crate::uri::redacted(uri), "fetch failed: {error}");
+        if let Some(o) = self.objects.get(uri).copied() {
+            let now = self.now();
+            self.core.handle_prefetch_failed(node, o, now);
+        }
+    }
+
+    /// Divide the storage cap among the connected workers by their storage reads under way.
+    pub(super) fn share_storage_cap(&mut self) {
+        let Some(cap) = self.core.config().storage_cap else {
+            return;
+        };
+        if self.sessions.is_empty() {
+            return;
+        }
+        let reads = self.core.storage_reads();
+        let weight = |n: &NodeId| IDLE_WEIGHT + reads.get(n).copied().unwrap_or(0) as f64;
+        let total: f64 = self.sessions.keys().map(weight).sum();
+        for (node, session) in &self.sessions {
+            let share = cap * weight(node) / total;
+            let old = self.storage_shares.get(node).copied();
+            if old.is_none_or(|o| (share - o).abs() > 0.05 * o) {
+                self.storage_shares.insert(*node, share);
+                let _ = session.tx.send(ToWorker::StorageRate {
+                    bytes_per_s: Some(share),
+                });
+            }
+        }
+        self.storage_shares
+            .retain(|n, _| self.sessions.contains_key(n));
+    }
+}
