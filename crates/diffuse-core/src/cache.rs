@@ -6,8 +6,10 @@
 //! evicted before any of a higher one, and the policy orders objects within a priority.
 //!
 //! This is bookkeeping only: the simulator's nodes and the live worker's on-disk cache both keep
-//! one, so that both evict the same objects in the same order. Invariant: `used() <= quota()`
-//! after every call, except that an object larger than the quota is never admitted.
+//! one, so that both evict by the same rules. (The simulator gives every read object priority
+//! 0 and written intermediates the highest: its workloads state no `eviction_priority`.)
+//! Invariant: `used() <= quota()` after every call, except that an object larger than the
+//! quota is never admitted.
 
 use crate::ids::ObjectId;
 use rand::{Rng, SeedableRng};

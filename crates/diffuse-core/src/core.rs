@@ -334,6 +334,12 @@ pub struct Core {
     jobs: FxHashMap<JobId, JobEntry>,
     /// Queued tasks whose hint binds them now, by the name they ask for, in queue order.
     hinted: BTreeMap<NodeName, BTreeSet<(u64, TaskId)>>,
+    /// How many tasks `hinted` lists.
+    hint_bound: usize,
+    /// When the last dispatch pass ran.
+    last_pass: Option<Time>,
+    /// Queued tasks by policy group (None: the core's own), while jobs have policies.
+    kind_queued: FxHashMap<Option<PolicyKind>, u64>,
     /// Queued tasks with a soft hint whose wait has not started (it starts at the next pass).
     soft_unstarted: Vec<TaskId>,
     /// When each bound soft hint lapses.
@@ -395,6 +401,9 @@ impl Core {
             dependents: FxHashMap::default(),
             jobs: FxHashMap::default(),
             hinted: BTreeMap::new(),
+            hint_bound: 0,
+            last_pass: None,
+            kind_queued: FxHashMap::default(),
             soft_unstarted: Vec::new(),
             soft_deadlines: BTreeSet::new(),
             departed: BTreeSet::new(),
@@ -504,10 +513,11 @@ impl Core {
                 .enqueue(task, seq, &entry.inputs, &self.effective);
         }
         self.bind_hint(task, seq);
+        let job = self.tasks[&task].job;
         if self.cfg.job_order == JobOrder::Fair {
-            let job = self.tasks[&task].job;
             self.job_queues.entry(job).or_default().insert(seq);
         }
+        self.count_kind(job, true);
         self.counts.queued += 1;
         self.dirty = true;
     }
@@ -518,8 +528,9 @@ impl Core {
         self.avoiding.remove(&task);
         self.locality.dequeue(task, &self.effective);
         self.unbind_hint(task, seq);
+        let job = self.tasks[&task].job;
+        self.count_kind(job, false);
         if self.cfg.job_order == JobOrder::Fair {
-            let job = self.tasks[&task].job;
             if let Some(q) = self.job_queues.get_mut(&job) {
                 q.remove(&seq);
                 if q.is_empty() {
@@ -763,16 +774,27 @@ impl Core {
     /// When the core next wants `handle_timeout` to be called.
     pub fn poll_timeout(&self) -> Option<Time> {
         let provisioning = self.allocator.as_ref().map(|_| self.next_check);
-        let lapse = self.next_hint_lapse();
-        match (provisioning, lapse) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [provisioning, self.next_hint_lapse(), self.next_round()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// When a policy in use wants its next round (see [`DispatchPolicy::wake_at`]), if that is
+    /// after the last pass (a round that found no free node is not asked for again).
+    fn next_round(&self) -> Option<Time> {
+        std::iter::once(&self.policy)
+            .chain(self.kind_policies.values())
+            .filter_map(|p| p.wake_at())
+            .filter(|t| self.last_pass.is_none_or(|last| *t > last))
+            .min()
     }
 
     /// The next action for the driver, if any.
     pub fn poll_action(&mut self, now: Time) -> Option<Action> {
-        if self.next_hint_lapse().is_some_and(|t| t <= now) {
+        if self.next_hint_lapse().is_some_and(|t| t <= now)
+            || self.next_round().is_some_and(|t| t <= now)
+        {
             self.dirty = true;
         }
         if self.actions.is_empty() && self.dirty {
@@ -784,6 +806,7 @@ impl Core {
     }
 
     fn dispatch_pass(&mut self, now: Time) {
+        self.last_pass = Some(now);
         if self.queue.is_empty() {
             return;
         }
@@ -804,26 +827,29 @@ impl Core {
                         self.assign(task, node, now);
                     }
                     while self.has_free_slot(node) && !self.queue.is_empty() {
-                        let n = &self.nodes[&node];
-                        let room = n.capacity.minus(&n.used);
                         // A retried task avoids the node it failed on while another has room.
                         let elsewhere = self.free.len() > 1;
                         let tasks = &self.tasks;
+                        let nodes = &self.nodes;
                         let uniform = self.demanding.is_empty()
                             && self.avoiding.is_empty()
                             && self.hinted.is_empty();
-                        let ends_at = n.ends_at;
-                        let name = n.name;
-                        let fits = |t: TaskId| {
+                        // Whether a task may run on a node with a free core now.
+                        let fits_on = |t: TaskId, on: NodeId| {
                             uniform || {
+                                let Some(n) = nodes.get(&on) else {
+                                    return false;
+                                };
                                 let e = &tasks[&t];
-                                (e.resources.is_one_core() || e.resources.fits_in(&room))
-                                    && !(elsewhere && e.avoid == Some(node))
+                                (e.resources.is_one_core()
+                                    || e.resources.fits_in(&n.capacity.minus(&n.used)))
+                                    && !(elsewhere && e.avoid == Some(on))
                                     && e.walltime
-                                        .is_none_or(|w| ends_at.is_none_or(|end| now + w <= end))
-                                    && !(e.hint_live && e.hint.map(|h| h.node) != name)
+                                        .is_none_or(|w| n.ends_at.is_none_or(|end| now + w <= end))
+                                    && !(e.hint_live && e.hint.map(|h| h.node) != n.name)
                             }
                         };
+                        let fits = |t: TaskId| fits_on(t, node);
                         let nodes = &self.nodes;
                         let load = |n: NodeId| {
                             nodes.get(&n).map_or(1.0, |e| {
@@ -839,10 +865,11 @@ impl Core {
                             index: &self.effective,
                             held: &self.index,
                             racks: &self.racks,
-                            window_bound: self.queue.window_bound(self.cfg.window),
+                            window_bound: self.window_bound(),
                             busy_slots: self.counts.busy_slots,
                             total_slots: self.counts.slots,
                             fits: &fits,
+                            fits_on: &fits_on,
                             free: &self.free,
                             load: &load,
                         };
@@ -865,7 +892,7 @@ impl Core {
                                     &self.queue,
                                     view.window_bound,
                                     &kind_of,
-                                    1 + self.kind_policies.len(),
+                                    self.kind_queued.len(),
                                 )
                             };
                             let mut chosen = None;
@@ -922,7 +949,9 @@ impl Core {
     }
 
     /// Queued tasks whose request no node of the pool could ever hold (no node has that much of
-    /// a resource), in queue order. Empty while no node has joined.
+    /// a resource; for a task with a hard hint, no node of that name), in queue order. Empty
+    /// while no node has joined; a hard hint at a name no node has now is waited for, not
+    /// reported.
     pub fn unschedulable(&self) -> Vec<TaskId> {
         if self.nodes.is_empty() {
             return Vec::new();
@@ -931,10 +960,27 @@ impl Core {
             .iter()
             .copied()
             .filter(|t| {
-                let want = self.tasks[t].resources;
-                !self.nodes.values().any(|n| want.fits_in(&n.capacity))
+                let e = &self.tasks[t];
+                let want = e.resources;
+                match e.hint.filter(|h| h.strict) {
+                    Some(h) => {
+                        let mut named = self.nodes.values().filter(|n| n.name == Some(h.node));
+                        let mut any = false;
+                        let fits = named.any(|n| {
+                            any = true;
+                            want.fits_in(&n.capacity)
+                        });
+                        any && !fits
+                    }
+                    None => !self.nodes.values().any(|n| want.fits_in(&n.capacity)),
+                }
             })
             .collect()
+    }
+
+    /// What `node` has in all (None: unknown node).
+    pub fn node_capacity(&self, node: NodeId) -> Option<Resources> {
+        self.nodes.get(&node).map(|n| n.capacity)
     }
 
     fn assign(&mut self, task: TaskId, node: NodeId, now: Time) {

@@ -39,6 +39,15 @@ pub struct DadConfig {
     pub local_threshold: f64,
     /// Most rounds a task waits for a local node (`wLimit`). The paper's best case: 2.
     pub delay: u32,
+    /// Seconds between rounds while a task is delayed: with nothing else happening, the core
+    /// asks for a pass this often, so a delay of `delay` rounds lasts at most about
+    /// `delay * round_s` seconds (Torque's scheduler iterates on a period too).
+    #[serde(default = "one_second")]
+    pub round_s: f64,
+}
+
+fn one_second() -> f64 {
+    1.0
 }
 
 impl Default for DadConfig {
@@ -47,6 +56,7 @@ impl Default for DadConfig {
             beta: 0.8,
             local_threshold: 0.5,
             delay: 2,
+            round_s: 1.0,
         }
     }
 }
@@ -56,6 +66,9 @@ impl DadConfig {
     pub fn check(&self) -> Result<(), String> {
         if !(0.0..=1.0).contains(&self.beta) {
             return Err(format!("beta {} is outside [0, 1]", self.beta));
+        }
+        if !(self.round_s.is_finite() && self.round_s > 0.0) {
+            return Err(format!("round {} s must be more than zero", self.round_s));
         }
         if !(0.0..=self.beta).contains(&self.local_threshold) {
             return Err(format!(
@@ -73,6 +86,8 @@ pub struct DataAwareDispatch {
     cfg: DadConfig,
     /// Delayed tasks: rounds waited, and the round (`now`) last counted.
     waited: FxHashMap<TaskId, (u32, Time)>,
+    /// The last round that delayed a task.
+    last_round: Option<Time>,
 }
 
 /// What DAD does with one task now.
@@ -88,6 +103,7 @@ impl DataAwareDispatch {
         DataAwareDispatch {
             cfg,
             waited: FxHashMap::default(),
+            last_round: None,
         }
     }
 
@@ -102,16 +118,35 @@ impl DataAwareDispatch {
         file_locality * beta + (view.load)(node) * (1.0 - beta)
     }
 
-    /// DAD's decision for `task`, given the free nodes now.
+    /// The least loaded free node `task` may run on: `least_loaded` when it may run there (the
+    /// common case), else a scan of the free nodes.
+    fn least_loaded_for(
+        view: &SchedView<'_>,
+        task: TaskId,
+        least_loaded: NodeId,
+    ) -> Option<NodeId> {
+        if (view.fits_on)(task, least_loaded) {
+            return Some(least_loaded);
+        }
+        view.free
+            .iter()
+            .filter(|n| (view.fits_on)(task, **n))
+            .map(|n| ((view.load)(*n), *n))
+            .min_by(|a, b| a.partial_cmp(b).expect("loads are numbers"))
+            .map(|(_, n)| n)
+    }
+
+    /// DAD's decision for `task`, given the free nodes now (None: it fits none of them).
     fn decide(
         &self,
         view: &SchedView<'_>,
         task: TaskId,
         least_loaded: NodeId,
         now: Time,
-    ) -> Decision {
+    ) -> Option<Decision> {
+        let least_loaded = Self::least_loaded_for(view, task, least_loaded)?;
         let Some((inputs, total)) = view.locality.inputs(task) else {
-            return Decision::Run(least_loaded);
+            return Some(Decision::Run(least_loaded));
         };
         let mut best = (self.score(view, task, total, least_loaded), least_loaded);
         let mut wait = false;
@@ -119,6 +154,9 @@ impl DataAwareDispatch {
             for &h in view.index.holders(input.object) {
                 let s = self.score(view, task, total, h);
                 if view.free.contains(&h) {
+                    if !(view.fits_on)(task, h) {
+                        continue;
+                    }
                     if (s, h) < best {
                         best = (s, h);
                     }
@@ -129,7 +167,7 @@ impl DataAwareDispatch {
         }
         let (score, node) = best;
         if score < self.cfg.local_threshold {
-            return Decision::Run(node);
+            return Some(Decision::Run(node));
         }
         // Rounds waited before this one (this round may be counted already).
         let waited = match self.waited.get(&task) {
@@ -137,11 +175,11 @@ impl DataAwareDispatch {
             Some(&(n, _)) => n,
             None => 0,
         };
-        if wait && waited < self.cfg.delay {
+        Some(if wait && waited < self.cfg.delay {
             Decision::Delay
         } else {
             Decision::Run(node)
-        }
+        })
     }
 
     /// The first task in the window whose decision is to run on `node`; delayed tasks passed
@@ -163,13 +201,20 @@ impl DataAwareDispatch {
                 continue;
             }
             match self.decide(view, task, least_loaded, now) {
-                Decision::Run(n) if n == node => {
+                Some(Decision::Run(n)) if n == node => {
                     chosen = Some(task);
                     break;
                 }
-                Decision::Run(_) => {}
-                Decision::Delay => delayed.push(task),
+                Some(Decision::Run(_)) | None => {}
+                Some(Decision::Delay) => delayed.push(task),
             }
+        }
+        if self.last_round != Some(now) {
+            // A new round: forget the tasks that left the queue without DAD choosing them.
+            self.waited.retain(|t, _| view.locality.seq(*t).is_some());
+        }
+        if !delayed.is_empty() {
+            self.last_round = Some(now);
         }
         for task in delayed {
             let w = self.waited.entry(task).or_insert((0, now));
@@ -195,5 +240,12 @@ impl DispatchPolicy for DataAwareDispatch {
     }
     fn choose_any(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId> {
         self.choose(view, node, now)
+    }
+    fn wake_at(&self) -> Option<Time> {
+        if self.waited.is_empty() {
+            return None;
+        }
+        let last = self.last_round?;
+        Some(last + std::time::Duration::from_secs_f64(self.cfg.round_s))
     }
 }

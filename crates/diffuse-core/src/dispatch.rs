@@ -45,6 +45,9 @@ pub struct SchedView<'a> {
     /// Whether a task can run on the node deciding now (its resources fit what is free there,
     /// and it is not avoiding that node).
     pub(crate) fits: &'a dyn Fn(TaskId) -> bool,
+    /// Whether a task could run on another node with a free core (its resources fit there,
+    /// it does not avoid it, its hint allows it): for policies that choose the node per task.
+    pub(crate) fits_on: &'a dyn Fn(TaskId, NodeId) -> bool,
     /// Nodes with a free slot.
     pub(crate) free: &'a std::collections::BTreeSet<NodeId>,
     /// A node's load: busy slots over its slots, in [0, 1] (1 for an unknown node).
@@ -66,6 +69,7 @@ impl SchedView<'_> {
             busy_slots: self.busy_slots,
             total_slots: self.total_slots,
             fits,
+            fits_on: self.fits_on,
             free: self.free,
             load: self.load,
             beta: self.beta,
@@ -141,6 +145,11 @@ pub trait DispatchPolicy: Send {
     fn choose_local(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId>;
     /// Second pass: any task this policy allows on `node`, or `None` to leave the slot idle.
     fn choose_any(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId>;
+    /// When the policy wants a dispatch pass even if nothing else happens (DAD while it delays
+    /// a task: its next round). None: only when something changes.
+    fn wake_at(&self) -> Option<Time> {
+        None
+    }
 }
 
 /// First-available: the oldest task, wherever its data is.

@@ -15,6 +15,7 @@ fn dad(beta: f64, local_threshold: f64, delay: u32) -> TestEnv {
             beta,
             local_threshold,
             delay,
+            ..DadConfig::default()
         },
         ..CoreConfig::default()
     })
@@ -167,6 +168,7 @@ fn a_threshold_above_beta_is_refused() {
         beta: 0.3,
         local_threshold: 0.5,
         delay: 1,
+        ..DadConfig::default()
     };
     assert!(c.check().unwrap_err().contains("local threshold 0.5"));
 }

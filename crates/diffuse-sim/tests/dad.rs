@@ -44,6 +44,7 @@ fn with_beta_zero_dad_only_balances_load_and_reads_remotely() {
             beta: 0.0,
             local_threshold: 0.0,
             delay: 2,
+            ..DadConfig::default()
         },
     );
     assert!(dad.bytes_peer > 0, "{dad:?}");

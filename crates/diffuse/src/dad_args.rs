@@ -16,6 +16,10 @@ pub struct DadArgs {
     /// local.
     #[arg(long, default_value_t = 2)]
     dad_delay: u32,
+    /// DAD: seconds between scheduling rounds while a task is delayed (a delay of N rounds
+    /// lasts about N times this when nothing else happens).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::sim::positive_seconds, allow_hyphen_values = true)]
+    dad_round: f64,
 }
 
 fn unit(s: &str) -> Result<f64, String> {
@@ -32,6 +36,7 @@ impl DadArgs {
             beta: self.dad_beta,
             local_threshold: self.dad_threshold,
             delay: self.dad_delay,
+            round_s: self.dad_round,
         };
         c.check()
             .map_err(|e| format!("--dad-threshold/--dad-beta: {e}"))?;

@@ -50,6 +50,11 @@ fn positive_f64(s: &str) -> Result<f64, String> {
 }
 
 /// A duration in seconds: positive and at most 10^9 s (about 31 years).
+pub fn positive_seconds(s: &str) -> Result<f64, String> {
+    seconds(s)
+}
+
+/// A duration in seconds: positive and at most 10^9 s (about 31 years).
 fn seconds(s: &str) -> Result<f64, String> {
     let v = positive_f64(s)?;
     if v <= 1e9 {

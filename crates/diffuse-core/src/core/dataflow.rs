@@ -611,7 +611,13 @@ impl Core {
             }
             if matches!(self.tasks[&producer].phase, Phase::Done) && !self.remake(producer) {
                 for r in waiting {
-                    if self.tasks.contains_key(&r) {
+                    // Abandoning the producer may have ended a reader already, or put one
+                    // that is itself a producer back to `Done` (its success stands).
+                    let still_waiting = self
+                        .tasks
+                        .get(&r)
+                        .is_some_and(|t| matches!(t.phase, Phase::Queued { .. } | Phase::Blocked));
+                    if still_waiting {
                         self.abandon(
                             r,
                             Abandoned::InputLost {

@@ -233,6 +233,38 @@ impl Core {
                 self.counts.busy_slots
             ));
         }
+        if !self.job_policies.is_empty() {
+            let mut by_kind: FxHashMap<Option<PolicyKind>, u64> = FxHashMap::default();
+            for t in self.tasks.values() {
+                if matches!(t.phase, Phase::Queued { .. }) {
+                    *by_kind
+                        .entry(self.job_policies.get(&t.job).copied())
+                        .or_default() += 1;
+                }
+            }
+            if by_kind != self.kind_queued {
+                return Err(format!(
+                    "queued by policy {:?}, counted {:?}",
+                    by_kind, self.kind_queued
+                ));
+            }
+        }
+        let mut unfinished: FxHashMap<JobId, u64> = FxHashMap::default();
+        // A producer running again to remake its objects counts as unfinished until it ends.
+        for t in self.tasks.values() {
+            if !matches!(t.phase, Phase::Done) {
+                *unfinished.entry(t.job).or_default() += 1;
+            }
+        }
+        for (job, e) in &self.jobs {
+            let n = unfinished.get(job).copied().unwrap_or(0);
+            if e.unfinished != n {
+                return Err(format!(
+                    "{job} counts {} unfinished tasks, has {n}",
+                    e.unfinished
+                ));
+            }
+        }
         if self.cfg.job_order == JobOrder::Fair {
             let listed: usize = self.job_queues.values().map(BTreeSet::len).sum();
             if listed as u64 != self.counts.queued {
@@ -274,6 +306,9 @@ impl Core {
 
     fn check_hints(&self) -> Result<(), String> {
         let mut listed = 0usize;
+        if self.hinted.values().map(BTreeSet::len).sum::<usize>() != self.hint_bound {
+            return Err("hint-bound count disagrees with the hinted sets".into());
+        }
         for (name, set) in &self.hinted {
             if set.is_empty() {
                 return Err(format!("an empty hint list is kept for {name}"));

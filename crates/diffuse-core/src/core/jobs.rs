@@ -60,6 +60,10 @@ impl Core {
         if self.jobs.contains_key(&job) {
             return Err(CoreError::JobStarted(job));
         }
+        if self.job_policies.is_empty() && self.counts.queued > 0 {
+            // Every task queued so far belongs to a job of the core's own policy.
+            self.kind_queued.insert(None, self.counts.queued);
+        }
         self.job_policies.insert(job, kind);
         self.kind_policies
             .entry(kind)
@@ -68,6 +72,24 @@ impl Core {
             self.start_tracking();
         }
         Ok(())
+    }
+
+    /// A task of `job` joined (+1) or left (-1) the queue: the count of queued tasks by
+    /// policy, kept while jobs have policies of their own.
+    pub(super) fn count_kind(&mut self, job: JobId, queued: bool) {
+        if self.job_policies.is_empty() {
+            return;
+        }
+        let kind = self.job_policies.get(&job).copied();
+        let n = self.kind_queued.entry(kind).or_default();
+        if queued {
+            *n += 1;
+        } else {
+            *n -= 1;
+            if *n == 0 {
+                self.kind_queued.remove(&kind);
+            }
+        }
     }
 
     /// The policy of job `job`, if it chose one.

@@ -19,8 +19,12 @@ impl Core {
             .nodes
             .get_mut(&node)
             .ok_or(CoreError::UnknownNode(node))?;
-        n.name = Some(name);
+        let old = n.name.replace(name);
         self.departed.remove(&name);
+        if let Some(old) = old.filter(|o| *o != name) {
+            // Renamed: its old name may now have no node.
+            self.name_left(old);
+        }
         self.dirty = true;
         Ok(())
     }
@@ -41,6 +45,11 @@ impl Core {
         }
         self.tasks.get_mut(&task).expect("task exists").hint = Some(hint);
         if let Phase::Queued { seq } = self.tasks[&task].phase {
+            if hint.strict && self.departed.contains(&hint.node) {
+                // Its only place has left the pool: it can never run.
+                self.abandon(task, Abandoned::HintedNodeLeft { node: hint.node });
+                return Ok(true);
+            }
             self.bind_hint(task, seq);
             self.dirty = true;
         }
@@ -67,7 +76,9 @@ impl Core {
         };
         t.hint_live = true;
         t.hint_until = None;
-        self.hinted.entry(h.node).or_default().insert((seq, task));
+        if self.hinted.entry(h.node).or_default().insert((seq, task)) {
+            self.hint_bound += 1;
+        }
         if !h.strict {
             self.soft_unstarted.push(task);
         }
@@ -86,7 +97,9 @@ impl Core {
             self.soft_deadlines.remove(&(until, task));
         }
         if let Some(set) = self.hinted.get_mut(&h.node) {
-            set.remove(&(seq, task));
+            if set.remove(&(seq, task)) {
+                self.hint_bound -= 1;
+            }
             if set.is_empty() {
                 self.hinted.remove(&h.node);
             }
@@ -95,6 +108,12 @@ impl Core {
         if !h.strict {
             self.soft_unstarted.retain(|t| *t != task);
         }
+    }
+
+    /// The scheduling window's bound: W tasks deep, not counting the tasks a hint binds to a
+    /// node (they are offered to that node only, so they must not crowd the others out).
+    pub(super) fn window_bound(&self) -> u64 {
+        self.queue.window_bound(self.cfg.window + self.hint_bound)
     }
 
     /// When the next soft hint lapses.

@@ -278,7 +278,7 @@ impl Core {
         if !self.tracking || (self.transfers.used > 0 && self.transfers.used >= cap) {
             return;
         }
-        let bound = self.queue.window_bound(self.cfg.window);
+        let bound = self.window_bound();
         // The objects wanted by the first cold tasks, by job, in queue order.
         let mut by_job: FxHashMap<JobId, Vec<(u64, ObjectId, u64)>> = FxHashMap::default();
         let mut seen: rustc_hash::FxHashSet<ObjectId> = Default::default();

@@ -429,7 +429,10 @@ impl Scheduler {
                 if o.state == OutcomeState::Succeeded && !produces.is_empty() {
                     // Kept as the producer of what it wrote: if no worker brings a copy back and
                     // a task needs it, it runs again.
-                    let spec = self.spec_of(t).with_produces(produces);
+                    let mut spec = self.spec_of(t).with_produces(produces);
+                    // A remake keeps to the task's hint.
+                    let def = self.tasks.get(t).def.clone();
+                    spec.hint = self.placement_of(&def);
                     let now = self.now();
                     if let Err(e) = self.core.handle_restore_done(spec, now) {
                         tracing::error!("journal replay: {e}");

@@ -44,6 +44,22 @@ impl Scheduler {
                 .filter(|s| s.name == h.name())
                 .map(|s| s.slots)
                 .max();
+            let more = d.more();
+            let want = diffuse_core::Resources {
+                cores: more.cores.unwrap_or(1),
+                memory: more.memory.unwrap_or(0),
+                gpus: more.gpus.unwrap_or(0),
+                disk: more.disk.unwrap_or(0),
+            };
+            let fits = self
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.name == h.name())
+                .any(|(n, _)| {
+                    self.core
+                        .node_capacity(*n)
+                        .is_some_and(|c| want.fits_in(&c))
+                });
             let refuse = |why: String| {
                 Err(SubmitError::Invalid(format!(
                     "task '{}': field 'hint': {why}",
@@ -71,6 +87,12 @@ impl Scheduler {
                         "worker '{}' has {n} slots (0 to {}), not slot {i}",
                         h.name(),
                         n - 1
+                    ));
+                }
+                (Some(_), _) if !fits => {
+                    return refuse(format!(
+                        "it asks for {want}, more than worker '{}' has, and a strict hint runs only there",
+                        h.name()
                     ));
                 }
                 _ => {}
