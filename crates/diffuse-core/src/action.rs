@@ -107,6 +107,27 @@ pub enum Action {
         /// The node to copy it to.
         node: NodeId,
     },
+    /// Delete `object` from `node`'s cache (2Mark's choice, [`crate::CoreConfig::two_mark`]).
+    /// The core has already removed the copy from its location index.
+    Evict {
+        /// The node.
+        node: NodeId,
+        /// The object.
+        object: ObjectId,
+    },
+    /// Keep `object` in the system on another node (2Mark's exchange): `to` copies it from
+    /// `from` and reports `handle_object_cached`; then `from` deletes its copy. The core has
+    /// already removed `from`'s copy from its location index.
+    Move {
+        /// The object.
+        object: ObjectId,
+        /// Its size, bytes.
+        size: u64,
+        /// The node giving it up.
+        from: NodeId,
+        /// The node taking it.
+        to: NodeId,
+    },
     /// No unfinished task needs this intermediate object any more: delete it from these nodes.
     /// The core has already removed it from its location index.
     DropObject {

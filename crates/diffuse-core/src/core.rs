@@ -31,6 +31,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 mod dataflow;
+mod eviction;
 mod invariants;
 mod jobs;
 mod nodes;
@@ -86,6 +87,11 @@ pub struct CoreConfig {
     /// within `storage_cap` (None, or no cap: off). See [`crate::mixapart::PrefetchConfig`].
     #[serde(default)]
     pub prefetch: Option<crate::mixapart::PrefetchConfig>,
+    /// 2Mark ([`crate::twomark`]): the core decides what every node's cache evicts, across
+    /// nodes, and asks for it with [`Action::Evict`] and [`Action::Move`]. Nodes must report
+    /// their cache quota ([`Core::handle_node_cache`]); a node that does not is left alone.
+    #[serde(default)]
+    pub two_mark: bool,
 }
 
 fn one() -> u32 {
@@ -107,6 +113,7 @@ impl Default for CoreConfig {
             job_order: JobOrder::Fifo,
             storage_cap: None,
             prefetch: None,
+            two_mark: false,
         }
     }
 }
@@ -360,6 +367,8 @@ pub struct Core {
     racks: Racks,
     /// The transfer scheduler's bookkeeping (used only with `prefetch`).
     transfers: prefetch::Transfers,
+    /// 2Mark's marks and model of the caches (`two_mark`, with a policy that caches).
+    two_mark: Option<crate::twomark::TwoMark>,
 }
 
 impl Core {
@@ -376,6 +385,7 @@ impl Core {
             Provisioning::Dynamic(d) => Some(Allocator::new(d.clone())),
         };
         let caches = (cfg.handoff.is_some() && policy.uses_locality()).then(CacheModel::new);
+        let two_mark = (cfg.two_mark && policy.uses_locality()).then(crate::twomark::TwoMark::new);
         let tracking = policy.uses_locality();
         Core {
             cfg,
@@ -414,6 +424,7 @@ impl Core {
             job_queues: FxHashMap::default(),
             racks: Racks::new(),
             transfers: prefetch::Transfers::default(),
+            two_mark,
         }
     }
 
@@ -495,6 +506,7 @@ impl Core {
         attempts: u32,
         _now: Time,
     ) -> Result<(), CoreError> {
+        self.two_mark_sizes(&spec.inputs);
         self.admit(spec, attempts)
     }
 
@@ -669,6 +681,10 @@ impl Core {
                 if *c == 0 {
                     self.incoming.remove(&key);
                     self.effective_remove_if_unused(node, object);
+                    if !self.index.holds(node, object) {
+                        // Never landed: 2Mark forgets the copy it made room for.
+                        self.two_mark_evicted(node, object);
+                    }
                 }
             }
         }
@@ -708,6 +724,7 @@ impl Core {
             c.cached(node, object);
         }
         self.transfer_landed(node, object);
+        self.two_mark_cached(node, object);
         Ok(())
     }
 
@@ -722,6 +739,7 @@ impl Core {
             return Err(CoreError::UnknownNode(node));
         }
         self.transfer_evicted(node, object);
+        self.two_mark_evicted(node, object);
         if self.index.remove(node, object) {
             self.effective_remove_if_unused(node, object);
             if let Some(c) = self.caches.as_mut() {
@@ -758,6 +776,7 @@ impl Core {
             self.index.remove(*n, object);
             self.effective_remove_if_unused(*n, object);
             self.transfer_evicted(*n, object);
+            self.two_mark_evicted(*n, object);
         }
         if let Some(c) = self.caches.as_mut() {
             c.invalidated(object, &holders);
@@ -1067,6 +1086,9 @@ impl Core {
         self.counts.running += 1;
         self.counts.busy_slots += held.cores as u64;
         self.transfers_dispatched(task, node, &inputs);
+        if use_locality {
+            self.two_mark_requests(task, node, &inputs);
+        }
         self.actions.push_back(Action::Dispatch(Dispatch {
             task,
             attempt,

@@ -17,6 +17,7 @@
 //! | [`resources`] | cores, memory, GPUs, disk: asked by tasks, had by nodes | executor = core |
 //! | [`index`] | object <-> node location index | centralized index |
 //! | [`cache`] | a node's cache with Random/FIFO/LRU/LFU eviction | store, eviction policy |
+//! | [`twomark`] | 2Mark: eviction across all nodes' caches, marking at two levels | 2Mark |
 //! | [`provision`] | static and dynamic provisioning | DRP |
 //! | [`handoff`] | cache hand-off on release: what a released node pushes, and where | (open question, section 6) |
 //! | [`model`] | the abstract model of section 3.1 | abstract model |
@@ -40,6 +41,7 @@ pub mod racks;
 pub mod resources;
 pub mod task;
 pub mod time;
+pub mod twomark;
 
 pub use crate::action::{Abandoned, Action, Dispatch, Source};
 pub use crate::cache::{Admission, EvictionPolicy, NodeCache};

@@ -559,7 +559,9 @@ impl Model {
                 }
                 Action::Abandon { task, .. } => self.end(task.0, "failed"),
                 Action::DropObject { .. } | Action::Provision { .. } | Action::Release { .. } => {}
-                Action::Prefetch { .. } => panic!("prefetching is off"),
+                Action::Prefetch { .. } | Action::Evict { .. } | Action::Move { .. } => {
+                    panic!("prefetching and 2Mark are off")
+                }
             }
         }
         // Each copy arrives at once, unless its target or the object has gone meanwhile.

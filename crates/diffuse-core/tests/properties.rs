@@ -195,6 +195,7 @@ impl Model {
             job_order: Default::default(),
             storage_cap: None,
             prefetch: None,
+            two_mark: false,
             handoff: knobs.handoff.map(|(budget, _)| HandoffConfig {
                 budget,
                 time_bound: Duration::from_secs(5),
@@ -518,7 +519,9 @@ impl Model {
                 Action::Abandon { .. } | Action::DropObject { .. } | Action::Replicate { .. } => {
                     panic!("no task here depends on another or writes an intermediate object")
                 }
-                Action::Prefetch { .. } => panic!("prefetching is off"),
+                Action::Prefetch { .. } | Action::Evict { .. } | Action::Move { .. } => {
+                    panic!("prefetching and 2Mark are off")
+                }
                 Action::Release { node, handoff } => {
                     assert!(self.dynamic, "static core released {node}");
                     self.check_handoff(node, &handoff);

@@ -9,6 +9,11 @@
 /// A resource's index in the network.
 pub type ResourceId = u32;
 
+/// Most resources one flow crosses: a peer read between racks crosses the holder's NIC, both
+/// racks' uplinks and the reader's NIC; a storage read, storage, its cap, the reader's uplink
+/// and NIC.
+const MAX_PATH: usize = 4;
+
 #[derive(Clone, Debug)]
 struct Resource {
     capacity: f64,
@@ -20,7 +25,7 @@ struct Resource {
 pub struct Flow<T> {
     /// What the driver wants back when the flow completes.
     pub tag: T,
-    resources: [ResourceId; 3],
+    resources: [ResourceId; MAX_PATH],
     used: usize,
     /// Bytes still to move.
     remaining: f64,
@@ -74,9 +79,9 @@ impl<T: Clone> FlowNet<T> {
 
     /// Start a flow of `bytes` over `resources` at time `now` (call `advance(now)` first).
     pub fn start(&mut self, now: f64, bytes: u64, resources: &[ResourceId], tag: T) {
-        debug_assert!(!resources.is_empty() && resources.len() <= 3);
+        debug_assert!(!resources.is_empty() && resources.len() <= MAX_PATH);
         debug_assert!((now - self.now).abs() < 1e-9, "advance before start");
-        let mut rs = [0; 3];
+        let mut rs = [0; MAX_PATH];
         rs[..resources.len()].copy_from_slice(resources);
         for r in resources {
             self.resources[*r as usize].flows += 1;

@@ -13,9 +13,11 @@
 //! | [`report`] | summary, per-second samples, time series, CSV |
 //! | [`plot`] | SVG figures of a run |
 //! | [`paper`] | the paper's experiments, run side by side with its results |
+//! | [`mixapart`] | MixApart's job mixes, next to an all-local ideal |
 
 pub mod engine;
 pub mod flows;
+pub mod mixapart;
 pub mod paper;
 pub mod plot;
 pub mod report;

@@ -220,6 +220,8 @@ pub struct Summary {
     pub prefetch: diffuse_core::PrefetchStats,
     /// Each job's tasks and duration (first arrival to last completion).
     pub jobs: Vec<JobSummary>,
+    /// What 2Mark did (None: per-node eviction).
+    pub two_mark: Option<diffuse_core::twomark::TwoMarkStats>,
     /// Cache hand-off on release: what was planned and what arrived.
     pub handoff: HandoffReport,
     /// The abstract model next to the measurement.

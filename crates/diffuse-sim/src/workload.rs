@@ -277,9 +277,19 @@ fn arrival_line(line: &str) -> Result<Arrival, String> {
         return Err("expected a JSON object".into());
     };
     for k in fields.keys() {
-        if !["time", "compute_s", "inputs", "cores", "id"].contains(&k.as_str()) {
+        if ![
+            "time",
+            "compute_s",
+            "inputs",
+            "cores",
+            "id",
+            "job",
+            "priority",
+        ]
+        .contains(&k.as_str())
+        {
             return Err(format!(
-                "unknown field `{k}` (expected time, compute_s, inputs, cores, id)"
+                "unknown field `{k}` (expected time, compute_s, inputs, cores, id, job, priority)"
             ));
         }
     }
@@ -330,6 +340,24 @@ fn arrival_line(line: &str) -> Result<Arrival, String> {
             return Err(format!("`id` must be a string, not {id}"));
         }
     }
+    let job = match fields.get("job") {
+        None => 0,
+        Some(j) => match j.as_u64() {
+            Some(k) if k <= u32::MAX as u64 => k as u32,
+            _ => return Err(format!("`job` must be a whole number, not {j}")),
+        },
+    };
+    let priority = match fields.get("priority") {
+        None => 0,
+        Some(p) => match p.as_i64() {
+            Some(k) if (i16::MIN as i64..=i16::MAX as i64).contains(&k) => k as i16,
+            _ => {
+                return Err(format!(
+                    "`priority` must be a whole number from -32768 to 32767, not {p}"
+                ))
+            }
+        },
+    };
     Ok(Arrival {
         time,
         inputs,
@@ -337,8 +365,8 @@ fn arrival_line(line: &str) -> Result<Arrival, String> {
         cores,
         produces: Vec::new(),
         after: Vec::new(),
-        job: 0,
-        priority: 0,
+        job,
+        priority,
     })
 }
 

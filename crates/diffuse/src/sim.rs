@@ -25,6 +25,9 @@ pub enum WorkloadArg {
     /// DAD's readgf: 20 files of 1 GB, 5 on each of 4 nodes' disks, 20 tasks reading one
     /// each; testbed tsukuba-2014 (compare --policy fa with --policy dad).
     Readgf,
+    /// MixApart's job mixes 1-4 (Table 1) on testbed ec2-2013, each job's duration over an
+    /// all-local ideal, with and without prefetching, the storage cap swept.
+    Mixapart,
     /// Tasks read from --arrivals FILE (JSON Lines: time, compute_s, inputs, cores), e.g. the
     /// arrivals of a live run; testbed `local`, dynamic provisioning, step `all`.
     Arrivals,
@@ -64,6 +67,31 @@ fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--eviction`: a per-node policy, or 2Mark across nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EvictionArg {
+    /// The nodes' own policy (LRU under 2Mark, which never lets them evict).
+    pub policy: EvictionPolicy,
+    /// 2Mark.
+    pub two_mark: bool,
+}
+
+/// `random`, `fifo`, `lru`, `lfu` or `2mark`.
+pub fn eviction(s: &str) -> Result<EvictionArg, String> {
+    if s.eq_ignore_ascii_case("2mark") {
+        return Ok(EvictionArg {
+            policy: EvictionPolicy::Lru,
+            two_mark: true,
+        });
+    }
+    s.parse::<EvictionPolicy>()
+        .map(|policy| EvictionArg {
+            policy,
+            two_mark: false,
+        })
+        .map_err(|e| e.replace("or lfu)", "lfu or 2mark)"))
+}
+
 /// `--handoff`: off, or a byte budget per release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HandoffArg(pub Option<u64>);
@@ -81,7 +109,7 @@ fn handoff_budget(s: &str) -> Result<HandoffArg, String> {
 
 fn testbed(s: &str) -> Result<Testbed, String> {
     Testbed::by_name(s).ok_or_else(|| {
-        format!("unknown testbed '{s}' (expected teragrid-2007, teragrid-2008 or local)")
+        format!("unknown testbed '{s}' (expected teragrid-2007, teragrid-2008, local, tsukuba-2014 or ec2-2013)")
     })
 }
 
@@ -109,9 +137,22 @@ pub struct SimArgs {
     /// project's acceptance checks on those experiments fails).
     #[arg(value_enum)]
     workload: WorkloadArg,
-    /// Dispatch policy: fa, mcu, mch, gcc or dad.
+    /// Dispatch policy: fa, mcu, mch, gcc, dad or mixapart.
     #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
     policy: PolicyKind,
+    /// How jobs share the slots: fifo or fair (the workloads with jobs: arrivals files with a
+    /// `job` field).
+    #[arg(long, value_parser = |s: &str| s.parse::<diffuse_core::JobOrder>(), default_value = "fifo")]
+    job_order: diffuse_core::JobOrder,
+    #[command(flatten)]
+    transfers: crate::transfer_args::TransferArgs,
+    /// Nodes per rack, in the order they join (0: no racks): MixApart's rack-local tier.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    rack_size: u32,
+    /// Each rack's uplink each way, as a rate such as 1.25GB/s (10 Gb/s); absent: not a
+    /// bottleneck. Peer reads between racks and storage reads cross it.
+    #[arg(long, value_parser = crate::transfer_args::rate)]
+    rack_uplink: Option<f64>,
     /// Cache size per node, e.g. 2GB, 1.5GB, 512MiB [default: MI 2GB, SW and AP 50GB,
     /// arrivals 10GB].
     #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
@@ -130,9 +171,10 @@ pub struct SimArgs {
     threshold: f64,
     #[command(flatten)]
     dad: crate::dad_args::DadArgs,
-    /// Per-node eviction policy: random, fifo, lru or lfu.
-    #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
-    eviction: EvictionPolicy,
+    /// Eviction policy: random, fifo, lru or lfu (each node on its own), or 2mark (the
+    /// dispatcher decides for all nodes together: data-diffusion's 2Mark).
+    #[arg(long, value_parser = eviction, default_value = "lru")]
+    eviction: EvictionArg,
     /// Dynamic provisioning step: one, additive:K, exponential or all [default: exponential;
     /// arrivals: all, as `diffuse dispatcher --step`].
     #[arg(long, value_parser = |s: &str| s.parse::<StepPolicy>())]
@@ -219,6 +261,12 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
     if let Some(s) = a.node_startup {
         testbed.node_startup_s = s;
     }
+    if a.rack_size > 0 {
+        testbed.rack_size = a.rack_size;
+    }
+    if let Some(bw) = a.rack_uplink {
+        testbed.rack_uplink_bw = bw;
+    }
     let workload = match a.workload {
         WorkloadArg::Mi => Workload::Mi,
         WorkloadArg::Sw => Workload::Sw,
@@ -227,7 +275,9 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
         },
         WorkloadArg::Arrivals => Workload::Custom(custom.expect("arrivals were read")),
         WorkloadArg::Readgf => Workload::Custom(diffuse_sim::workload::readgf_arrivals()),
-        WorkloadArg::Paper => unreachable!("paper is handled separately"),
+        WorkloadArg::Paper | WorkloadArg::Mixapart => {
+            unreachable!("paper and mixapart are handled separately")
+        }
     };
     let mut cfg = SimConfig::new(workload, testbed, a.cache_size.unwrap_or(cache));
     if a.workload == WorkloadArg::Readgf {
@@ -237,10 +287,14 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
     cfg.threshold = a.threshold;
     cfg.dad = a.dad.config().unwrap_or_default();
     cfg.window = a.window as usize;
-    cfg.eviction = a.eviction;
+    cfg.eviction = a.eviction.policy;
+    cfg.two_mark = a.eviction.two_mark;
     cfg.seed = a.seed;
     cfg.peer_read_limit = a.peer_read_limit;
     cfg.check_invariants = a.check;
+    cfg.job_order = a.job_order;
+    cfg.storage_cap = a.transfers.storage_cap();
+    cfg.prefetch = a.transfers.prefetch();
     if let Some(n) = a.nodes {
         cfg.nodes = n;
     }
@@ -276,8 +330,21 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(2));
     }
+    if let Err(e) = a.transfers.check() {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(2));
+    }
     if a.workload == WorkloadArg::Paper {
         return run_paper(&a);
+    }
+    if a.workload == WorkloadArg::Mixapart {
+        let rows = diffuse_sim::mixapart::run_all().map_err(anyhow::Error::msg)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            diffuse_sim::mixapart::print_table(&rows);
+        }
+        return Ok(ExitCode::SUCCESS);
     }
     let custom = match (&a.arrivals, a.workload == WorkloadArg::Arrivals) {
         (Some(path), true) => {
@@ -372,6 +439,25 @@ fn print_summary(s: &Summary) {
         format_size(s.bytes_peer),
         format_size(s.bytes_storage)
     );
+    let p = &s.prefetch;
+    if p.issued > 0 {
+        println!(
+            "  prefetch          {} issued ({}), {} landed, {} read by a task, {} evicted unread",
+            p.issued,
+            format_size(p.issued_bytes),
+            p.landed,
+            p.read,
+            p.evicted_unread
+        );
+    }
+    if s.jobs.len() > 1 {
+        for j in &s.jobs {
+            println!(
+                "  job {:<13} {} tasks in {:.1} s",
+                j.job, j.tasks, j.duration_s
+            );
+        }
+    }
     let m = &s.model;
     println!(
         "  model             task time {:.3} s predicted, {:.3} s measured; workload {:.0} s on {} slots",

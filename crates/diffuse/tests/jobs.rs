@@ -201,7 +201,7 @@ fn a_job_chooses_its_dispatch_policy_and_bad_choices_are_refused() {
         ),
         (
             vec![json!({"id": "x", "cmd": "true", "job_policy": "lru"})],
-            "unknown policy 'lru' (expected fa, mcu, mch, gcc or dad)",
+            "unknown policy 'lru' (expected fa, mcu, mch, gcc, dad or mixapart)",
         ),
     ];
     for (tasks, want) in cases {

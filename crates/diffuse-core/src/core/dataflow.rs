@@ -234,6 +234,7 @@ impl Core {
         if let Some(c) = self.caches.as_mut() {
             c.learn_size(object, size);
         }
+        self.handle_object_size(object, size);
     }
 
     fn add_reader(&mut self, task: TaskId, inputs: &[Input]) {
@@ -400,6 +401,7 @@ impl Core {
             if let Some(c) = self.caches.as_mut() {
                 c.evicted(*n, object);
             }
+            self.two_mark_evicted(*n, object);
         }
         if !holders.is_empty() {
             self.actions.push_back(Action::DropObject {

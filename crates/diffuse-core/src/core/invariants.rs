@@ -14,6 +14,7 @@ impl Core {
         self.check_remakes()?;
         self.check_jobs()?;
         self.check_transfers()?;
+        self.check_two_mark()?;
         for (id, t) in &self.tasks {
             match &t.phase {
                 Phase::Blocked => blocked += 1,

@@ -112,6 +112,7 @@ impl Core {
             c.set_cache(node, quota, eviction);
         }
         self.transfers_quota(node, quota);
+        self.two_mark_store(node, quota);
         Ok(())
     }
 
@@ -224,6 +225,7 @@ impl Core {
         self.locality.remove_node(node);
         self.racks.remove(node);
         self.transfers_node_left(node);
+        self.two_mark_store_left(node);
         if let Some(name) = entry.name {
             self.name_left(name);
         }

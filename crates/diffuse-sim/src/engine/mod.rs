@@ -71,6 +71,9 @@ pub struct SimConfig {
     pub storage_cap: Option<f64>,
     /// MixApart's transfer scheduler (None: no prefetching), within `storage_cap`.
     pub prefetch: Option<PrefetchConfig>,
+    /// 2Mark decides what every node evicts (`CoreConfig::two_mark`); the nodes' caches then
+    /// never evict on their own.
+    pub two_mark: bool,
 }
 
 /// Dynamic provisioning settings of a simulation.
@@ -116,6 +119,7 @@ impl SimConfig {
             job_order: JobOrder::Fifo,
             storage_cap: None,
             prefetch: None,
+            two_mark: false,
         }
     }
 }
@@ -163,6 +167,8 @@ enum Ev {
     HandoffDeadline(NodeId),
     /// A prefetch starts moving (after the storage latency).
     PrefetchStart(u64),
+    /// A 2Mark move starts (after the peer latency).
+    MoveStart(u64),
 }
 
 /// What a flow in the network carries.
@@ -174,6 +180,8 @@ enum Tag {
     Push(u64),
     /// A prefetch from storage.
     Prefetch(u64),
+    /// A 2Mark move between nodes.
+    Move(u64),
 }
 
 /// A hand-off push from a released node.
@@ -262,6 +270,8 @@ pub struct Simulation {
     /// Prefetches: (node, object, bytes), by id.
     prefetches: FxHashMap<u64, (NodeId, ObjectId, u64)>,
     next_prefetch: u64,
+    /// 2Mark's moves: (object, bytes, from, to), by id.
+    moves: FxHashMap<u64, (ObjectId, u64, NodeId, NodeId)>,
     bytes_prefetched: u64,
     /// Per job: tasks finished, first arrival, last completion.
     jobs: std::collections::BTreeMap<u32, crate::report::JobSummary>,
@@ -322,6 +332,7 @@ impl Simulation {
             tmp_replicas: 1,
             storage_cap: cfg.storage_cap,
             prefetch: cfg.prefetch,
+            two_mark: cfg.two_mark,
         });
         let mut net = FlowNet::new();
         let storage = net.add_resource(cfg.testbed.storage_bw);
@@ -345,6 +356,7 @@ impl Simulation {
             uplinks: FxHashMap::default(),
             prefetches: FxHashMap::default(),
             next_prefetch: 0,
+            moves: FxHashMap::default(),
             bytes_prefetched: 0,
             jobs: Default::default(),
             next_task: 0,
@@ -462,6 +474,7 @@ impl Simulation {
                 Tag::Input(task, i) => self.input_done(task, i as usize, flow.bytes)?,
                 Tag::Push(id) => self.push_done(id)?,
                 Tag::Prefetch(id) => self.prefetch_done(id, flow.bytes)?,
+                Tag::Move(id) => self.move_done(id)?,
             }
         }
         while let Some(Reverse((when, _, ev))) = self.heap.peek().copied() {
@@ -625,12 +638,14 @@ impl Simulation {
                 let (disk_bw, nic_bw) = (tb.disk_bw, tb.nic_bw);
                 let rack = (tb.rack_size > 0).then(|| node.0 / tb.rack_size);
                 let uplink = rack.and_then(|r| self.uplink(r));
+                // Under 2Mark the core decides every eviction: the node's cache never evicts.
+                let quota = if self.cfg.two_mark {
+                    u64::MAX
+                } else {
+                    self.cfg.cache_size
+                };
                 let n = SimNode {
-                    cache: NodeCache::new(
-                        self.cfg.eviction,
-                        self.cfg.cache_size,
-                        self.cfg.seed ^ node.0 as u64,
-                    ),
+                    cache: NodeCache::new(self.cfg.eviction, quota, self.cfg.seed ^ node.0 as u64),
                     disk: self.net.add_resource(disk_bw),
                     nic_in: self.net.add_resource(nic_bw),
                     nic_out: self.net.add_resource(nic_bw),
@@ -659,6 +674,7 @@ impl Simulation {
                     .map(|(_, o, s)| (*o, *s))
                     .collect();
                 for (object, size) in placed {
+                    self.core.handle_object_size(object, size);
                     let n = self.nodes.get_mut(&node).expect("joined");
                     if let Admission::Stored(evicted) = n.cache.insert(object, size) {
                         for o in evicted {
@@ -681,6 +697,7 @@ impl Simulation {
             Ev::PushStart(id) => self.push_start(id, t),
             Ev::HandoffDeadline(node) => self.handoff_deadline(node),
             Ev::PrefetchStart(id) => self.prefetch_start(id, t),
+            Ev::MoveStart(id) => self.move_start(id, t),
         }
         Ok(())
     }
@@ -744,6 +761,18 @@ impl Simulation {
             }
             Action::Release { node, handoff } => self.release(node, handoff),
             Action::Prefetch { object, size, node } => self.prefetch(object, size, node),
+            Action::Evict { node, object } => {
+                if let Some(n) = self.nodes.get_mut(&node) {
+                    n.cache.remove(object);
+                }
+                self.pushed_unread.remove(&(node, object));
+            }
+            Action::Move {
+                object,
+                size,
+                from,
+                to,
+            } => self.move_copy(object, size, from, to),
         }
     }
 
@@ -792,7 +821,11 @@ impl Simulation {
             policy: cfg.policy.to_string(),
             testbed: tb.name.to_string(),
             cache_size: cfg.cache_size,
-            eviction: cfg.eviction.to_string(),
+            eviction: if cfg.two_mark {
+                "2mark".into()
+            } else {
+                cfg.eviction.to_string()
+            },
             provisioning: if cfg.dynamic.is_some() {
                 "dynamic"
             } else {
@@ -829,6 +862,7 @@ impl Simulation {
             bytes_prefetched: self.bytes_prefetched,
             prefetch: self.core.prefetch_stats(),
             jobs: self.jobs.values().cloned().collect(),
+            two_mark: self.core.two_mark_stats(),
             nodes_acquired: self.nodes_acquired,
             handoff: self.handoff,
             model: ModelReport {

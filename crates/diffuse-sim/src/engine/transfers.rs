@@ -104,4 +104,57 @@ impl Simulation {
         }
         Ok(())
     }
+
+    /// 2Mark moves `object` from `from` to `to`: `from` gives its copy up now (the bytes are in
+    /// the pipe), `to` caches it when the flow ends.
+    pub(super) fn move_copy(&mut self, object: ObjectId, size: u64, from: NodeId, to: NodeId) {
+        let held = self
+            .nodes
+            .get_mut(&from)
+            .is_some_and(|n| n.cache.remove(object).is_some());
+        self.pushed_unread.remove(&(from, object));
+        if !held {
+            return;
+        }
+        let id = self.next_prefetch;
+        self.next_prefetch += 1;
+        self.moves.insert(id, (object, size, from, to));
+        let at = self.now + Duration::from_secs_f64(self.cfg.testbed.peer_latency_s);
+        self.push(at, Ev::MoveStart(id));
+    }
+
+    pub(super) fn move_start(&mut self, id: u64, t: f64) {
+        let Some(&(_, size, from, to)) = self.moves.get(&id) else {
+            return;
+        };
+        match (self.nodes.get(&from), self.nodes.get(&to)) {
+            (Some(f), Some(d)) => {
+                let path = peer_path(f, d);
+                self.net.start(t, size, &path, Tag::Move(id));
+            }
+            _ => {
+                self.moves.remove(&id);
+            }
+        }
+    }
+
+    pub(super) fn move_done(&mut self, id: u64) -> Result<(), SimError> {
+        let Some((object, size, _, to)) = self.moves.remove(&id) else {
+            return Ok(());
+        };
+        let Some(n) = self.nodes.get_mut(&to) else {
+            return Ok(());
+        };
+        if let Admission::Stored(evicted) = n.cache.insert(object, size) {
+            for o in evicted {
+                self.core
+                    .handle_object_evicted(to, o, self.now)
+                    .map_err(|e| self.core_err(e))?;
+            }
+            self.core
+                .handle_object_cached(to, object, self.now)
+                .map_err(|e| self.core_err(e))?;
+        }
+        Ok(())
+    }
 }

@@ -4,7 +4,7 @@ use super::{harden, parse_rate, SchedArgs, StorageArgs};
 use crate::size::{format_size, parse_size};
 use anyhow::Result;
 use clap::Args;
-use diffuse_core::{EvictionPolicy, PolicyKind};
+use diffuse_core::PolicyKind;
 use diffuse_runtime::run::{RunConfig, RunError, RunSummary};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,9 +55,10 @@ pub struct RunArgs {
     /// $XDG_CACHE_HOME/diffuse, else ~/.cache/diffuse].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
-    /// Eviction policy: random, fifo, lru or lfu.
-    #[arg(long, value_parser = |s: &str| s.parse::<EvictionPolicy>(), default_value = "lru")]
-    eviction: EvictionPolicy,
+    /// Eviction policy: random, fifo, lru or lfu (each worker on its own), or 2mark (the
+    /// dispatcher decides for all workers together; workers keep lru as a guard).
+    #[arg(long, value_parser = crate::sim::eviction, default_value = "lru")]
+    eviction: crate::sim::EvictionArg,
     /// Directory for the journal, the tasks' output (logs/) and results.jsonl [default: a new
     /// diffuse-runs/run-<UTC date>-<time>].
     #[arg(long)]
@@ -127,8 +128,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         workers: a.workers,
         slots_per_worker: a.slots_per_worker,
         cache_size: a.cache_size,
-        core: a.sched.core(),
-        eviction: a.eviction,
+        core: diffuse_core::CoreConfig {
+            two_mark: a.eviction.two_mark,
+            ..a.sched.core()
+        },
+        eviction: a.eviction.policy,
         run_dir,
         resume,
         exe: std::env::current_exe()?,

@@ -83,6 +83,12 @@ pub struct DispatcherArgs {
     limits: LimitArgs,
     #[command(flatten)]
     sched: SchedArgs,
+    /// Decide what every worker's cache evicts, across workers (data diffusion's 2Mark): a
+    /// worker asked for an object it has no room for gives up a copy another worker also holds,
+    /// or one not asked for lately, and copies still in use elsewhere move to a worker with
+    /// room. Workers' own --eviction stays as a guard. Needs a policy that caches (not fa).
+    #[arg(long)]
+    two_mark: bool,
     #[command(flatten)]
     storage: StorageArgs,
     #[command(flatten)]
@@ -134,6 +140,7 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         core: diffuse_core::CoreConfig {
             provisioning,
             handoff,
+            two_mark: a.two_mark,
             ..a.sched.core()
         },
         pool,

@@ -332,6 +332,8 @@ pub struct Scheduler {
     racks: FxHashMap<String, diffuse_core::RackId>,
     /// Each worker's share of the storage cap, as last sent.
     storage_shares: FxHashMap<NodeId, f64>,
+    /// 2Mark's moves under way: (object, to) -> from.
+    moving: FxHashMap<(ObjectId, NodeId), NodeId>,
 }
 
 fn unix_now() -> f64 {
@@ -384,6 +386,7 @@ impl Scheduler {
             replies: Vec::new(),
             racks: FxHashMap::default(),
             storage_shares: FxHashMap::default(),
+            moving: FxHashMap::default(),
         };
         for st in stored {
             s.restore(st);

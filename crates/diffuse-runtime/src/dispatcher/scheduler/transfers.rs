@@ -47,6 +47,7 @@ impl Scheduler {
         if let Some(o) = self.objects.get(uri).copied() {
             let now = self.now();
             self.core.handle_prefetch_failed(node, o, now);
+            self.move_ended(node, o);
         }
     }
 
@@ -73,5 +74,44 @@ impl Scheduler {
         }
         self.storage_shares
             .retain(|n, _| self.sessions.contains_key(n));
+    }
+
+    /// Carry out 2Mark's `Evict`: the worker deletes its copy.
+    pub(super) fn evict_copy(&mut self, node: NodeId, o: ObjectId) {
+        if let Some(s) = self.sessions.get(&node) {
+            let _ = s.tx.send(ToWorker::Drop {
+                uris: vec![self.uris[o.0 as usize].clone()],
+            });
+        }
+    }
+
+    /// Carry out 2Mark's `Move`: `to` fetches the object from `from`'s peer server; when `to`
+    /// reports its copy (or fails to make one), `from` deletes its own.
+    pub(super) fn move_copy(&mut self, o: ObjectId, size: u64, from: NodeId, to: NodeId) {
+        let (Some(source), Some(target)) = (self.sessions.get(&from), self.sessions.get(&to))
+        else {
+            self.evict_copy(from, o);
+            return;
+        };
+        let input = AssignedInput {
+            uri: self.uris[o.0 as usize].clone(),
+            size,
+            version: self.versions[o.0 as usize].clone(),
+            source: InputSource::Peer {
+                url: source.peer_url.clone(),
+            },
+        };
+        let _ = target.tx.send(ToWorker::Fetch {
+            inputs: vec![input],
+        });
+        self.moving.insert((o, to), from);
+    }
+
+    /// `node` now holds `o` (or failed to fetch it): a move to it is over, and its source
+    /// deletes its copy.
+    pub(super) fn move_ended(&mut self, node: NodeId, o: ObjectId) {
+        if let Some(from) = self.moving.remove(&(o, node)) {
+            self.evict_copy(from, o);
+        }
     }
 }

@@ -124,6 +124,7 @@ impl Scheduler {
             if *known == h.version {
                 let _ = self.core.handle_object_cached(node, o, now);
                 self.handed_off(node, o);
+                self.move_ended(node, o);
             } else {
                 stale.push(h.uri);
             }
@@ -440,6 +441,13 @@ impl Scheduler {
                 Action::DropObject { object, nodes } => self.drop_object(object, nodes),
                 Action::Replicate { object, from, to } => self.copy_object(object, from, to),
                 Action::Prefetch { object, size, node } => self.prefetch_object(object, size, node),
+                Action::Evict { node, object } => self.evict_copy(node, object),
+                Action::Move {
+                    object,
+                    size,
+                    from,
+                    to,
+                } => self.move_copy(object, size, from, to),
             }
         }
     }
