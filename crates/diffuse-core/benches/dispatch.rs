@@ -1,13 +1,19 @@
-//! Core decisions per second: GCC (and MCU, FA, DAD) at W = 2500, 100 nodes x 2 slots, 10,000 cached objects per
-//! node, 20,000 queued tasks each reading one random object.
+//! Core decisions per second: GCC (and MCU, FA, DAD, MixApart) at W = 2500, 100 nodes x 2
+//! slots, 10,000 cached objects per node, 20,000 queued tasks each reading one random object.
 //!
 //! One iteration is one scheduling decision in steady state: a running task finishes (freeing a
 //! slot), a new task is submitted (keeping the queue length constant), and `poll_action` returns
 //! the dispatch for the free slot. Run: `cargo bench -p diffuse-core --bench dispatch`.
+//!
+//! The `_cached` rows also report every fetched input cached on its node, as a driver does, so
+//! the index changes under them; they compare GCC with GCC under 2Mark (every node's cache full:
+//! each fetch is a 2Mark request that evicts) and with MixApart's transfer scheduler planning
+//! prefetches within a storage cap.
 
 use criterion::{criterion_main, Criterion, Throughput};
 use diffuse_core::{
-    Action, Core, CoreConfig, Input, NodeId, ObjectId, Outcome, PolicyKind, TaskId, TaskSpec, Time,
+    Action, Core, CoreConfig, Input, NodeId, ObjectId, Outcome, PolicyKind, Source, TaskId,
+    TaskSpec, Time,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -25,18 +31,38 @@ struct Bench {
     next: u64,
     running: VecDeque<(TaskId, u32)>,
     now: u64,
+    /// Report fetched inputs cached, as a driver does.
+    report: bool,
 }
 
 impl Bench {
     fn new(policy: PolicyKind) -> Bench {
-        let mut core = Core::new(CoreConfig {
-            policy,
-            window: 2500,
-            ..CoreConfig::default()
-        });
+        Bench::with(
+            CoreConfig {
+                policy,
+                window: 2500,
+                ..CoreConfig::default()
+            },
+            false,
+        )
+    }
+
+    fn with(cfg: CoreConfig, report: bool) -> Bench {
+        let mut core = Core::new(cfg);
         let t0 = Time::ZERO;
         for n in 0..NODES {
             core.handle_node_joined(NodeId(n), SLOTS, t0).unwrap();
+            // Full: 10,000 objects of SIZE bytes.
+            core.handle_node_cache(
+                NodeId(n),
+                OBJECTS_PER_NODE * SIZE,
+                diffuse_core::EvictionPolicy::Lru,
+                t0,
+            )
+            .unwrap();
+            for k in 0..OBJECTS_PER_NODE {
+                core.handle_object_size(ObjectId(n as u64 * OBJECTS_PER_NODE + k), SIZE);
+            }
             for k in 0..OBJECTS_PER_NODE {
                 core.handle_object_cached(NodeId(n), ObjectId(n as u64 * OBJECTS_PER_NODE + k), t0)
                     .unwrap();
@@ -48,6 +74,7 @@ impl Bench {
             next: 0,
             running: VecDeque::new(),
             now: 0,
+            report,
         };
         for _ in 0..QUEUED + (NODES * SLOTS) as u64 {
             b.submit();
@@ -65,9 +92,28 @@ impl Bench {
     }
 
     fn drain(&mut self) {
+        let mut fetched = Vec::new();
         while let Some(a) = self.core.poll_action(Time(self.now)) {
-            if let Action::Dispatch(d) = a {
-                self.running.push_back((d.task, d.attempt));
+            match a {
+                Action::Dispatch(d) => {
+                    self.running.push_back((d.task, d.attempt));
+                    fetched.extend(
+                        d.inputs
+                            .iter()
+                            .filter(|(_, s)| *s != Source::Local)
+                            .map(|(o, _)| (d.node, *o)),
+                    );
+                }
+                Action::Prefetch { object, node, .. } => fetched.push((node, object)),
+                Action::Move { object, to, .. } => fetched.push((to, object)),
+                _ => {}
+            }
+        }
+        if self.report {
+            for (node, object) in fetched {
+                self.core
+                    .handle_object_cached(node, object, Time(self.now))
+                    .unwrap();
             }
         }
     }
@@ -92,9 +138,39 @@ fn decisions(c: &mut Criterion) {
         PolicyKind::Mcu,
         PolicyKind::Fa,
         PolicyKind::Dad,
+        PolicyKind::MixApart,
     ] {
         let mut b = Bench::new(policy);
         group.bench_function(format!("{policy}_w2500_100nodes_10k_objects"), |bench| {
+            bench.iter(|| b.step())
+        });
+    }
+    let cfg = CoreConfig {
+        window: 2500,
+        ..CoreConfig::default()
+    };
+    let variants = [
+        ("gcc_cached", cfg.clone()),
+        (
+            "gcc_2mark_cached",
+            CoreConfig {
+                two_mark: true,
+                ..cfg.clone()
+            },
+        ),
+        (
+            "mixapart_prefetch_cached",
+            CoreConfig {
+                policy: PolicyKind::MixApart,
+                storage_cap: Some(1e9),
+                prefetch: Some(diffuse_core::PrefetchConfig::default()),
+                ..cfg.clone()
+            },
+        ),
+    ];
+    for (name, cfg) in variants {
+        let mut b = Bench::with(cfg, true);
+        group.bench_function(format!("{name}_w2500_100nodes_10k_objects"), |bench| {
             bench.iter(|| b.step())
         });
     }

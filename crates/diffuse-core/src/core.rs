@@ -718,7 +718,10 @@ impl Core {
         if !self.nodes.contains_key(&node) {
             return Err(CoreError::UnknownNode(node));
         }
-        self.index.add(node, object);
+        if self.index.add(node, object) {
+            // A copy that landed can be read by peers now (MixApart's cached-anywhere tier).
+            self.dirty = true;
+        }
         self.effective_add(node, object);
         if let Some(c) = self.caches.as_mut() {
             c.cached(node, object);

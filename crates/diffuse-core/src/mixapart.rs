@@ -7,8 +7,8 @@
 //! | 1. node-local | held by N | N's cache |
 //! | 2. rack-local | held by another node of N's rack | that node, through the rack's switch |
 //! | 3. in transfer | on its way to N (a fetch or a prefetch under way) | N, once it lands |
-//! | 4. cached anywhere | held by, or on its way to, some node | a peer |
-//! | 5. storage | nowhere | persistent storage |
+//! | 4. cached anywhere | held by some other node | a peer |
+//! | 5. storage | nowhere, not even on its way | persistent storage |
 //!
 //! Within a tier: node-local and in-transfer tasks by the fraction of their bytes on N, then
 //! queue order (the candidate sets of [`crate::locality`]); the other tiers in queue order.
@@ -16,13 +16,14 @@
 //! asks every free node for tiers 1-3 before any node falls back to tiers 4-5, so a task goes
 //! to a free node holding its data before any other takes it.
 //!
-//! Departures, written down in docs/policies.md: the paper's tiers 4 (cache-local) and 6
-//! (cache-local in progress) are one tier here, since both read from a peer; there is no
-//! rack-local-in-progress tier (an object on its way to a rack neighbour is read from that
-//! neighbour once it lands, which tier 4 covers); and tier 5 exists because our tasks may read
-//! storage themselves, where MixApart's wait for the transfer scheduler
-//! ([`crate::core::Core`]'s prefetch) to start their transfer. A rack neighbour with a free slot
-//! is passed over in tier 2: it takes its own node-local tasks in the same pass.
+//! Departures, written down in docs/policies.md: a task whose data is only on its way to
+//! another node (the paper's rack-local-in-progress and cache-local-in-progress tiers) waits:
+//! it is taken by that node (tier 3) or, once the copy lands, from tier 2 or 4, never read
+//! from storage a second time, which would also spend the storage cap twice; and tier 5
+//! exists because our tasks may read storage themselves, where MixApart's wait for the
+//! transfer scheduler ([`crate::core::Core`]'s prefetch) to start their transfer. A rack
+//! neighbour with a free slot is passed over in tier 2: it takes its own node-local tasks in
+//! the same pass.
 
 use crate::dispatch::{DispatchPolicy, SchedView};
 use crate::ids::{NodeId, TaskId};
@@ -37,9 +38,9 @@ pub enum Tier {
     RackLocal,
     /// On its way to the node.
     InTransfer,
-    /// Held by, or on its way to, some other node.
+    /// Held by some other node.
     CachedAnywhere,
-    /// Nowhere: read from persistent storage.
+    /// Nowhere, not even on its way: read from persistent storage.
     Storage,
 }
 
@@ -107,15 +108,22 @@ impl LocalityTiers {
 
     /// The task a free slot takes from tiers 4-5, and its tier.
     pub fn choose_far(view: &SchedView<'_>) -> Option<(TaskId, Tier)> {
+        let held_somewhere = |t: TaskId| {
+            view.locality.inputs(t).is_some_and(|(inputs, _)| {
+                inputs
+                    .iter()
+                    .any(|i| !view.held.holders(i.object).is_empty())
+            })
+        };
         let cached = view
             .locality
             .warm()
             .take_while(|(seq, _)| *seq < view.window_bound)
             .map(|(_, t)| t)
-            .find(|t| (view.fits)(*t));
+            .find(|t| (view.fits)(*t) && held_somewhere(*t));
         match cached {
             Some(t) => Some((t, Tier::CachedAnywhere)),
-            None => view.oldest().map(|t| (t, Tier::Storage)),
+            None => view.oldest_cold().map(|t| (t, Tier::Storage)),
         }
     }
 }

@@ -722,8 +722,46 @@ impl Model {
             return;
         }
         let utilization = c.busy_slots as f64 / c.slots as f64;
+        if self.policy == PolicyKind::MixApart {
+            // MixApart leaves a slot idle only for tasks whose data is on its way to another
+            // node and held nowhere (read once, from that node, never from storage again).
+            // Checked as MCH is, below: the whole queue in the window, no known-bug allowance.
+            if c.queued as usize > self.knobs.window
+                || (self.exempt_known_bugs && (self.maybe_stale || self.knobs.window < WIDE_WINDOW))
+            {
+                return;
+            }
+            for (id, t) in &self.tasks {
+                if t.phase != Phase::Queued {
+                    continue;
+                }
+                let held = t.inputs.iter().any(|(o, _)| !self.holders(*o).is_empty());
+                let in_transfer = t
+                    .inputs
+                    .iter()
+                    .any(|(o, _)| self.nodes.keys().any(|n| self.fetching_to(*n, *o)));
+                let detail: Vec<_> = t
+                    .inputs
+                    .iter()
+                    .map(|(o, size)| {
+                        let fetching: Vec<_> = self
+                            .nodes
+                            .keys()
+                            .filter(|n| self.fetching_to(**n, *o))
+                            .collect();
+                        (*o, *size, self.holders(*o), fetching)
+                    })
+                    .collect();
+                assert!(
+                    in_transfer && !held,
+                    "mixapart: {id} queued with free slots on {free:?}, its data held or nowhere: {detail:?}"
+                );
+            }
+            return;
+        }
         let mch = match self.policy {
-            PolicyKind::Fa | PolicyKind::Mcu | PolicyKind::MixApart => false,
+            PolicyKind::Fa | PolicyKind::Mcu => false,
+            PolicyKind::MixApart => unreachable!("checked above"),
             PolicyKind::Gcc => utilization >= self.knobs.threshold,
             PolicyKind::Mch => true,
             // DAD may hold a task back for a busy node (its own tests cover when).

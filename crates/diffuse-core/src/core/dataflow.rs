@@ -208,6 +208,9 @@ impl Core {
                 c.learn_size(*o, *size);
             }
         }
+        for (o, size) in sizes {
+            self.handle_object_size(*o, *size);
+        }
         self.try_ready(task);
         Ok(())
     }

@@ -113,6 +113,20 @@ pub fn metrics_text(s: &Status) -> String {
         "counter",
         &[("", p.issued_bytes as f64)],
     );
+    if let Some(m) = &s.two_mark {
+        metric(
+            "diffuse_two_mark_total",
+            "What 2Mark did: local and global phases begun, copies evicted (of which replicas), copies moved.",
+            "counter",
+            &[
+                ("{event=\"local_phase\"}", m.local_phases as f64),
+                ("{event=\"global_phase\"}", m.global_phases as f64),
+                ("{event=\"evicted\"}", m.evicted as f64),
+                ("{event=\"evicted_replica\"}", m.evicted_replicas as f64),
+                ("{event=\"moved\"}", m.moved as f64),
+            ],
+        );
+    }
     if let Some(cap) = s.storage_cap {
         metric(
             "diffuse_storage_cap_bytes_per_second",

@@ -328,7 +328,8 @@ impl Storage {
                     uri: uri.to_string(),
                     message: e.to_string(),
                 })?);
-                let chunks = read_chunks(tokio::fs::File::from_std(file));
+                let chunks =
+                    read_chunks(tokio::fs::File::from_std(file), self.throttle.chunk_size());
                 let (written, sha256) =
                     write_hashed(uri, dest, throttle::throttled(chunks, &self.throttle)).await?;
                 Ok(Download {
@@ -404,19 +405,23 @@ impl Storage {
 /// The bytes of a file as a stream of 1 MiB chunks.
 fn read_chunks(
     file: tokio::fs::File,
+    chunk: usize,
 ) -> impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Unpin {
     use tokio::io::AsyncReadExt;
-    Box::pin(futures_util::stream::unfold(file, |mut file| async move {
-        let mut buf = vec![0u8; 1 << 20];
-        match file.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(bytes::Bytes::from(buf)), file))
+    Box::pin(futures_util::stream::unfold(
+        file,
+        move |mut file| async move {
+            let mut buf = vec![0u8; chunk];
+            match file.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(bytes::Bytes::from(buf)), file))
+                }
+                Err(e) => Some((Err(e), file)),
             }
-            Err(e) => Some((Err(e), file)),
-        }
-    }))
+        },
+    ))
 }
 
 #[cfg(test)]

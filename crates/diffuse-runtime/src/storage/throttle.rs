@@ -3,12 +3,19 @@
 //! and every storage read of the worker draws from one schedule.
 //!
 //! The schedule is strict: a chunk of `n` bytes may start only once the chunks before it have
-//! had `n / rate` seconds each, so over any interval of T seconds a worker reads at most
+//! had `n / rate` seconds each, so over any interval of T seconds a worker takes in at most
 //! `rate * T` bytes plus one chunk per concurrent read. No burst is saved up while idle, so the
-//! sum of the shares is never exceeded, only approached.
+//! sum of the shares is never exceeded, only approached. `file://` reads use chunks of 50 ms
+//! at the rate (64 KiB to 1 MiB) while throttled, so the one chunk read ahead stays small.
+//!
+//! What the operating system reads ahead is outside this schedule: an `http(s)://` or `s3://`
+//! connection's TCP receive window (the kernel grows it to a few MiB on a fast link), or an NFS
+//! client's read-ahead, can reach storage before the worker takes it in, early in a read.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: the same as std's, and pausable in tests.
+use tokio::time::Instant;
 
 /// A shared read-rate limit (None: unlimited).
 #[derive(Debug, Default)]
@@ -34,6 +41,14 @@ impl Throttle {
     /// The current limit.
     pub fn rate(&self) -> Option<f64> {
         self.state.lock().expect("throttle lock").rate
+    }
+
+    /// How much to read at a time: 1 MiB unlimited, else 50 ms at the rate (64 KiB to 1 MiB).
+    pub fn chunk_size(&self) -> usize {
+        match self.rate() {
+            None => 1 << 20,
+            Some(r) => ((r * 0.05) as usize).clamp(64 << 10, 1 << 20),
+        }
     }
 
     /// Wait until `n` more bytes may be read.
@@ -82,8 +97,8 @@ mod tests {
         for _ in 0..5 {
             t.take(500).await;
         }
-        // The first chunk goes at once; the other four wait 0.5 s each. (Instant::now() is the
-        // paused clock's, which advances while sleeping.)
+        // The first chunk goes at once; the other four wait 0.5 s each (the paused clock
+        // advances while sleeping).
         let waited = start.elapsed();
         assert!(
             waited >= Duration::from_millis(1990) && waited <= Duration::from_millis(2100),

@@ -195,6 +195,9 @@ pub struct Status {
     /// See `storage_cap`.
     #[serde(default)]
     pub storage_budget_used: u64,
+    /// What 2Mark did (`--two-mark`): phases begun, copies evicted and moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub two_mark: Option<diffuse_core::twomark::TwoMarkStats>,
     /// Seconds since the dispatcher started.
     pub uptime_s: f64,
 }
@@ -781,6 +784,7 @@ impl Scheduler {
             prefetch: self.core.prefetch_stats(),
             storage_cap: self.core.config().storage_cap,
             storage_budget_used: self.core.storage_budget_used(),
+            two_mark: self.core.two_mark_stats(),
             ..self.status.clone()
         }
     }

@@ -107,6 +107,8 @@ impl Scheduler {
             },
         );
         self.conns.insert(conn, node);
+        // Its share of the storage cap reaches it before any task or fetch does.
+        self.share_storage_cap();
         self.cached(node, held);
     }
 
