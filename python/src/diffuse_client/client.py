@@ -584,7 +584,8 @@ class Client:
     def locate(self, uri: Union[str, "os.PathLike[str]"]) -> Location:
         """Where an object is cached (Hercules' *locate*): its state and holders.
 
-        A path is turned into a ``file://`` URI first (:func:`to_uri`).
+        A path is turned into a ``file://`` URI first (:func:`to_uri`). An object no task has
+        read or written is a 404 error (``no task reads or writes URI``).
         """
         u = to_uri(uri)
         o = self._http.request("GET", f"/v1/objects/{_q(u)}").json()

@@ -237,6 +237,14 @@ class DiffuseExecutor(Executor):
         if wait:
             self._thread.join()
 
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """After ``shutdown``: waits for the poller thread to finish (every future done).
+
+        Returns whether it finished within ``timeout`` seconds.
+        """
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
     def outstanding(self) -> int:
         """Futures not yet done (queued here, or sent and not ended)."""
         with self._cond:
