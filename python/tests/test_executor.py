@@ -109,11 +109,13 @@ def test_inputs_outputs_argv_and_callables(client: Client, tmp_path: Path) -> No
         f5 = ex.submit(lambda n: Task(id=unique("made"), cmd=f"echo $((6*{n}))"), 7)
         f6 = ex.submit("echo $GREETING", env={"GREETING": "hi"}, cores=2)
         r1, r2, r3, r4, r5, r6 = (f.result(timeout=30) for f in (f1, f2, f3, f4, f5, f6))
+        sizes = list(ex.map(lambda p: {"cmd": "wc -c < {inputs[0]}", "inputs": [p]}, [src, out]))
     assert r1.stdout is not None and r1.stdout.split()[0] == "5"
     assert r2.stdout == "" and out.read_text().strip() == "2"
     assert r3.stdout == "x y|z|" and r4.stdout == "x y|z|"
     assert r5.stdout == "42\n" and r5.task_id.startswith("made-")
     assert r6.stdout == "hi\n"
+    assert [r.stdout for r in sizes] == ["10\n", "2\n"]
     assert r1.report["traffic"]["bytes_storage"] + r1.report["traffic"]["bytes_local"] + r1.report["traffic"][
         "bytes_peer"
     ] == src.stat().st_size

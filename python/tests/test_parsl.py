@@ -59,6 +59,11 @@ def forgets_output(outputs: List[File] = []) -> str:
     return "true"
 
 
+@bash_app
+def say(word: str, stdout: Any = None) -> str:
+    return f"echo {word}"
+
+
 @python_app
 def add(a: int, b: int) -> int:
     return a + b
@@ -70,6 +75,13 @@ def concatenate(inputs: List[File] = [], outputs: List[File] = []) -> str:
     with open(outputs[0].filepath, "w") as out:
         out.write(text)
     return inputs[0].filepath
+
+
+@python_app
+def listing(inputs: List[File] = []) -> List[str]:
+    import os
+
+    return sorted(os.listdir(inputs[0].filepath))
 
 
 @python_app
@@ -191,6 +203,26 @@ def test_python_apps_results_and_exceptions(executor: DiffuseParslExecutor, tmp_
     read = concatenate(inputs=[File(str(a)), File(str(b))], outputs=[File(str(joined))]).result(timeout=60)
     assert joined.read_text() == "alpha\nbeta\n"
     assert read != str(a) and "/inputs/" in read  # the python app saw the staged copy too
+    # a directory is no diffuse input: the app gets it in place
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "x").write_text("")
+    (d / "y").write_text("")
+    assert listing(inputs=[File(str(d))]).result(timeout=60) == ["x", "y"]
+
+
+def test_relative_paths_and_stdout_appends(
+    executor: DiffuseParslExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # relative File paths and stdout are the client's cwd's
+    Path("in.txt").write_text("relative\n")
+    concatenate(inputs=[File("in.txt")], outputs=[File("rel/out.txt")]).result(timeout=60)
+    assert (tmp_path / "rel" / "out.txt").read_text() == "relative\n"
+    say("one", stdout="logs/say.out").result(timeout=60)
+    say("two", stdout="logs/say.out").result(timeout=60)  # Parsl's default mode: append
+    assert (tmp_path / "logs" / "say.out").read_text() == "one\ntwo\n"
+    say("three", stdout=("logs/say.out", "w")).result(timeout=60)
+    assert (tmp_path / "logs" / "say.out").read_text() == "three\n"
 
 
 def test_bash_app_failures_are_the_apps_own(executor: DiffuseParslExecutor, tmp_path: Path) -> None:

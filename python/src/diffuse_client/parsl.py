@@ -337,9 +337,15 @@ class FilePlan:
         self.std: Dict[str, str] = {}
 
     def add_input(self, f: File) -> None:
-        """Stages ``f`` (an absolute or client-relative path) as a diffuse input."""
+        """Stages ``f`` (an absolute or client-relative path) as a diffuse input.
+
+        A directory cannot be a diffuse input: it is used in place, at its absolute path.
+        """
         key = _key(f)
         if key is None or key in self.inputs:
+            return
+        if os.path.isdir(os.path.abspath(key)):
+            self.paths[key] = os.path.abspath(key)
             return
         uri = _uri(os.path.abspath(key))
         try:
