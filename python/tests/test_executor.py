@@ -160,9 +160,9 @@ def test_a_task_cancelled_through_diffuse_cancels_its_future(client: Client) -> 
 def test_shutdown_cancel_futures_cancels_queued_tasks_and_lets_running_ones_end(client: Client) -> None:
     slots = WORKERS * CORES
     ex = DiffuseExecutor(client)
-    running = [ex.submit("echo started; sleep 2") for _ in range(slots)]
+    running = [ex.submit("echo started; sleep 5") for _ in range(slots)]
     wait_until(lambda: all(started(client, f.task_id) for f in running), what="every slot to be busy")
-    queued = [ex.submit("echo started; sleep 2") for _ in range(slots)]
+    queued = [ex.submit("echo started; sleep 5") for _ in range(slots)]
     wait_until(lambda: all(state(client, f.task_id) == "queued" for f in queued), what="the queue")
     ex.shutdown(wait=True, cancel_futures=True)
     assert all(f.done() for f in running + queued)
