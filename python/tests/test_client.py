@@ -86,6 +86,10 @@ def test_bad_task_is_refused_with_the_dispatchers_message(client: Client) -> Non
     # an unknown field is caught before anything is sent
     with pytest.raises(TypeError, match="bogus"):
         client.submit({"id": tid, "cmd": "true", "bogus": 1})
+    with pytest.raises(TypeError, match="bogus"):
+        client.submit_many([{"id": f"{tid}-{i}", "cmd": "true"} for i in range(5)] + [{"id": tid, "cmd": "x", "bogus": 1}])
+    with pytest.raises(DiffuseAPIError):
+        client.get(f"{tid}-0")
 
 
 def test_duplicate_id_is_409_and_partial_submission_says_what_went_in(client: Client) -> None:

@@ -473,28 +473,25 @@ class Client:
     ) -> List[Submitted]:
         """Submits tasks in acknowledged batches of at most ``batch_size`` tasks and ``max_bytes``.
 
+        Every task is checked before anything is sent (an unknown field raises ``TypeError``).
         Each batch is all or nothing and is acknowledged once the dispatcher has journaled it.
         If one is refused, :class:`PartialSubmitError` says which batches went in and from which
         task on nothing was sent; the dispatcher's refusal (line and field) is its cause.
         """
         if not 1 <= batch_size <= MAX_BATCH_TASKS:
             raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_TASKS}")
+        # every task is checked (its field names) before anything is sent, as `diffuse submit` does
+        lines = [json.dumps(_task_dict(t), separators=(",", ":")).encode("utf-8") for t in tasks]
         done: List[Submitted] = []
-        lines: List[bytes] = []
-        size = 0
-        index = 0
         start = 0
-        for t in tasks:
-            line = json.dumps(_task_dict(t), separators=(",", ":")).encode("utf-8")
-            if lines and (len(lines) >= batch_size or size + len(line) + 1 > max_bytes):
-                self._send_lines(lines, done, start)
-                start = index
-                lines, size = [], 0
-            lines.append(line)
+        size = 0
+        for index, line in enumerate(lines):
+            if index > start and (index - start >= batch_size or size + len(line) + 1 > max_bytes):
+                self._send_lines(lines[start:index], done, start)
+                start, size = index, 0
             size += len(line) + 1
-            index += 1
-        if lines:
-            self._send_lines(lines, done, start)
+        if start < len(lines):
+            self._send_lines(lines[start:], done, start)
         return done
 
     def _send_lines(self, lines: List[bytes], done: List[Submitted], start: int) -> None:

@@ -236,11 +236,12 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         if self._executor is None:
             raise ExecutorError(self, "submit() before start()")
         fields, ignored = resources_to_fields(resource_specification)
-        for k in ignored:
-            if k not in self._warned:
-                self._warned.add(k)
-                logger.warning("DiffuseParslExecutor %s: resource_specification key %r ignored "
-                               "(known: %s)", self.label, k, ", ".join(RESOURCE_KEYS))
+        with self._lock:
+            new = [k for k in ignored if k not in self._warned]
+            self._warned.update(new)
+        for k in new:
+            logger.warning("DiffuseParslExecutor %s: resource_specification key %r ignored "
+                           "(known: %s)", self.label, k, ", ".join(RESOURCE_KEYS))
 
         n = next(self._counter)
         task_dir = os.path.join(self._tasks_dir, str(n))
