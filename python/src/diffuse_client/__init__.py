@@ -1,0 +1,57 @@
+"""Python client for diffuse, a data-aware many-task execution engine.
+
+- :class:`Client`: the dispatcher's HTTP API (submit, get, wait, cancel, locate, status, logs).
+- :class:`DiffuseExecutor`: a ``concurrent.futures.Executor`` that runs commands as tasks.
+- ``diffuse_client.parsl.DiffuseParslExecutor``: a Parsl executor (needs ``parsl``).
+"""
+
+from .client import (
+    ENDED_STATES,
+    STATES,
+    Attempt,
+    BatchInfo,
+    Client,
+    JobCancelled,
+    JobInfo,
+    Location,
+    Outcome,
+    PartialSubmitError,
+    Status,
+    Submitted,
+    Task,
+    TaskInfo,
+    Traffic,
+    WaitTimeout,
+    to_uri,
+)
+from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError, TaskFailed
+from .executor import DiffuseExecutor, TaskFuture, TaskResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ENDED_STATES",
+    "STATES",
+    "Attempt",
+    "BatchInfo",
+    "Client",
+    "DiffuseAPIError",
+    "DiffuseConnectionError",
+    "DiffuseError",
+    "DiffuseExecutor",
+    "JobCancelled",
+    "JobInfo",
+    "Location",
+    "Outcome",
+    "PartialSubmitError",
+    "Status",
+    "Submitted",
+    "Task",
+    "TaskFailed",
+    "TaskFuture",
+    "TaskInfo",
+    "TaskResult",
+    "Traffic",
+    "WaitTimeout",
+    "to_uri",
+]

@@ -1,0 +1,712 @@
+"""The dispatcher's HTTP API as Python calls (docs/runtime.md, "Dispatcher HTTP API")."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
+
+from ._http import Transport
+from .errors import DiffuseAPIError, DiffuseError
+
+#: The dispatcher a client talks to when neither ``url`` nor ``DIFFUSE_DISPATCHER`` says.
+DEFAULT_URL = "http://127.0.0.1:8700"
+
+#: The states a task can be listed in; the last three are final.
+STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+#: The final states.
+ENDED_STATES = ("succeeded", "failed", "cancelled")
+
+#: Most tasks ``submit_many`` puts in one batch, and most bytes (the ``diffuse submit`` limits).
+MAX_BATCH_TASKS = 50_000
+MAX_BATCH_BYTES = 8 * 1024 * 1024
+
+#: Largest page the listing serves.
+MAX_PAGE = 10_000
+
+#: ``wait`` asks for each task by id when it waits for at most this many; above, it reads the
+#: listing of ended tasks page by page.
+WAIT_BY_ID = 32
+
+Size = Union[int, str]
+Cmd = Union[str, Sequence[str]]
+
+
+def to_uri(x: Union[str, "os.PathLike[str]"]) -> str:
+    """An input or output as a URI.
+
+    A string with a scheme (``file://``, ``s3://``, ``http(s)://``, ``tmp://``) is kept as it is;
+    a path (a ``str`` without ``://`` or an ``os.PathLike``) becomes a ``file://`` URI of its
+    absolute path, percent-encoded as ``Path.as_uri()`` writes it (what the dispatcher reads).
+    """
+    if isinstance(x, str) and "://" in x:
+        return x
+    return Path(os.path.abspath(os.fspath(x))).as_uri()
+
+
+@dataclass
+class Task:
+    """A task as the dispatcher takes it (docs/runtime.md, "Task fields").
+
+    Only ``id`` and ``cmd`` are required; a field left ``None`` (or an empty list) is not sent,
+    so the dispatcher's default applies. ``cmd`` is an argv list, run directly, or a string,
+    run by ``sh -c``; ``{inputs[i]}`` and ``{outputs[i]}`` in it become local paths. Inputs and
+    outputs are URIs; a plain path is turned into a ``file://`` URI (:func:`to_uri`). Sizes
+    (``memory``, ``disk``) are bytes or strings such as ``"4GB"`` or ``"512MiB"``.
+    """
+
+    id: str
+    cmd: Cmd
+    inputs: List[str] = field(default_factory=list)
+    outputs: List[str] = field(default_factory=list)
+    after: List[str] = field(default_factory=list)
+    cores: Optional[int] = None
+    memory: Optional[Size] = None
+    gpus: Optional[int] = None
+    disk: Optional[Size] = None
+    timeout_s: Optional[float] = None
+    walltime_s: Optional[float] = None
+    retries: Optional[int] = None
+    priority: Optional[int] = None
+    eviction_priority: Optional[int] = None
+    env: Optional[Dict[str, str]] = None
+    stdout: Optional[str] = None
+    stderr: Optional[str] = None
+    job: Optional[str] = None
+    job_policy: Optional[str] = None
+    dad_beta: Optional[float] = None
+    compute_s: Optional[float] = None
+    hint: Optional[Dict[str, Any]] = None
+
+    @classmethod
+    def field_names(cls) -> Tuple[str, ...]:
+        """Every task field, in the order of the dataclass."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Task":
+        """A task from a mapping of task fields; an unknown field raises ``TypeError`` naming it."""
+        names = set(cls.field_names())
+        unknown = sorted(k for k in d if k not in names)
+        if unknown:
+            raise TypeError(
+                f"unknown task field(s) {', '.join(map(repr, unknown))}; "
+                f"the fields are {', '.join(cls.field_names())}"
+            )
+        return cls(**dict(d))
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The JSON object sent to the dispatcher (fields left unset are omitted)."""
+        out: Dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None or (isinstance(v, list) and not v and f.name != "cmd"):
+                continue
+            if f.name in ("inputs", "outputs"):
+                v = [to_uri(x) for x in v]
+            elif f.name == "cmd" and not isinstance(v, str):
+                v = [str(a) for a in v]
+            elif f.name == "after":
+                v = list(v)
+            out[f.name] = v
+        return out
+
+
+TaskLike = Union[Task, Mapping[str, Any]]
+
+
+def _task_dict(t: TaskLike) -> Dict[str, Any]:
+    if isinstance(t, Task):
+        return t.to_dict()
+    return Task.from_dict(t).to_dict()
+
+
+@dataclass
+class Outcome:
+    """How a task ended: its final state, exit code, error and the worker's report.
+
+    ``report`` is the worker's report (``result_json`` parsed): ``started_at``, ``staged_at``,
+    ``finished_at``, ``stdout``/``stderr`` (paths on the worker, or ``None`` when the stream was
+    empty), ``stderr_tail`` (failed attempts), ``outputs``, ``uncached`` and ``traffic`` (this
+    task's input reads by source: ``local``, ``peer``, ``storage`` and ``bytes_*``). It is
+    ``{}`` for a task that never ran (cancelled while queued, failed lookup...).
+    """
+
+    state: str
+    attempt: int
+    node: Optional[str]
+    exit_code: Optional[int]
+    error: Optional[str]
+    report: Dict[str, Any]
+    finished_at: Optional[float]
+
+    @classmethod
+    def from_json(cls, o: Mapping[str, Any]) -> "Outcome":
+        """Reads the ``outcome`` object of a task view."""
+        raw = o.get("result_json")
+        report: Dict[str, Any] = {}
+        if isinstance(raw, str) and raw:
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = {"unparsed": raw}
+            if isinstance(parsed, dict):
+                report = parsed
+        elif isinstance(raw, dict):
+            report = dict(raw)
+        return cls(
+            state=str(o.get("state")),
+            attempt=int(o.get("attempt") or 0),
+            node=o.get("node"),
+            exit_code=o.get("exit_code"),
+            error=o.get("error"),
+            report=report,
+            finished_at=o.get("finished_at"),
+        )
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last 4 KiB of stderr the worker put in a failed attempt's report ('' if none)."""
+        tail = self.report.get("stderr_tail")
+        return tail if isinstance(tail, str) else ""
+
+
+@dataclass
+class Attempt:
+    """One attempt of a task: the worker it ran on, and its report if it failed and was retried."""
+
+    attempt: int
+    node: Optional[str]
+    report: Optional[Dict[str, Any]]
+
+
+@dataclass
+class TaskInfo:
+    """A task as the dispatcher shows it: state, batch, node, attempt and outcome.
+
+    ``attempts`` is filled only by :meth:`Client.get` (the listing does not carry it).
+    ``raw`` is the JSON object as received.
+    """
+
+    id: str
+    state: str
+    batch: Optional[int]
+    node: Optional[str]
+    attempt: int
+    outcome: Optional[Outcome]
+    attempts: List[Attempt]
+    raw: Dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, o: Mapping[str, Any]) -> "TaskInfo":
+        """Reads a task view (``GET /v1/tasks/{id}`` or an item of the listing)."""
+        oc = o.get("outcome")
+        attempts = []
+        for a in o.get("attempts") or []:
+            rep = a.get("report")
+            if isinstance(rep, str):
+                try:
+                    rep = json.loads(rep)
+                except ValueError:
+                    rep = {"unparsed": rep}
+            attempts.append(Attempt(int(a.get("attempt") or 0), a.get("node"), rep))
+        return cls(
+            id=str(o["id"]),
+            state=str(o["state"]),
+            batch=o.get("batch"),
+            node=o.get("node"),
+            attempt=int(o.get("attempt") or 0),
+            outcome=Outcome.from_json(oc) if isinstance(oc, dict) else None,
+            attempts=attempts,
+            raw=dict(o),
+        )
+
+    @property
+    def ended(self) -> bool:
+        """Whether the task is in a final state (succeeded, failed or cancelled)."""
+        return self.state in ENDED_STATES
+
+
+@dataclass
+class Submitted:
+    """An acknowledged batch: it is journaled and will run.
+
+    ``floor`` is a lower bound of the listing cursor of the batch's first task (the number of
+    tasks the dispatcher held before it), which lets a waiter read the listing from there.
+    """
+
+    submitted: int
+    batch: int
+    floor: Optional[int] = field(default=None, repr=False)
+
+
+@dataclass
+class Traffic:
+    """Input reads by source since the dispatcher started: counts and bytes."""
+
+    local: int = 0
+    peer: int = 0
+    storage: int = 0
+    bytes_local: int = 0
+    bytes_peer: int = 0
+    bytes_storage: int = 0
+
+
+@dataclass
+class Status:
+    """The dispatcher's counters (``GET /v1/status``); ``raw`` has every field as received.
+
+    Each task counts in exactly one of ``queued``, ``running``, ``ending``, ``succeeded``,
+    ``failed`` and ``cancelled``.
+    """
+
+    submitted: int
+    queued: int
+    looking_up: int
+    running: int
+    ending: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    workers: int
+    slots: int
+    busy_slots: int
+    unschedulable: int
+    traffic: Traffic
+    raw: Dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, o: Mapping[str, Any]) -> "Status":
+        """Reads the ``/v1/status`` answer."""
+        t = o.get("traffic") or {}
+        names = [f.name for f in dataclasses.fields(Traffic)]
+        return cls(
+            submitted=int(o.get("submitted", 0)),
+            queued=int(o.get("queued", 0)),
+            looking_up=int(o.get("looking_up", 0)),
+            running=int(o.get("running", 0)),
+            ending=int(o.get("ending", 0)),
+            succeeded=int(o.get("succeeded", 0)),
+            failed=int(o.get("failed", 0)),
+            cancelled=int(o.get("cancelled", 0)),
+            workers=int(o.get("workers", 0)),
+            slots=int(o.get("slots", 0)),
+            busy_slots=int(o.get("busy_slots", 0)),
+            unschedulable=int(o.get("unschedulable", 0)),
+            traffic=Traffic(**{n: int(t.get(n, 0)) for n in names}),
+            raw=dict(o),
+        )
+
+    @property
+    def ended(self) -> int:
+        """Tasks in a final state."""
+        return self.succeeded + self.failed + self.cancelled
+
+    @property
+    def unfinished(self) -> int:
+        """Tasks not yet in a final state."""
+        return self.queued + self.running + self.ending
+
+
+@dataclass
+class BatchInfo:
+    """A submission's counters (``GET /v1/batches/{b}``)."""
+
+    batch: int
+    tasks: int
+    pending: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    failed_ids: List[str]
+
+
+@dataclass
+class JobInfo:
+    """A job's counters (``GET /v1/jobs/{job}``)."""
+
+    job: str
+    tasks: int
+    queued: int
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+
+
+@dataclass
+class JobCancelled:
+    """What ``cancel_job`` did: tasks ended at once, tasks being stopped, tasks already ended."""
+
+    job: str
+    cancelled: int
+    stopping: int
+    ended: int
+
+
+@dataclass
+class Location:
+    """Where an object is (``GET /v1/objects/{uri}``): its state and the workers holding it.
+
+    For a ``tmp://`` object ``state`` is ``pending``, ``written``, ``lost``, ``released`` or
+    ``failed``, with ``size`` and ``producer``; for another URI it is ``cached`` or
+    ``uncached``. ``raw`` has every field as received.
+    """
+
+    uri: str
+    state: str
+    nodes: List[str]
+    size: Optional[int]
+    producer: Optional[str]
+    raw: Dict[str, Any] = field(repr=False)
+
+
+class PartialSubmitError(DiffuseError):
+    """``submit_many`` stopped at a refused batch; the batches before it were taken.
+
+    ``batches`` are the acknowledged batches, ``first_unsent`` the index (in the tasks given)
+    of the first task not submitted, and ``__cause__`` the dispatcher's refusal.
+    """
+
+    def __init__(self, batches: List[Submitted], first_unsent: int, cause: DiffuseError) -> None:
+        self.batches = batches
+        self.first_unsent = first_unsent
+        self.cause = cause
+        taken = sum(b.submitted for b in batches)
+        super().__init__(
+            f"{cause} (tasks 0..{first_unsent - 1} were submitted in {len(batches)} batch(es), "
+            f"{taken} tasks; nothing from task {first_unsent} on)"
+            if batches
+            else str(cause)
+        )
+
+
+class WaitTimeout(DiffuseError, TimeoutError):
+    """``wait`` ran out of time; ``done`` holds the tasks that ended, ``pending`` the others."""
+
+    def __init__(self, done: Dict[str, TaskInfo], pending: List[str], timeout: float) -> None:
+        self.done = done
+        self.pending = pending
+        super().__init__(
+            f"{len(pending)} of {len(done) + len(pending)} task(s) still unfinished after "
+            f"{timeout:g} s (first: {', '.join(pending[:5])})"
+        )
+
+
+def _read_token(token: Optional[str], token_file: Optional[str]) -> str:
+    if token is None and token_file is not None:
+        with open(token_file, encoding="utf-8") as f:
+            token = f.read()
+    if token is None:
+        token = os.environ.get("DIFFUSE_CLIENT_TOKEN")
+    if token is None:
+        raise DiffuseError("no client token: pass token= or token_file=, or set DIFFUSE_CLIENT_TOKEN")
+    token = token.strip()
+    if not token:
+        raise DiffuseError("the client token is empty")
+    return token
+
+
+def _q(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+class Client:
+    """A connection to a diffuse dispatcher.
+
+    ``url`` defaults to ``$DIFFUSE_DISPATCHER``, else ``http://127.0.0.1:8700``; the token to
+    ``token``, else the contents of ``token_file``, else ``$DIFFUSE_CLIENT_TOKEN``. ``timeout``
+    is the socket timeout of each request, in seconds. A client may be shared between threads
+    (each thread keeps its own connection).
+
+    Errors the dispatcher answers with raise :class:`~diffuse_client.DiffuseAPIError` (HTTP
+    status and the dispatcher's message); an unreachable dispatcher raises
+    :class:`~diffuse_client.DiffuseConnectionError`.
+    """
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        *,
+        token_file: Optional[str] = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.url = (url or os.environ.get("DIFFUSE_DISPATCHER") or DEFAULT_URL).rstrip("/")
+        self._http = Transport(self.url, _read_token(token, token_file), timeout)
+        self._submit_lock = threading.Lock()
+        self._next_floor: Optional[int] = None
+        self._first_floor: Optional[int] = None
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    # ----------------------------------------------------------------- submitting
+
+    def submit(self, task: TaskLike) -> Submitted:
+        """Submits one task (a :class:`Task` or a mapping of task fields); its own batch."""
+        return self._post_batch([_task_dict(task)])
+
+    def submit_many(
+        self,
+        tasks: Iterable[TaskLike],
+        batch_size: int = 10_000,
+        max_bytes: int = MAX_BATCH_BYTES,
+    ) -> List[Submitted]:
+        """Submits tasks in acknowledged batches of at most ``batch_size`` tasks and ``max_bytes``.
+
+        Every task is checked before anything is sent (an unknown field raises ``TypeError``).
+        Each batch is all or nothing and is acknowledged once the dispatcher has journaled it.
+        If one is refused, :class:`PartialSubmitError` says which batches went in and from which
+        task on nothing was sent; the dispatcher's refusal (line and field) is its cause.
+        """
+        if not 1 <= batch_size <= MAX_BATCH_TASKS:
+            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_TASKS}")
+        # every task is checked (its field names) before anything is sent, as `diffuse submit` does
+        lines = [json.dumps(_task_dict(t), separators=(",", ":")).encode("utf-8") for t in tasks]
+        done: List[Submitted] = []
+        start = 0
+        size = 0
+        for index, line in enumerate(lines):
+            if index > start and (index - start >= batch_size or size + len(line) + 1 > max_bytes):
+                self._send_lines(lines[start:index], done, start)
+                start, size = index, 0
+            size += len(line) + 1
+        if start < len(lines):
+            self._send_lines(lines[start:], done, start)
+        return done
+
+    def _send_lines(self, lines: List[bytes], done: List[Submitted], start: int) -> None:
+        try:
+            done.append(self._post_body(b"\n".join(lines) + b"\n", len(lines)))
+        except DiffuseError as e:
+            raise PartialSubmitError(list(done), start, e) from e
+
+    def _post_batch(self, tasks: List[Dict[str, Any]]) -> Submitted:
+        body = "\n".join(json.dumps(t, separators=(",", ":")) for t in tasks) + "\n"
+        return self._post_body(body.encode("utf-8"), len(tasks))
+
+    def _post_body(self, body: bytes, n: int) -> Submitted:
+        # Batches of one client go one at a time, so that each batch's floor (a lower bound of
+        # its first task's place in the listing) is the previous floor plus its tasks.
+        with self._submit_lock:
+            if self._next_floor is None:
+                self._next_floor = self.status().submitted
+                self._first_floor = self._next_floor
+            floor = self._next_floor
+            r = self._http.request("POST", "/v1/tasks", body=body, content_type="application/x-ndjson")
+            obj = r.json()
+            sub = Submitted(int(obj["submitted"]), int(obj["batch"]), floor)
+            self._next_floor = floor + sub.submitted
+            return sub
+
+    # ----------------------------------------------------------------- reading
+
+    def get(self, task_id: str) -> TaskInfo:
+        """One task: state, batch, node, attempt, outcome and attempts (404 if unknown)."""
+        return TaskInfo.from_json(self._http.request("GET", f"/v1/tasks/{_q(task_id)}").json())
+
+    def list_tasks(
+        self, state: Optional[str] = None, limit: int = 1000, after: Optional[Union[int, str]] = None
+    ) -> Tuple[List[TaskInfo], Optional[int]]:
+        """One page of the listing, in submission order, and the cursor of the next page.
+
+        ``state`` is one of :data:`STATES` or ``None`` (all); ``limit`` 1 to 10,000; ``after``
+        a cursor from a previous page. The cursor returned is ``None`` on the last page.
+        """
+        q: Dict[str, Union[str, int]] = {"limit": limit}
+        if state is not None:
+            q["state"] = state
+        if after is not None:
+            q["after"] = after
+        obj = self._http.request("GET", "/v1/tasks", query=q).json()
+        nxt = obj.get("next")
+        return [TaskInfo.from_json(t) for t in obj.get("tasks", [])], (
+            int(nxt) if nxt is not None else None
+        )
+
+    def iter_tasks(
+        self, state: Optional[str] = None, after: Optional[int] = None, page_size: int = MAX_PAGE
+    ) -> Iterator[TaskInfo]:
+        """Every task (in ``state``, if given) after the cursor ``after``, page by page."""
+        cursor: Optional[int] = after
+        while True:
+            page, cursor = self.list_tasks(state, page_size, cursor)
+            yield from page
+            if cursor is None:
+                return
+
+    def batch(self, batch: int) -> BatchInfo:
+        """A submission's counters (404 if unknown)."""
+        o = self._http.request("GET", f"/v1/batches/{int(batch)}").json()
+        return BatchInfo(
+            int(o["batch"]), int(o["tasks"]), int(o["pending"]), int(o["succeeded"]),
+            int(o["failed"]), int(o["cancelled"]), list(o.get("failed_ids") or []),
+        )
+
+    def job(self, job: str) -> JobInfo:
+        """A job's counters (404 if no task is in it)."""
+        o = self._http.request("GET", f"/v1/jobs/{_q(job)}").json()
+        return JobInfo(
+            str(o["job"]), int(o["tasks"]), int(o["queued"]), int(o["running"]),
+            int(o["succeeded"]), int(o["failed"]), int(o["cancelled"]),
+        )
+
+    def status(self) -> Status:
+        """The dispatcher's counters: tasks by state, workers, slots, traffic by source."""
+        return Status.from_json(self._http.request("GET", "/v1/status").json())
+
+    def metrics(self) -> str:
+        """The Prometheus text of ``/metrics``."""
+        return self._http.request("GET", "/metrics").text()
+
+    def locate(self, uri: Union[str, "os.PathLike[str]"]) -> Location:
+        """Where an object is cached (Hercules' *locate*): its state and holders.
+
+        A path is turned into a ``file://`` URI first (:func:`to_uri`). An object no task has
+        read or written is a 404 error (``no task reads or writes URI``).
+        """
+        u = to_uri(uri)
+        o = self._http.request("GET", f"/v1/objects/{_q(u)}").json()
+        return Location(
+            uri=str(o.get("uri", u)),
+            state=str(o.get("state")),
+            nodes=list(o.get("nodes") or []),
+            size=o.get("size"),
+            producer=o.get("producer"),
+            raw=dict(o),
+        )
+
+    def logs(self, task_id: str, stream: str = "stdout", attempt: Optional[int] = None) -> str:
+        """An attempt's captured ``stdout`` or ``stderr`` (default: the last attempt's).
+
+        It is fetched from the worker that ran it through the dispatcher; a stream the task
+        left empty, or a worker that is no longer connected, gives a 404 error saying so.
+        """
+        if stream not in ("stdout", "stderr"):
+            raise ValueError("stream must be 'stdout' or 'stderr'")
+        q: Dict[str, Union[str, int]] = {"stream": stream}
+        if attempt is not None:
+            q["attempt"] = attempt
+        return self._http.request(
+            "GET", f"/v1/tasks/{_q(task_id)}/logs", query=q, fresh=True
+        ).text()
+
+    # ----------------------------------------------------------------- cancelling
+
+    def cancel(self, task_id: str) -> str:
+        """Cancels a task: a queued one ends at once, a running one's processes are stopped.
+
+        Returns the dispatcher's message; 404 if unknown, 409 if it already ended.
+        """
+        o = self._http.request("POST", f"/v1/tasks/{_q(task_id)}/cancel").json()
+        return str(o.get("result", o))
+
+    def cancel_job(self, job: str) -> JobCancelled:
+        """Cancels every unfinished task of a job (404 if no task is in it)."""
+        o = self._http.request("POST", f"/v1/jobs/{_q(job)}/cancel").json()
+        return JobCancelled(str(o["job"]), int(o["cancelled"]), int(o["stopping"]), int(o["ended"]))
+
+    # ----------------------------------------------------------------- waiting
+
+    def scan_ended(self, wanted: Set[str], after: Optional[int] = None) -> Dict[str, TaskInfo]:
+        """Which of ``wanted`` have ended, read from the listing of ended tasks.
+
+        Reads the succeeded, failed and cancelled listings from the cursor ``after`` (a lower
+        bound such as :attr:`Submitted.floor`, minus one) in pages of 10,000 and stops early once
+        every wanted task is found. The cost is the number of ended tasks after the cursor, not
+        one request per task.
+        """
+        found: Dict[str, TaskInfo] = {}
+        for state in ENDED_STATES:
+            cursor = after
+            while len(found) < len(wanted):
+                page, cursor = self.list_tasks(state, MAX_PAGE, cursor)
+                for t in page:
+                    if t.id in wanted:
+                        found[t.id] = t
+                if cursor is None:
+                    break
+        return found
+
+    def wait(
+        self,
+        task_ids: Iterable[str],
+        timeout: Optional[float] = None,
+        poll: float = 0.5,
+    ) -> Dict[str, TaskInfo]:
+        """Waits until every task has ended; returns each one's final :class:`TaskInfo`.
+
+        At most one ``/v1/status`` request per ``poll`` seconds while nothing ends. When tasks
+        end, up to 32 pending tasks are asked for by id; more are found in the listing of ended
+        tasks, read from where this client's first submission began (tasks submitted by others
+        earlier are then asked for by id once nothing is left running). Raises
+        :class:`WaitTimeout` (a ``TimeoutError``) after ``timeout`` seconds, and
+        :class:`DiffuseAPIError` (404) for an unknown id.
+        """
+        pending: Set[str] = set(task_ids)
+        done: Dict[str, TaskInfo] = {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_ended = -1
+        while pending:
+            st = self.status()
+            if st.ended != last_ended:
+                last_ended = st.ended
+                if len(pending) <= WAIT_BY_ID:
+                    for tid in sorted(pending):
+                        info = self.get(tid)
+                        if info.ended:
+                            done[tid] = info
+                else:
+                    floor = self._first_floor
+                    after = floor - 1 if floor else None
+                    done.update(self.scan_ended(pending, after))
+                    if st.unfinished == 0:
+                        for tid in sorted(pending - done.keys()):
+                            info = self.get(tid)
+                            if info.ended:
+                                done[tid] = info
+                pending -= done.keys()
+            if not pending:
+                break
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WaitTimeout(done, sorted(pending), timeout or 0.0)
+                time.sleep(min(poll, left))
+            else:
+                time.sleep(poll)
+        return done
+
+    def close(self) -> None:
+        """Closes the calling thread's connection."""
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def is_not_found(e: BaseException) -> bool:
+    """Whether ``e`` is the dispatcher's 404."""
+    return isinstance(e, DiffuseAPIError) and e.status == 404

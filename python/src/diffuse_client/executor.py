@@ -1,0 +1,464 @@
+"""``DiffuseExecutor``: a ``concurrent.futures.Executor`` whose work items are diffuse tasks."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import shlex
+import threading
+import time
+import uuid
+from concurrent.futures import Executor, Future, InvalidStateError
+from concurrent.futures import ThreadPoolExecutor as _Pool
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .client import ENDED_STATES, Client, Task, TaskInfo
+from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError, TaskFailed
+
+log = logging.getLogger(__name__)
+
+CmdSpec = Union[str, Sequence[str], Callable[..., Any]]
+
+
+@dataclass
+class TaskResult:
+    """What a task ended with.
+
+    ``stdout`` is its captured standard output, fetched through the dispatcher
+    (``GET /v1/tasks/{id}/logs``) when it succeeded and printed something: ``''`` when it printed
+    nothing, ``None`` when it was not fetched (``fetch_stdout=False``, a failed task) or could not
+    be (``stdout_error`` says why: e.g. its worker is gone). ``report`` is the worker's report
+    (timings, ``traffic`` by source, ``stderr_tail``...; see :class:`diffuse_client.Outcome`).
+    """
+
+    task_id: str
+    state: str
+    exit_code: Optional[int]
+    stdout: Optional[str]
+    report: Dict[str, Any]
+    node: Optional[str] = None
+    error: Optional[str] = None
+    attempt: int = 0
+    stdout_error: Optional[str] = None
+    info: Optional[TaskInfo] = field(default=None, repr=False)
+
+    @classmethod
+    def from_info(cls, info: TaskInfo, stdout: Optional[str] = None) -> "TaskResult":
+        """The result of an ended task's view."""
+        oc = info.outcome
+        return cls(
+            task_id=info.id,
+            state=info.state,
+            exit_code=oc.exit_code if oc else None,
+            stdout=stdout,
+            report=dict(oc.report) if oc else {},
+            node=(oc.node if oc else None) or info.node,
+            error=oc.error if oc else None,
+            attempt=oc.attempt if oc else info.attempt,
+            info=info,
+        )
+
+    @property
+    def ok(self) -> bool:
+        """Whether the task succeeded."""
+        return self.state == "succeeded"
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last 4 KiB of stderr from the worker's report of a failed attempt ('' if none)."""
+        t = self.report.get("stderr_tail")
+        return t if isinstance(t, str) else ""
+
+
+class TaskFuture(Future[TaskResult]):
+    """A future of :class:`DiffuseExecutor`, carrying the diffuse ``task_id`` it stands for.
+
+    Its result is a :class:`TaskResult`; a failed task raises :class:`TaskFailed`.
+    ``cancel()`` succeeds until the task's outcome is known, and cancels the diffuse task too:
+    a queued task ends at once, a running one's processes are stopped.
+    """
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__()
+        self.task_id = task_id
+
+
+@dataclass
+class _Pending:
+    future: TaskFuture
+    task: Dict[str, Any]
+
+
+@dataclass
+class _Group:
+    """Tasks submitted in one batch: their floor (listing cursor lower bound) and how many remain."""
+
+    floor: int
+    remaining: int
+
+
+def build_cmd(cmd: CmdSpec, args: Tuple[Any, ...]) -> Tuple[Any, Dict[str, Any]]:
+    """Turns ``submit``'s ``cmd`` and positional arguments into a command and extra task fields.
+
+    - a callable is called with the arguments; it returns a command (string or argv list), or a
+      mapping of task fields (with ``cmd``) or a :class:`Task`;
+    - an argv list gets the arguments appended (as strings);
+    - a shell string gets them appended, each quoted for ``sh`` (as ``xargs`` would).
+    """
+    extra: Dict[str, Any] = {}
+    if callable(cmd):
+        made = cmd(*args)
+        if isinstance(made, Task):
+            extra = {k: v for k, v in made.to_dict().items() if k != "id" or made.id}
+        elif isinstance(made, Mapping):
+            extra = dict(made)
+        else:
+            extra = {"cmd": made}
+        if "cmd" not in extra:
+            raise TypeError("the callable given as cmd returned no 'cmd'")
+        c = extra.pop("cmd")
+        return c, extra
+    if isinstance(cmd, str):
+        if args:
+            return cmd + " " + " ".join(shlex.quote(str(a)) for a in args), extra
+        return cmd, extra
+    if isinstance(cmd, (list, tuple)):
+        return [str(c) for c in cmd] + [str(a) for a in args], extra
+    raise TypeError(f"cmd must be a string, an argv list or a callable, not {type(cmd).__name__}")
+
+
+class DiffuseExecutor(Executor):
+    """Runs commands as diffuse tasks behind ``concurrent.futures`` futures.
+
+    ``submit(cmd, *args, inputs=..., outputs=..., **task_fields)`` queues one task and returns a
+    :class:`TaskFuture` at once; ``map`` works as for any executor. A background thread sends
+    queued tasks in acknowledged batches (up to ``batch_size``) and polls for their ends every
+    ``poll`` seconds with at most one ``/v1/status`` request, and, when tasks ended, the
+    listing of ended tasks in pages of 10,000 (never one request per task and poll). A
+    succeeded task's stdout is then fetched (one request per task that printed something, by
+    ``log_threads`` threads) unless ``fetch_stdout`` is false.
+
+    A task that fails sets :class:`TaskFailed` (with the error and the end of stderr); one
+    cancelled through diffuse (``diffuse cancel``, ``cancel_job``) cancels its future.
+    ``defaults`` are task fields given to every task (``cores``, ``retries``, ``timeout_s``,
+    ``job``...); ``job`` is a shortcut for ``defaults={"job": ...}``. ``lost_timeout``: seconds
+    the dispatcher may stay unreachable before the outstanding futures fail.
+    """
+
+    def __init__(
+        self,
+        client: Optional[Client] = None,
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        job: Optional[str] = None,
+        defaults: Optional[Mapping[str, Any]] = None,
+        poll: float = 0.2,
+        batch_size: int = 1000,
+        fetch_stdout: bool = True,
+        log_threads: int = 16,
+        id_prefix: Optional[str] = None,
+        lost_timeout: float = 600.0,
+    ) -> None:
+        self.client = client if client is not None else Client(url, token)
+        self._defaults: Dict[str, Any] = dict(defaults or {})
+        if job is not None:
+            self._defaults["job"] = job
+        Task.from_dict({"id": "x", "cmd": "x", **self._defaults})  # unknown fields fail here
+        self.poll = poll
+        self.batch_size = batch_size
+        self.fetch_stdout = fetch_stdout
+        self.lost_timeout = lost_timeout
+        self.id_prefix = id_prefix if id_prefix is not None else f"py-{uuid.uuid4().hex[:10]}-"
+        self._counter = itertools.count()
+        self._cond = threading.Condition()
+        self._queue: List[_Pending] = []
+        self._outstanding: Dict[str, Tuple[TaskFuture, int]] = {}
+        self._groups: Dict[int, _Group] = {}
+        self._group_ids = itertools.count()
+        self._cancels: List[TaskFuture] = []
+        self._shutdown = False
+        self._log_threads = max(1, log_threads)
+        self._logs: Optional[_Pool] = None
+        self._thread = threading.Thread(target=self._run, name="diffuse-executor", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ public
+
+    def submit(  # type: ignore[override]
+        self,
+        cmd: CmdSpec,
+        /,
+        *args: Any,
+        inputs: Sequence[Any] = (),
+        outputs: Sequence[Any] = (),
+        **task_fields: Any,
+    ) -> TaskFuture:
+        """Queues one task; returns its future at once.
+
+        ``cmd`` is a shell string, an argv list, or a callable making one from ``args`` (see
+        :func:`build_cmd`). ``inputs``/``outputs`` are URIs or paths; ``task_fields`` any other
+        task field (an unknown one raises ``TypeError`` here). ``id`` may be given; by default
+        it is the executor's prefix and a counter.
+        """
+        command, extra = build_cmd(cmd, args)
+        fields: Dict[str, Any] = {**self._defaults, **extra, **task_fields}
+        task_id = fields.pop("id", None) or f"{self.id_prefix}{next(self._counter)}"
+        if inputs:
+            fields["inputs"] = list(inputs)
+        if outputs:
+            fields["outputs"] = list(outputs)
+        task = Task.from_dict({"id": task_id, "cmd": command, **fields}).to_dict()
+        fut = TaskFuture(str(task_id))
+        with self._cond:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._queue.append(_Pending(fut, task))
+            self._cond.notify_all()
+        fut.add_done_callback(self._on_done)
+        return fut
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stops taking tasks.
+
+        With ``cancel_futures``, the futures of tasks not yet sent are cancelled, and so are
+        those whose task is still queued at the dispatcher (each such task is cancelled there);
+        running tasks go on. With ``wait``, returns once every future is done.
+        """
+        with self._cond:
+            self._shutdown = True
+            if cancel_futures:
+                for p in self._queue:
+                    p.future.cancel()
+            self._cond.notify_all()
+        if cancel_futures:
+            self._cancel_queued()
+        if wait:
+            self._thread.join()
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """After ``shutdown``: waits for the poller thread to finish (every future done).
+
+        Returns whether it finished within ``timeout`` seconds.
+        """
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def outstanding(self) -> int:
+        """Futures not yet done (queued here, or sent and not ended)."""
+        with self._cond:
+            return len(self._queue) + len(self._outstanding)
+
+    # ------------------------------------------------------------------ internals
+
+    def _on_done(self, fut: "Future[Any]") -> None:
+        if fut.cancelled() and isinstance(fut, TaskFuture):
+            with self._cond:
+                self._cancels.append(fut)
+                self._cond.notify_all()
+
+    def _cancel_queued(self) -> None:
+        """Cancels the futures of this executor's tasks that the dispatcher still has queued."""
+        with self._cond:
+            if not self._outstanding:
+                return
+            after = min((g.floor for g in self._groups.values()), default=0) - 1
+            ids = set(self._outstanding)
+        try:
+            for t in self.client.iter_tasks("queued", after if after >= 0 else None):
+                if t.id in ids:
+                    with self._cond:
+                        entry = self._outstanding.get(t.id)
+                    if entry is not None:
+                        entry[0].cancel()
+        except DiffuseError as e:
+            log.warning("shutdown: could not list queued tasks to cancel them: %s", e)
+
+    def _run(self) -> None:
+        last_poll = 0.0
+        last_ended = -1
+        unreachable_since: Optional[float] = None
+        try:
+            while True:
+                with self._cond:
+                    if self._done_locked():
+                        break
+                    if not self._queue and not self._cancels:
+                        wait = self.poll - (time.monotonic() - last_poll) if self._outstanding else None
+                        if wait is None or wait > 0:
+                            self._cond.wait(wait if wait is not None else 1.0)
+                    batch = self._take_batch_locked()
+                    cancels, self._cancels = self._cancels, []
+                for fut in cancels:
+                    self._send_cancel(fut)
+                if batch:
+                    self._submit_batch(batch)
+                with self._cond:
+                    if not self._outstanding or time.monotonic() - last_poll < self.poll:
+                        continue
+                    wanted = set(self._outstanding)
+                    floor = min((g.floor for g in self._groups.values()), default=0)
+                last_poll = time.monotonic()
+                try:
+                    st = self.client.status()
+                    if st.ended != last_ended:
+                        found = self.client.scan_ended(wanted, floor - 1 if floor > 0 else None)
+                        last_ended = st.ended
+                        for info in found.values():
+                            self._resolve(info)
+                    unreachable_since = None
+                except DiffuseConnectionError as e:
+                    now = time.monotonic()
+                    if unreachable_since is None:
+                        unreachable_since = now
+                        log.warning("diffuse executor: %s; trying again", e)
+                    if now - unreachable_since > self.lost_timeout:
+                        self._fail_all(e)
+                except DiffuseError as e:
+                    log.warning("diffuse executor: polling failed: %s", e)
+        except BaseException as e:  # pragma: no cover - a bug: fail futures rather than hang
+            log.exception("diffuse executor thread stopped")
+            self._fail_all(DiffuseError(f"the executor's thread stopped: {e!r}"))
+            raise
+        finally:
+            if self._logs is not None:
+                self._logs.shutdown(wait=True)
+
+    def _done_locked(self) -> bool:
+        return self._shutdown and not self._queue and not self._outstanding and not self._cancels
+
+    def _take_batch_locked(self) -> List[_Pending]:
+        # A future cancelled before it was sent is dropped here; its done callback has put it
+        # in _cancels, where _send_cancel finds nothing to cancel at the dispatcher.
+        live = [p for p in self._queue if not p.future.cancelled()]
+        batch, self._queue = live[: self.batch_size], live[self.batch_size :]
+        return batch
+
+    def _submit_batch(self, batch: List[_Pending]) -> None:
+        """Sends a batch; splits it on a refusal so that only the refused tasks fail."""
+        deadline = time.monotonic() + self.lost_timeout
+        delay = 0.5
+        retried = False
+        while True:
+            try:
+                sub = self.client._post_batch([p.task for p in batch])
+                floor = sub.floor or 0
+                break
+            except DiffuseConnectionError as e:
+                if time.monotonic() > deadline:
+                    for p in batch:
+                        _fail(p.future, e)
+                    return
+                log.warning("diffuse executor: submitting %d task(s): %s; trying again", len(batch), e)
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                retried = True
+            except DiffuseAPIError as e:
+                if e.status == 409 and retried:
+                    # the first try was taken before its answer was lost (ids are unique)
+                    floor = self.client._first_floor or 0
+                    break
+                if e.status in (400, 409, 413) and len(batch) > 1:
+                    half = len(batch) // 2
+                    self._submit_batch(batch[:half])
+                    self._submit_batch(batch[half:])
+                    return
+                for p in batch:
+                    _fail(p.future, e)
+                return
+            except DiffuseError as e:
+                for p in batch:
+                    _fail(p.future, e)
+                return
+        with self._cond:
+            g = next(self._group_ids)
+            self._groups[g] = _Group(floor, len(batch))
+            for p in batch:
+                # one cancelled while being sent is in _cancels: cancelled at the dispatcher next
+                self._outstanding[p.future.task_id] = (p.future, g)
+
+    def _forget_locked(self, task_id: str) -> Optional[TaskFuture]:
+        entry = self._outstanding.pop(task_id, None)
+        if entry is None:
+            return None
+        fut, g = entry
+        grp = self._groups[g]
+        grp.remaining -= 1
+        if grp.remaining == 0:
+            del self._groups[g]
+        self._cond.notify_all()
+        return fut
+
+    def _send_cancel(self, fut: TaskFuture) -> None:
+        # Each cancelled future comes here exactly once (from its done callback).
+        with self._cond:
+            sent = fut.task_id in self._outstanding
+            self._forget_locked(fut.task_id)
+        fut.set_running_or_notify_cancel()  # wakes concurrent.futures.wait/as_completed
+        if sent:
+            try:
+                self.client.cancel(fut.task_id)
+            except DiffuseAPIError as e:
+                if e.status not in (404, 409):
+                    log.warning("cancelling task %s: %s", fut.task_id, e)
+            except DiffuseError as e:
+                log.warning("cancelling task %s: %s", fut.task_id, e)
+
+    def _resolve(self, info: TaskInfo) -> None:
+        with self._cond:
+            fut = self._forget_locked(info.id)
+        if fut is None or info.state not in ENDED_STATES:
+            return
+        result = TaskResult.from_info(info)
+        if info.state == "cancelled":
+            fut.cancel()  # its done callback notifies waiters (through _send_cancel)
+            return
+        if info.state == "failed":
+            _fail(fut, TaskFailed(result))
+            return
+        if not self.fetch_stdout:
+            _set(fut, result)
+        elif result.report.get("stdout") is None:
+            result.stdout = ""
+            _set(fut, result)
+        else:
+            if self._logs is None:
+                self._logs = _Pool(self._log_threads, thread_name_prefix="diffuse-logs")
+            self._logs.submit(self._fetch_stdout, fut, result)
+
+    def _fetch_stdout(self, fut: TaskFuture, result: TaskResult) -> None:
+        try:
+            result.stdout = self.client.logs(result.task_id, "stdout", result.attempt or None)
+        except DiffuseError as e:
+            result.stdout_error = str(e)
+            log.warning("task %s succeeded but its stdout could not be fetched: %s", result.task_id, e)
+        _set(fut, result)
+
+    def _fail_all(self, e: BaseException) -> None:
+        with self._cond:
+            futs = [p.future for p in self._queue] + [f for f, _ in self._outstanding.values()]
+            self._queue = []
+            self._outstanding.clear()
+            self._groups.clear()
+            self._cond.notify_all()
+        for f in futs:
+            _fail(f, e)
+
+    def __enter__(self) -> "DiffuseExecutor":
+        return self
+
+
+def _set(fut: "Future[Any]", value: Any) -> None:
+    try:
+        fut.set_result(value)
+    except InvalidStateError:  # cancelled by its owner meanwhile
+        pass
+
+
+def _fail(fut: "Future[Any]", e: BaseException) -> None:
+    try:
+        fut.set_exception(e)
+    except InvalidStateError:
+        pass
+

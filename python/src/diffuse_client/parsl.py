@@ -1,0 +1,424 @@
+"""``DiffuseParslExecutor``: runs Parsl apps as diffuse tasks, with their files cached on workers.
+
+Each app call becomes one diffuse task running ``python -m diffuse_client.parsl_runner``. Its
+inputs are the serialized function (one file per distinct function, named by its SHA-256, so
+workers cache it), the serialized arguments, and every file-scheme ``File`` the app reads: the
+``File`` objects in ``inputs=`` and ``File`` arguments that exist when the app is submitted.
+Those are diffuse inputs, so the dispatcher sends the app where its data is cached, and a worker
+reads each file from its own cache or a peer's rather than from shared storage. The runner
+points each ``File`` at its staged copy, runs the function, copies ``outputs=`` back to their
+paths, and writes the result file, which is the task's one diffuse output.
+
+The staging directory and the output paths must be on storage the workers can read and
+write (a shared file system), as for Parsl's other executors without a file transfer of
+their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import math
+import os
+import shutil
+import sys
+import threading
+import uuid
+from concurrent.futures import Future, InvalidStateError
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from parsl.data_provider.files import File
+from parsl.data_provider.staging import Staging
+from parsl.executors.base import ParslExecutor
+from parsl.executors.errors import ExecutorError
+from parsl.monitoring.radios.base import RadioConfig
+from parsl.monitoring.radios.filesystem import FilesystemRadio
+from parsl.serialize import deserialize, serialize
+from parsl.utils import RepresentationMixin, get_std_fname_mode
+
+from .client import Client, Task
+from .errors import DiffuseError, TaskFailed
+from .executor import DiffuseExecutor, TaskFuture
+
+logger = logging.getLogger(__name__)
+
+#: resource_specification keys this executor maps onto task fields.
+RESOURCE_KEYS = ("cores", "cpus", "memory", "disk", "gpus", "running_time_min", "priority")
+
+
+class DiffuseTaskFailure(ExecutorError):
+    """The executor could not get an app's result: its diffuse task failed, was cancelled, or
+    left no result file. (An exception raised by the app itself is not this: it comes back
+    through Parsl as the app's own exception.) ``result`` is the task's outcome, if it ended."""
+
+    def __init__(self, executor: ParslExecutor, reason: str, task_id: Optional[str] = None,
+                 result: Optional[Any] = None) -> None:
+        super().__init__(executor, reason)
+        self.task_id = task_id
+        self.result = result
+
+
+def resources_to_fields(spec: Optional[Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
+    """Maps a Parsl ``resource_specification`` onto diffuse task fields.
+
+    ``cores``/``cpus`` -> ``cores`` (rounded up); ``memory`` and ``disk`` in MB (as Work Queue
+    and TaskVine read them; 1 MB = 1 MiB there) -> ``"<n>MiB"`` (a string such as ``"4GB"`` is
+    passed as it is); ``gpus`` -> ``gpus``; ``running_time_min`` (seconds the task needs on a
+    worker) -> ``walltime_s``, so it goes only to a worker that stays that long; ``priority``
+    -> ``priority`` (rounded, clamped to -32768..32767). Returns the fields and the keys ignored.
+    """
+    fields: Dict[str, Any] = {}
+    ignored: List[str] = []
+    for k, v in (spec or {}).items():
+        if v is None:
+            continue
+        if k in ("cores", "cpus"):
+            fields["cores"] = max(1, int(math.ceil(float(v))))
+        elif k in ("memory", "disk"):
+            if isinstance(v, str):
+                fields[k] = v
+            elif float(v) > 0:
+                fields[k] = f"{int(math.ceil(float(v)))}MiB"
+        elif k == "gpus":
+            if int(v) > 0:
+                fields["gpus"] = int(v)
+        elif k == "running_time_min":
+            if float(v) > 0:
+                fields["walltime_s"] = float(v)
+        elif k == "priority":
+            fields["priority"] = max(-32768, min(32767, int(round(float(v)))))
+        else:
+            ignored.append(k)
+    return fields, ignored
+
+
+class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
+    """A Parsl executor that sends each app to a diffuse dispatcher.
+
+    Parameters:
+        label: the executor's unique label.
+        url: the dispatcher (default ``$DIFFUSE_DISPATCHER``, else ``http://127.0.0.1:8700``).
+        token_file: a file holding the client token (default ``$DIFFUSE_CLIENT_TOKEN``; the
+            token itself is not a parameter, so that it never appears in Parsl's logged config).
+        staging_dir: where functions, arguments and results are written; must be readable and
+            writable by the workers (shared storage). Default ``<run_dir>/<label>/staging``.
+        python: the interpreter the workers run the runner with; it needs this package, parsl
+            and the same Python version as the client. Default: this one (``sys.executable``).
+        job: the diffuse job of the apps (default ``parsl-<label>-<run id>``); ``shutdown``
+            cancels what is left of it.
+        task_defaults: task fields for every app (``retries``, ``timeout_s``, ``env``,
+            ``eviction_priority``, ``job_policy``...); resource_specification fields win.
+        poll: seconds between polls for ended tasks.
+        batch_size: most tasks per submission.
+        working_dir: where Parsl's HTTP and zip staging providers put files (default
+            ``<staging_dir>/data``); shared storage too.
+        storage_access: Parsl staging providers (default: Parsl's default list).
+        remote_monitoring_radio: how apps report monitoring (default ``FilesystemRadio``).
+        shutdown_timeout: seconds ``shutdown`` waits for cancelled tasks to end.
+    """
+
+    def __init__(
+        self,
+        label: str = "diffuse",
+        url: Optional[str] = None,
+        token_file: Optional[str] = None,
+        staging_dir: Optional[str] = None,
+        python: str = sys.executable,
+        job: Optional[str] = None,
+        task_defaults: Optional[Dict[str, Any]] = None,
+        poll: float = 0.2,
+        batch_size: int = 1000,
+        working_dir: Optional[str] = None,
+        storage_access: Optional[List[Staging]] = None,
+        remote_monitoring_radio: Optional[RadioConfig] = None,
+        shutdown_timeout: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.label = label
+        self.url = url
+        self.token_file = token_file
+        self.staging_dir = staging_dir
+        self.python = python
+        self.job = job
+        self.task_defaults = task_defaults
+        if task_defaults:
+            Task.from_dict({"id": "x", "cmd": "x", **task_defaults})  # unknown fields fail here
+        self.poll = poll
+        self.batch_size = batch_size
+        self.working_dir = working_dir
+        self.storage_access = storage_access
+        self.remote_monitoring_radio = (
+            remote_monitoring_radio if remote_monitoring_radio is not None else FilesystemRadio()
+        )
+        self.shutdown_timeout = shutdown_timeout
+        self._executor: Optional[DiffuseExecutor] = None
+        self._client: Optional[Client] = None
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self._written: Set[str] = set()
+        self._warned: Set[str] = set()
+        self._futures: Dict[str, "Future[Any]"] = {}
+        self._tasks_dir = ""
+        self._functions_dir = ""
+        #: Bytes of function and argument files given to tasks as inputs (summed per task).
+        self.staged_bytes = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Connects to the dispatcher (checking the token) and makes the staging directories."""
+        run = (self.run_id or uuid.uuid4().hex)[:8]
+        if self.staging_dir is None:
+            self.staging_dir = os.path.join(self.run_dir, self.label, "staging")
+        self.staging_dir = os.path.abspath(self.staging_dir)
+        if self.working_dir is None:
+            self.working_dir = os.path.join(self.staging_dir, "data")
+        if self.job is None:
+            self.job = f"parsl-{self.label}-{run}"
+        self._functions_dir = os.path.join(self.staging_dir, "functions")
+        self._tasks_dir = os.path.join(self.staging_dir, "tasks", f"{run}-{uuid.uuid4().hex[:6]}")
+        os.makedirs(self._functions_dir, exist_ok=True)
+        os.makedirs(self._tasks_dir, exist_ok=True)
+        os.makedirs(self.working_dir, exist_ok=True)
+        self._client = Client(self.url, token_file=self.token_file)
+        try:
+            st = self._client.status()
+        except DiffuseError as e:
+            raise ExecutorError(self, f"cannot use the dispatcher at {self._client.url}: {e}") from e
+        if st.workers == 0:
+            logger.warning("diffuse dispatcher %s has no worker connected (yet)", self._client.url)
+        self._executor = DiffuseExecutor(
+            self._client,
+            job=self.job,
+            defaults=self.task_defaults,
+            poll=self.poll,
+            batch_size=self.batch_size,
+            fetch_stdout=False,
+            id_prefix=f"parsl-{run}-{uuid.uuid4().hex[:6]}-",
+        )
+        logger.info("DiffuseParslExecutor %s: dispatcher %s, staging in %s, job %s",
+                    self.label, self._client.url, self.staging_dir, self.job)
+
+    def shutdown(self) -> None:
+        """Cancels what is left of the job, waits (``shutdown_timeout``) and completes every future."""
+        ex = self._executor
+        if ex is not None:
+            if ex.outstanding() and self._client is not None and self.job is not None:
+                logger.info("DiffuseParslExecutor %s: cancelling %d unfinished task(s) of job %s",
+                            self.label, ex.outstanding(), self.job)
+                try:
+                    self._client.cancel_job(self.job)
+                except DiffuseError as e:
+                    logger.warning("cancelling job %s: %s", self.job, e)
+            ex.shutdown(wait=False, cancel_futures=True)
+            if not ex.join(self.shutdown_timeout):
+                logger.warning("DiffuseParslExecutor %s: tasks still unfinished after %g s",
+                               self.label, self.shutdown_timeout)
+        with self._lock:
+            left = list(self._futures.items())
+            self._futures.clear()
+        for tid, fut in left:
+            _fail(fut, DiffuseTaskFailure(self, "the executor was shut down before the task ended", tid))
+        if self._tasks_dir:
+            shutil.rmtree(self._tasks_dir, ignore_errors=True)
+        super().shutdown()
+
+    # ------------------------------------------------------------------ submit
+
+    def submit(self, func: Callable[..., Any], resource_specification: Dict[str, Any],
+               *args: Any, **kwargs: Any) -> "Future[Any]":
+        """Stages the call and submits its task; returns a future of the function's return value.
+
+        Thread-safe; never waits for the task.
+        """
+        if self._executor is None:
+            raise ExecutorError(self, "submit() before start()")
+        fields, ignored = resources_to_fields(resource_specification)
+        with self._lock:
+            new = [k for k in ignored if k not in self._warned]
+            self._warned.update(new)
+        for k in new:
+            logger.warning("DiffuseParslExecutor %s: resource_specification key %r ignored "
+                           "(known: %s)", self.label, k, ", ".join(RESOURCE_KEYS))
+
+        n = next(self._counter)
+        task_dir = os.path.join(self._tasks_dir, str(n))
+        os.makedirs(task_dir)
+        fn_path, fn_size = self._stage_function(func)
+        plan = plan_files(args, kwargs)
+        payload = {"args": args, "kwargs": kwargs, **plan.payload()}
+        payload_path = os.path.join(task_dir, "payload")
+        data = serialize(payload, buffer_threshold=1024 * 1024)
+        with open(payload_path, "wb") as f:
+            f.write(data)
+        result_path = os.path.join(task_dir, "result")
+        with self._lock:
+            self.staged_bytes += fn_size + len(data)
+
+        cmd = [self.python, "-m", "diffuse_client.parsl_runner", "{inputs[0]}", "{inputs[1]}",
+               "{outputs[0]}"] + [f"{{inputs[{i + 2}]}}" for i in range(len(plan.uris))]
+        inputs = [_uri(fn_path), _uri(payload_path)] + plan.uris
+        inner = self._executor.submit(cmd, inputs=inputs, outputs=[_uri(result_path)], **fields)
+        outer: "Future[Any]" = Future()
+        outer.parsl_executor_task_id = inner.task_id  # type: ignore[attr-defined]
+        with self._lock:
+            self._futures[inner.task_id] = outer
+        inner.add_done_callback(lambda f: self._complete(f, outer, task_dir, result_path))
+        return outer
+
+    def _stage_function(self, func: Callable[..., Any]) -> Tuple[str, int]:
+        """Writes the serialized function once, named by its SHA-256, so workers cache it."""
+        data = serialize(func, buffer_threshold=1024 * 1024)
+        digest = hashlib.sha256(data).hexdigest()
+        path = os.path.join(self._functions_dir, f"{digest}.pkl")
+        with self._lock:
+            if digest in self._written:
+                return path, len(data)
+            if not os.path.exists(path):
+                # link() never replaces: a file already there keeps its inode and mtime, which
+                # are its version for diffuse (a new version would drop the cached copies)
+                tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass
+                finally:
+                    os.unlink(tmp)
+            self._written.add(digest)
+        return path, len(data)
+
+    def _complete(self, inner: "Future[Any]", outer: "Future[Any]", task_dir: str,
+                  result_path: str) -> None:
+        tid = inner.task_id if isinstance(inner, TaskFuture) else "?"
+        with self._lock:
+            if self._futures.pop(tid, None) is None:
+                return  # already failed by shutdown
+        try:
+            if inner.cancelled():
+                _fail(outer, DiffuseTaskFailure(self, f"diffuse task {tid} was cancelled", tid))
+                return
+            exc = inner.exception()
+            if exc is not None:
+                res = exc.result if isinstance(exc, TaskFailed) else None
+                _fail(outer, DiffuseTaskFailure(self, str(exc), tid, res))
+                return
+            try:
+                with open(result_path, "rb") as f:
+                    value = deserialize(f.read())
+            except Exception as e:
+                _fail(outer, DiffuseTaskFailure(
+                    self, f"task {tid} succeeded but left no readable result ({result_path}: {e})", tid))
+                return
+            _set(outer, value)
+        finally:
+            shutil.rmtree(task_dir, ignore_errors=True)
+
+    def outstanding(self) -> int:
+        """Apps submitted and not yet complete."""
+        with self._lock:
+            return len(self._futures)
+
+    def monitor_resources(self) -> bool:
+        """Resource monitoring works (apps run as processes of their own)."""
+        return True
+
+
+class FilePlan:
+    """Which ``File`` arguments of a call are staged as inputs, written back, or used in place."""
+
+    def __init__(self) -> None:
+        self.uris: List[str] = []
+        self.inputs: Dict[str, int] = {}
+        self.outputs: List[Tuple[str, str]] = []
+        self.paths: Dict[str, str] = {}
+        self.std: Dict[str, str] = {}
+
+    def add_input(self, f: File) -> None:
+        """Stages ``f`` (an absolute or client-relative path) as a diffuse input.
+
+        A directory cannot be a diffuse input: it is used in place, at its absolute path.
+        """
+        key = _key(f)
+        if key is None or key in self.inputs:
+            return
+        if os.path.isdir(os.path.abspath(key)):
+            self.paths[key] = os.path.abspath(key)
+            return
+        uri = _uri(os.path.abspath(key))
+        try:
+            i = self.uris.index(uri)
+        except ValueError:
+            i = len(self.uris)
+            self.uris.append(uri)
+        self.inputs[key] = i
+
+    def add_other(self, f: File) -> None:
+        """A ``File`` argument outside inputs/outputs: staged if it exists, else used in place."""
+        key = _key(f)
+        if key is None:
+            return
+        if os.path.isfile(os.path.abspath(key)):
+            self.add_input(f)
+        else:
+            self.paths[key] = os.path.abspath(key)
+
+    def payload(self) -> Dict[str, Any]:
+        """The plan as the runner reads it."""
+        return {"inputs": self.inputs, "outputs": self.outputs, "paths": self.paths,
+                "std": self.std}
+
+
+def plan_files(args: Sequence[Any], kwargs: Dict[str, Any]) -> FilePlan:
+    """Plans the files of one call (see :class:`FilePlan` and the module's docstring)."""
+    plan = FilePlan()
+    for f in kwargs.get("inputs") or []:
+        if isinstance(f, File):
+            plan.add_input(f)
+    for f in kwargs.get("outputs") or []:
+        if isinstance(f, File):
+            key = _key(f)
+            if key is not None:
+                plan.outputs.append((key, os.path.abspath(key)))
+    for a in args:
+        if isinstance(a, File):
+            plan.add_other(a)
+    for k, v in kwargs.items():
+        if k in ("inputs", "outputs"):
+            continue
+        if k in ("stdout", "stderr"):
+            if v is None:
+                continue
+            name = v.filepath if isinstance(v, File) else get_std_fname_mode(k, v)[0]
+            plan.std[k] = os.path.abspath(os.fspath(name))
+        elif isinstance(v, File):
+            plan.add_other(v)
+    return plan
+
+
+def _key(f: File) -> Optional[str]:
+    """The name a ``File`` is remapped by (its client-side ``filepath``), if it has one."""
+    if f.scheme == "file" or f.local_path:
+        return f.filepath
+    return None
+
+
+def _uri(path: str) -> str:
+    return Path(path).as_uri()
+
+
+def _set(fut: "Future[Any]", value: Any) -> None:
+    try:
+        fut.set_result(value)
+    except InvalidStateError:
+        pass
+
+
+def _fail(fut: "Future[Any]", e: BaseException) -> None:
+    try:
+        fut.set_exception(e)
+    except InvalidStateError:
+        pass

@@ -1,0 +1,270 @@
+"""DiffuseParslExecutor: Parsl apps on a real dispatcher and workers, with cached File inputs."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+
+parsl = pytest.importorskip("parsl")
+
+from parsl import File, bash_app, python_app  # noqa: E402
+from parsl.app.errors import BashExitFailure, MissingOutputs, RemoteExceptionWrapper  # noqa: E402
+from parsl.config import Config  # noqa: E402
+
+from diffuse_client import Client, Traffic  # noqa: E402
+from diffuse_client.parsl import DiffuseParslExecutor, DiffuseTaskFailure, resources_to_fields  # noqa: E402
+from helpers import Cluster  # noqa: E402
+
+SIZE = 1_000_000  # bytes per data file
+FILES = 4  # data files
+READS = 4  # apps reading each file after its first read
+
+
+@pytest.fixture()
+def executor(cluster: Cluster, tmp_path: Path) -> Iterator[DiffuseParslExecutor]:
+    """A DataFlowKernel with one DiffuseParslExecutor; tmp_path stands for shared storage."""
+    ex = DiffuseParslExecutor(
+        label="diffuse",
+        url=cluster.url,
+        token_file=str(cluster.token_file),
+        staging_dir=str(tmp_path / "staging"),
+        # the apps below are module-level functions, serialized by reference to this module
+        task_defaults={"env": {"PYTHONPATH": str(Path(__file__).parent)}},
+    )
+    dfk = parsl.load(Config(executors=[ex], run_dir=str(tmp_path / "runinfo"), strategy="none"))
+    try:
+        yield ex
+    finally:
+        dfk.cleanup()
+        parsl.clear()
+
+
+@bash_app
+def count_bytes(inputs: List[File] = [], outputs: List[File] = [], stdout: Optional[str] = None) -> str:
+    # prints the path it reads (the worker's staged copy), writes the byte count to its output
+    return f"echo {inputs[0]}; wc -c < {inputs[0]} > {outputs[0]}"
+
+
+@bash_app
+def exits(code: int) -> str:
+    return f"exit {code}"
+
+
+@bash_app
+def forgets_output(outputs: List[File] = []) -> str:
+    return "true"
+
+
+@bash_app
+def say(word: str, stdout: Any = None) -> str:
+    return f"echo {word}"
+
+
+@python_app
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@python_app
+def concatenate(inputs: List[File] = [], outputs: List[File] = []) -> str:
+    text = "".join(open(f.filepath).read() for f in inputs)
+    with open(outputs[0].filepath, "w") as out:
+        out.write(text)
+    return inputs[0].filepath
+
+
+@python_app
+def listing(inputs: List[File] = []) -> List[str]:
+    import os
+
+    return sorted(os.listdir(inputs[0].filepath))
+
+
+@python_app
+def raises(message: str) -> None:
+    raise ValueError(message)
+
+
+@python_app
+def cores_seen(parsl_resource_specification: Dict[str, Any] = {}) -> str:
+    import os
+
+    return os.environ["DIFFUSE_CORES"]
+
+
+def traffic(client: Client) -> Traffic:
+    return client.status().traffic
+
+
+def exec_task_id(app_future: Any) -> str:
+    """The diffuse task id behind a Parsl AppFuture."""
+    return str(app_future.task_record["exec_fu"].parsl_executor_task_id)
+
+
+def test_bash_apps_read_file_inputs_from_worker_caches(
+    executor: DiffuseParslExecutor, cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = cluster.client()
+    data = tmp_path / "data"
+    data.mkdir()
+    files = []
+    for i in range(FILES):
+        p = data / f"part-{i}.bin"
+        p.write_bytes(os.urandom(SIZE))
+        files.append(p)
+    out = tmp_path / "out"
+
+    # first read of each file: one app per file
+    t0 = traffic(client)
+    staged0 = executor.staged_bytes
+    first = [
+        count_bytes(inputs=[File(str(p))], outputs=[File(str(out / f"first-{i}.txt"))],
+                    stdout=str(out / f"first-{i}.log"))
+        for i, p in enumerate(files)
+    ]
+    assert [f.result(timeout=120) for f in first] == [0] * FILES
+    t1 = traffic(client)
+    staged1 = executor.staged_bytes
+
+    # READS more apps per file, all submitted at once
+    later = [
+        count_bytes(inputs=[File(str(p))], outputs=[File(str(out / f"later-{i}-{k}.txt"))],
+                    stdout=str(out / f"later-{i}-{k}.log"))
+        for k in range(READS)
+        for i, p in enumerate(files)
+    ]
+    assert [f.result(timeout=300) for f in later] == [0] * (FILES * READS)
+    t2 = traffic(client)
+    staged2 = executor.staged_bytes
+
+    # every output came back to its path, with the right count
+    counts = sorted(out.glob("*.txt"))
+    assert len(counts) == FILES * (READS + 1)
+    assert {c.read_text().strip() for c in counts} == {str(SIZE)}
+    # the apps read the worker's staged copy, not the file on shared storage
+    for log in out.glob("*.log"):
+        read = log.read_text().strip()
+        assert read != str(data) and "/inputs/" in read
+        assert any(read.startswith(str(c)) for c in cluster.cache_dirs), read
+
+    # Storage: each data file read once, in the first round; the rest of the storage bytes are
+    # the executor's own staged function and argument files (each read at most once per task).
+    data_total = FILES * SIZE
+    first_storage = t1.bytes_storage - t0.bytes_storage
+    later_storage = t2.bytes_storage - t1.bytes_storage
+    assert staged2 - staged0 < SIZE  # so one more read of any data file would show
+    assert data_total <= first_storage <= data_total + (staged1 - staged0)
+    assert later_storage <= staged2 - staged1  # no data file read from storage again
+    later_cached = (t2.bytes_local - t1.bytes_local) + (t2.bytes_peer - t1.bytes_peer)
+    assert later_cached >= FILES * READS * SIZE
+    assert (t2.bytes_storage - t0.bytes_storage) - data_total <= staged2 - staged0
+
+    # per app: each later app read its data file from a cache (its own worker's or a peer's)
+    local_reads = peer_reads = 0
+    for f in later:
+        report = client.get(exec_task_id(f)).outcome.report  # type: ignore[union-attr]
+        tr = report["traffic"]
+        assert tr["bytes_storage"] < SIZE, report
+        assert tr["bytes_local"] + tr["bytes_peer"] >= SIZE, report
+        local_reads += tr["bytes_local"] >= SIZE
+        peer_reads += tr["bytes_peer"] >= SIZE
+    holders = {p.name: client.locate(p).nodes for p in files}
+    assert all(holders.values())
+
+    with capsys.disabled():
+        print(
+            f"\nlocality: {FILES} files x {SIZE:,} B, read by {FILES * (READS + 1)} bash apps"
+            f"\n  first round : storage {first_storage:,} B (data {data_total:,} + staging "
+            f"{first_storage - data_total:,}), local {t1.bytes_local - t0.bytes_local:,} B, "
+            f"peer {t1.bytes_peer - t0.bytes_peer:,} B"
+            f"\n  later rounds: storage {later_storage:,} B (staging only), local "
+            f"{t2.bytes_local - t1.bytes_local:,} B, peer {t2.bytes_peer - t1.bytes_peer:,} B; "
+            f"{local_reads} apps read their file locally, {peer_reads} from a peer"
+            f"\n  in all      : storage {t2.bytes_storage - t0.bytes_storage:,} B for "
+            f"{FILES * (READS + 1) * SIZE:,} B of data read; staged by the executor "
+            f"{staged2 - staged0:,} B; holders {holders}"
+        )
+
+
+def test_python_apps_results_and_exceptions(executor: DiffuseParslExecutor, tmp_path: Path) -> None:
+    assert add(1, 2).result(timeout=60) == 3
+    assert [f.result(timeout=60) for f in [add(i, i) for i in range(5)]] == [0, 2, 4, 6, 8]
+    with pytest.raises(ValueError, match="boom: 42"):
+        raises("boom: 42").result(timeout=60)
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("alpha\n")
+    b.write_text("beta\n")
+    joined = tmp_path / "joined" / "ab.txt"
+    read = concatenate(inputs=[File(str(a)), File(str(b))], outputs=[File(str(joined))]).result(timeout=60)
+    assert joined.read_text() == "alpha\nbeta\n"
+    assert read != str(a) and "/inputs/" in read  # the python app saw the staged copy too
+    # a directory is no diffuse input: the app gets it in place
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "x").write_text("")
+    (d / "y").write_text("")
+    assert listing(inputs=[File(str(d))]).result(timeout=60) == ["x", "y"]
+
+
+def test_relative_paths_and_stdout_appends(
+    executor: DiffuseParslExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # relative File paths and stdout are the client's cwd's
+    Path("in.txt").write_text("relative\n")
+    concatenate(inputs=[File("in.txt")], outputs=[File("rel/out.txt")]).result(timeout=60)
+    assert (tmp_path / "rel" / "out.txt").read_text() == "relative\n"
+    say("one", stdout="logs/say.out").result(timeout=60)
+    say("two", stdout="logs/say.out").result(timeout=60)  # Parsl's default mode: append
+    assert (tmp_path / "logs" / "say.out").read_text() == "one\ntwo\n"
+    say("three", stdout=("logs/say.out", "w")).result(timeout=60)
+    assert (tmp_path / "logs" / "say.out").read_text() == "three\n"
+
+
+def test_bash_app_failures_are_the_apps_own(executor: DiffuseParslExecutor, tmp_path: Path) -> None:
+    with pytest.raises(BashExitFailure) as e:
+        exits(7).result(timeout=60)
+    assert e.value.exitcode == 7
+    with pytest.raises(MissingOutputs):
+        forgets_output(outputs=[File(str(tmp_path / "never.txt"))]).result(timeout=60)
+    assert not (tmp_path / "never.txt").exists()
+
+
+def test_an_unreadable_input_fails_the_task_with_diffuses_reason(
+    executor: DiffuseParslExecutor, tmp_path: Path
+) -> None:
+    fut = count_bytes(inputs=[File(str(tmp_path / "absent.bin"))], outputs=[File(str(tmp_path / "n.txt"))])
+    with pytest.raises(DiffuseTaskFailure) as e:
+        fut.result(timeout=60)
+    assert "absent.bin" in str(e.value) and "not found" in str(e.value)
+
+
+def test_exceptions_come_back_as_remote_exception_wrapper(executor: DiffuseParslExecutor) -> None:
+    def fails() -> None:
+        raise KeyError("missing key")
+
+    value = executor.submit(fails, {}).result(timeout=60)
+    assert isinstance(value, RemoteExceptionWrapper)
+    with pytest.raises(KeyError, match="missing key"):
+        value.reraise()
+
+
+def test_resource_specification(executor: DiffuseParslExecutor, caplog: pytest.LogCaptureFixture) -> None:
+    fields, ignored = resources_to_fields(
+        {"cores": 2, "memory": 100, "disk": 5, "gpus": 0, "running_time_min": 90, "priority": 3.4,
+         "exec_mode": "regular"}
+    )
+    assert fields == {"cores": 2, "memory": "100MiB", "disk": "5MiB", "walltime_s": 90.0, "priority": 3}
+    assert ignored == ["exec_mode"]
+    assert resources_to_fields({"cpus": 1.5, "memory": 1, "disk": 1})[0] == {
+        "cores": 2, "memory": "1MiB", "disk": "1MiB"}
+
+    with caplog.at_level(logging.DEBUG, logger="diffuse_client.parsl"):
+        seen = cores_seen(parsl_resource_specification={"cores": 2, "memory": 64, "colour": "blue"})
+        assert seen.result(timeout=60) == "2"
+    notes = [r for r in caplog.records if "colour" in r.getMessage()]
+    assert notes and all(r.levelno < logging.ERROR for r in notes)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Tests of the Python client (python/): type checks and the pytest suite against a real
+# dispatcher and two workers.
+#   - a virtualenv in target/python-venv (made once, reused), with ./python[test] installed
+#     from PyPI's pytest, parsl and mypy (python3-venv is installed from Debian if missing)
+#   - mypy --strict on the diffuse_client package
+#   - pytest python/tests: the client API, DiffuseExecutor (1,000 tasks), the Parsl executor
+# The tests run the diffuse binary at $DIFFUSE_BIN, else target/release/diffuse (build it first:
+# cargo build --release). PYTHON picks the interpreter (default python3; 3.9 or newer).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=target/python-venv
+export DIFFUSE_BIN=${DIFFUSE_BIN:-$PWD/target/release/diffuse}
+case "$DIFFUSE_BIN" in /*) ;; *) DIFFUSE_BIN=$PWD/$DIFFUSE_BIN ;; esac
+if [ ! -x "$DIFFUSE_BIN" ]; then
+    echo "no diffuse binary at $DIFFUSE_BIN: run cargo build --release, or set DIFFUSE_BIN" >&2
+    exit 1
+fi
+
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    rm -rf "$VENV"
+    mkdir -p target
+    if ! "$PYTHON" -m venv "$VENV" >/dev/null 2>&1; then
+        # Debian's python3 comes without venv/ensurepip (package python3-venv)
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            echo "== installing python3-venv =="
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+            rm -rf "$VENV"
+            "$PYTHON" -m venv "$VENV"
+        else
+            echo "cannot create a virtualenv with $PYTHON: install python3-venv" >&2
+            exit 1
+        fi
+    fi
+fi
+
+echo "== installing ./python[test] into $VENV =="
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade --force-reinstall --no-deps ./python
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check './python[test]'
+
+echo "== mypy --strict (diffuse_client) =="
+(cd python && MYPY_CACHE_DIR=../target/mypy-cache "../$VENV/bin/python" -m mypy --strict src/diffuse_client)
+
+echo "== pytest python/tests =="
+cd python
+exec "../$VENV/bin/python" -m pytest -p no:cacheprovider -q tests "$@"
