@@ -8,7 +8,9 @@
 # limits or a small file system use iproute2 (network namespaces), util-linux (setpriv, prlimit,
 # mount) and run as root; as another user they say SKIPPED and pass. The elastic pool's Slurm
 # tests run a real one-node Slurm (scripts/slurm.sh installs munge and slurm-wlm's daemons from
-# Debian when missing, and starts and stops them per test).
+# Debian when missing, and starts and stops them per test). The Python client's tests
+# (scripts/test-python.sh) run last, against the release binary, in a virtualenv under target/
+# with pytest, parsl and mypy from PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,3 +37,6 @@ scripts/check.sh
 echo "== paper reproduction (release) =="
 cargo build --release --locked -p diffuse
 ./target/release/diffuse sim paper --out target/paper
+
+echo "== Python client (python/) =="
+scripts/test-python.sh
