@@ -397,6 +397,42 @@ pub fn readgf_placement(nodes: u32) -> Vec<(u32, ObjectId, u64)> {
         .collect()
 }
 
+/// A BLAST-like mixed workload for DAD's beta/delay sweep (dad-data-aware-dispatch-gfarm-
+/// torque.txt, section V-C). The paper gives no sizes or counts for its BLAST runs; these are
+/// this project's, chosen to have its shape: two sub-benchmarks over different file sets,
+/// submitted interleaved, one I/O-bound and one CPU-bound with about a fifth more time when its
+/// file is remote. 40 `blastn` tasks (job 0) read partition `i % 4` of database `nt` (objects
+/// 100-103, 1 GB each) and compute 5 s; 40 `blastx` tasks (job 1) read partition `i % 4` of
+/// `nr` (objects 200-203, 1 GB each) and compute 40 s.
+pub fn blast_arrivals() -> Vec<Arrival> {
+    let task = |job: u32, object: u64, compute_s: f64| Arrival {
+        time: 0.0,
+        inputs: vec![(ObjectId(object), 1_000_000_000)],
+        compute_s,
+        cores: 1,
+        produces: Vec::new(),
+        after: Vec::new(),
+        job,
+        priority: 0,
+    };
+    (0..40u64)
+        .flat_map(|i| [task(0, 100 + i % 4, 5.0), task(1, 200 + i % 4, 40.0)])
+        .collect()
+}
+
+/// Where the BLAST-like workload's databases are: `nt` partition k on node k, `nr` partition k
+/// on node (k + 2) mod 4 (Gfarm keeps one replica of each on a compute node).
+pub fn blast_placement() -> Vec<(u32, ObjectId, u64)> {
+    (0..4u64)
+        .flat_map(|k| {
+            [
+                (k as u32, ObjectId(100 + k), 1_000_000_000),
+                (((k + 2) % 4) as u32, ObjectId(200 + k), 1_000_000_000),
+            ]
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

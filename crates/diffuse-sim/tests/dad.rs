@@ -50,3 +50,39 @@ fn with_beta_zero_dad_only_balances_load_and_reads_remotely() {
     assert!(dad.bytes_peer > 0, "{dad:?}");
     assert!(dad.makespan_s > 2.0 * 6.25, "{}", dad.makespan_s);
 }
+
+fn blast(policy: PolicyKind, beta: f64, delay: u32) -> Summary {
+    let tb = Testbed::tsukuba_2014();
+    let arrivals = diffuse_sim::workload::blast_arrivals();
+    let mut cfg = SimConfig::new(Workload::Custom(arrivals), tb, 64_000_000_000);
+    cfg.policy = policy;
+    cfg.dad = DadConfig {
+        beta,
+        local_threshold: beta.min(0.5),
+        delay,
+        ..DadConfig::default()
+    };
+    cfg.placed = diffuse_sim::workload::blast_placement();
+    cfg.check_invariants = true;
+    simulate(cfg).expect("simulation").0
+}
+
+/// The shape of the paper's Fig. 7 and 9 on the BLAST-like mix: the best case (beta 0.8,
+/// delay 2) reads everything where it is; beta 1 does as well (the load is no bottleneck);
+/// beta 0 only balances load and reads remotely; no delay runs tasks remotely that a short wait
+/// would have run locally; a longer delay gains nothing more; all beat FIFO (FA).
+#[test]
+fn the_beta_and_delay_sweep_has_the_papers_shape() {
+    let best = blast(PolicyKind::Dad, 0.8, 2);
+    assert_eq!(best.bytes_peer + best.bytes_storage, 0, "all local");
+    let beta1 = blast(PolicyKind::Dad, 1.0, 2);
+    close(beta1.makespan_s, best.makespan_s);
+    let beta0 = blast(PolicyKind::Dad, 0.0, 2);
+    assert!(beta0.bytes_peer > 0 && beta0.makespan_s > best.makespan_s);
+    let no_delay = blast(PolicyKind::Dad, 0.8, 0);
+    assert!(no_delay.bytes_peer > 0 && no_delay.makespan_s > best.makespan_s);
+    let long_delay = blast(PolicyKind::Dad, 0.8, 4);
+    close(long_delay.makespan_s, best.makespan_s);
+    let fifo = blast(PolicyKind::Fa, 0.8, 2);
+    assert!(fifo.makespan_s > beta0.makespan_s.max(no_delay.makespan_s));
+}

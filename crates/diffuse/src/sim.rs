@@ -25,6 +25,9 @@ pub enum WorkloadArg {
     /// DAD's readgf: 20 files of 1 GB, 5 on each of 4 nodes' disks, 20 tasks reading one
     /// each; testbed tsukuba-2014 (compare --policy fa with --policy dad).
     Readgf,
+    /// A BLAST-like mix for DAD's beta/delay sweep (40 I/O-bound and 40 CPU-bound tasks over
+    /// two databases kept on the nodes); testbed tsukuba-2014 (see docs/policies.md).
+    Blast,
     /// MixApart's job mixes 1-4 (Table 1) on testbed ec2-2013, each job's duration over an
     /// all-local ideal, with and without prefetching, the storage cap swept.
     Mixapart,
@@ -244,7 +247,7 @@ pub fn defaults(w: WorkloadArg) -> (Testbed, u64, bool) {
     match w {
         WorkloadArg::Mi => (Testbed::teragrid_2007(), 2_000_000_000, true),
         WorkloadArg::Arrivals => (Testbed::local(), 10_000_000_000, true),
-        WorkloadArg::Readgf => (Testbed::tsukuba_2014(), 64_000_000_000, false),
+        WorkloadArg::Readgf | WorkloadArg::Blast => (Testbed::tsukuba_2014(), 64_000_000_000, false),
         _ => (Testbed::teragrid_2008(), 50_000_000_000, false),
     }
 }
@@ -275,6 +278,7 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
         },
         WorkloadArg::Arrivals => Workload::Custom(custom.expect("arrivals were read")),
         WorkloadArg::Readgf => Workload::Custom(diffuse_sim::workload::readgf_arrivals()),
+        WorkloadArg::Blast => Workload::Custom(diffuse_sim::workload::blast_arrivals()),
         WorkloadArg::Paper | WorkloadArg::Mixapart => {
             unreachable!("paper and mixapart are handled separately")
         }
@@ -282,6 +286,9 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
     let mut cfg = SimConfig::new(workload, testbed, a.cache_size.unwrap_or(cache));
     if a.workload == WorkloadArg::Readgf {
         cfg.placed = diffuse_sim::workload::readgf_placement(cfg.testbed.nodes);
+    }
+    if a.workload == WorkloadArg::Blast {
+        cfg.placed = diffuse_sim::workload::blast_placement();
     }
     cfg.policy = a.policy;
     cfg.threshold = a.threshold;
