@@ -247,7 +247,9 @@ pub fn defaults(w: WorkloadArg) -> (Testbed, u64, bool) {
     match w {
         WorkloadArg::Mi => (Testbed::teragrid_2007(), 2_000_000_000, true),
         WorkloadArg::Arrivals => (Testbed::local(), 10_000_000_000, true),
-        WorkloadArg::Readgf | WorkloadArg::Blast => (Testbed::tsukuba_2014(), 64_000_000_000, false),
+        WorkloadArg::Readgf | WorkloadArg::Blast => {
+            (Testbed::tsukuba_2014(), 64_000_000_000, false)
+        }
         _ => (Testbed::teragrid_2008(), 50_000_000_000, false),
     }
 }

@@ -190,6 +190,77 @@ fn cancelling_a_running_task_stops_its_processes() {
     );
 }
 
+/// A cancel sent right behind the task's dispatch (the worker reads the `Run` and the `Cancel`
+/// together) stops it: it used to be lost when the worker handled the `Cancel` before the task
+/// it had just spawned had registered, and the task ran to its end (found by the Python
+/// client's tests: `cancel_job` said 4 stopping, 2 ran their full 60 s).
+#[test]
+fn a_task_cancelled_right_after_its_dispatch_stops() {
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 8, "10MB");
+    c.wait_workers(1);
+    let start = Instant::now();
+    for i in 0..8 {
+        let id = format!("t{i}");
+        c.submit(&[json!({"id": id, "cmd": "sleep 30"})]);
+        let r = c
+            .http
+            .post(format!("{}/v1/tasks/{id}/cancel", c.url))
+            .bearer_auth(&c.client_token)
+            .send()
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+    for i in 0..8 {
+        let t = c.wait_done(&format!("t{i}"));
+        assert_eq!(t["state"], "cancelled", "{t}");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "all cancelled in {:?}, none after its 30 s",
+        start.elapsed()
+    );
+}
+
+/// A cancel that reaches the worker while the attempt is still staging its inputs (right after
+/// its `Run`) stops it: its program never starts. It used to be lost, and the task ran to its
+/// end before being recorded cancelled (found by the Python client's tests).
+#[test]
+fn a_task_cancelled_while_its_inputs_are_staged_never_starts() {
+    let server = HttpServer::start(|_| {
+        std::thread::sleep(Duration::from_millis(1500));
+        (200, b"slow\n".to_vec())
+    });
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 1, "10MB");
+    c.wait_workers(1);
+    let marker = c.path("started");
+    // The lookup (HEAD) is slow too: wait for the task to be dispatched, then cancel at once,
+    // while its GET is still waiting.
+    c.submit(&[
+        json!({"id": "t", "cmd": format!("touch {}; sleep 30", marker.display()),
+                      "inputs": [server.url("/slow")]}),
+    ]);
+    c.wait_state("t", "running");
+    let start = Instant::now();
+    let r = c
+        .http
+        .post(format!("{}/v1/tasks/t/cancel", c.url))
+        .bearer_auth(&c.client_token)
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let t = c.wait_done("t");
+    assert_eq!(t["state"], "cancelled", "{t}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "cancelled in {:?}, not after its 30 s",
+        start.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!marker.exists(), "its program never started");
+}
+
 #[test]
 fn a_tasks_leftover_background_processes_end_with_it() {
     let mut c = Cluster::start(&[]);

@@ -808,8 +808,11 @@ async fn session(
                 match serde_json::from_str::<ToWorker>(&t)? {
                     ToWorker::Run(a) => {
                         let (ctx, noop) = (ctx.clone(), cfg.noop);
+                        // Registered before the next message is read: a `Cancel` right behind
+                        // this `Run` finds it (it used to be lost until the task ended).
+                        let stop = task::register(&ctx, &a);
                         tasks.spawn(async move {
-                            let report = if noop { Some(task::noop_report(&a)) } else { task::run_task(&ctx, *a).await };
+                            let report = if noop { Some(task::noop_report(&a)) } else { task::run_task(&ctx, *a, stop).await };
                             let Some(report) = report else { return };
                             if report.error.is_none() && killed_by_a_stop_signal(report.exit_code) && ctx.stopped_with_us().await {
                                 // Killed by a signal meant for the whole job (a resource

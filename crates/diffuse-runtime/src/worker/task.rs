@@ -106,13 +106,15 @@ pub fn log_name(task: &str, attempt: u32, stream: &str) -> String {
     format!("{}.{stream}", dir_name(task, attempt))
 }
 
-/// Removes the attempt from the worker's list of running attempts when dropped.
-struct Registered<'a> {
-    ctx: &'a Ctx,
+/// An attempt in the worker's list of running attempts (so a `Cancel` finds it); removed from
+/// the list when dropped.
+pub(super) struct Registered {
+    ctx: Arc<Ctx>,
     key: (String, u32),
+    stop: watch::Receiver<Option<Stop>>,
 }
 
-impl Drop for Registered<'_> {
+impl Drop for Registered {
     fn drop(&mut self) {
         self.ctx
             .running
@@ -122,16 +124,29 @@ impl Drop for Registered<'_> {
     }
 }
 
-/// Run one attempt. None: it was stopped because the worker is stopping (the dispatcher is told
-/// that the worker left, and runs it elsewhere).
-pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport> {
-    let (stop_tx, stop_rx) = watch::channel(None);
+/// Put an attempt in the list of running attempts, as soon as its `Run` arrives.
+pub(super) fn register(ctx: &Arc<Ctx>, a: &Assignment) -> Registered {
+    let (stop_tx, stop) = watch::channel(None);
     let key = (a.task.clone(), a.attempt);
     ctx.running
         .lock()
         .expect("running lock")
         .insert(key.clone(), stop_tx);
-    let _registered = Registered { ctx, key };
+    Registered {
+        ctx: ctx.clone(),
+        key,
+        stop,
+    }
+}
+
+/// Run one attempt. None: it was stopped because the worker is stopping (the dispatcher is told
+/// that the worker left, and runs it elsewhere).
+pub(super) async fn run_task(
+    ctx: &Arc<Ctx>,
+    a: Assignment,
+    registered: Registered,
+) -> Option<TaskReport> {
+    let stop_rx = registered.stop.clone();
 
     let started_at = unix_now();
     let name = dir_name(&a.task, a.attempt);
@@ -228,8 +243,11 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, a: Assignment) -> Option<TaskReport
             .map(|&p| paths[p as usize].clone())
             .collect()
     };
-    if *stop_rx.borrow() == Some(Stop::Leaving) {
-        return None;
+    match *stop_rx.borrow() {
+        Some(Stop::Leaving) => return None,
+        // Cancelled while its inputs were staged: its program is never started.
+        Some(Stop::Cancelled) => return fail(report, "cancelled".into()),
+        _ => {}
     }
     let gpus = Gpus::take(ctx, a.gpus);
     report.gpus = gpus.ids();
