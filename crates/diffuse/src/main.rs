@@ -39,6 +39,9 @@ enum Command {
     Submit(live::client::SubmitArgs),
     /// Show a running dispatcher's counters (--failed: its failed tasks and why).
     Status(live::client::StatusArgs),
+    /// List tasks (all, or in one --state) with their worker and why they ended; --json for
+    /// scripts.
+    Tasks(live::tasks::TasksArgs),
     /// Print a task's captured stdout (or --stderr), from the worker that ran it.
     Logs(live::client::LogsArgs),
     /// Cancel tasks: queued ones end at once, running ones' processes are stopped.
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Submit(args) => live::client::submit(args),
         Command::Status(args) => live::client::status(args),
         Command::Logs(args) => live::client::logs(args),
+        Command::Tasks(args) => live::tasks::tasks(args),
         Command::Cancel(args) => live::client::cancel(args),
         Command::Cache(args) => live::cache::cache(args),
         Command::Locate(args) => live::objects::locate(args),

@@ -1,9 +1,72 @@
-//! The Prometheus text exposition of the dispatcher's counters (`GET /metrics`).
+//! The Prometheus text exposition of the dispatcher's counters (`GET /metrics`), and the
+//! histograms the scheduler keeps for it. The output passes `promtool check metrics`
+//! (`crates/diffuse/tests/usability.rs`).
 
 use super::scheduler::Status;
+use serde::{Deserialize, Serialize};
+
+/// Upper bounds of the buckets of the seconds histograms, from 10 ms to an hour.
+pub const SECONDS_BUCKETS: [f64; 14] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
+/// A Prometheus histogram over [`SECONDS_BUCKETS`]: counts per bucket (not cumulative; the
+/// last counts what is above every bound), their sum and count.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    /// Observations per bucket; one more than the bounds (`+Inf`).
+    pub buckets: Vec<u64>,
+    /// Sum of the observations.
+    pub sum: f64,
+    /// Number of observations.
+    pub count: u64,
+}
+
+impl Histogram {
+    /// Record one observation (a negative or non-finite one is ignored).
+    pub fn observe(&mut self, v: f64) {
+        if !v.is_finite() || v < 0.0 {
+            return;
+        }
+        if self.buckets.is_empty() {
+            self.buckets = vec![0; SECONDS_BUCKETS.len() + 1];
+        }
+        let i = SECONDS_BUCKETS
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(SECONDS_BUCKETS.len());
+        self.buckets[i] += 1;
+        self.sum += v;
+        self.count += 1;
+    }
+
+    fn text(&self, name: &str, help: &str, out: &mut String) {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
+        let mut cum = 0;
+        for (i, bound) in SECONDS_BUCKETS.iter().enumerate() {
+            cum += self.buckets.get(i).copied().unwrap_or(0);
+            out.push_str(&format!("{name}_bucket{{le=\"{bound}\"}} {cum}\n"));
+        }
+        out.push_str(&format!(
+            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}\n",
+            self.count, self.sum, self.count
+        ));
+    }
+}
 
 /// Prometheus text exposition format.
 pub fn metrics_text(s: &Status) -> String {
+    let mut histograms = String::new();
+    s.task_run_seconds.text(
+        "diffuse_task_run_seconds",
+        "Seconds from a task's process start to its end, over finished attempts.",
+        &mut histograms,
+    );
+    s.task_staging_seconds.text(
+        "diffuse_task_staging_seconds",
+        "Seconds an attempt spent staging its inputs before its process started.",
+        &mut histograms,
+    );
     let mut out = String::new();
     let mut metric = |name: &str, help: &str, kind: &str, samples: &[(&str, f64)]| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
@@ -141,5 +204,6 @@ pub fn metrics_text(s: &Status) -> String {
             &[("", s.storage_budget_used as f64)],
         );
     }
+    out.push_str(&histograms);
     out
 }

@@ -487,11 +487,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                 .as_str()
                 .and_then(|r| serde_json::from_str(r).ok())
                 .unwrap_or_default();
-            let why = match (o["error"].as_str(), o["exit_code"].as_i64()) {
-                (Some(e), _) => e.to_string(),
-                (None, Some(c)) => format!("exit code {c}"),
-                (None, None) => "killed by a signal".into(),
-            };
+            let why = super::tasks::reason(o);
             let node = o["node"]
                 .as_str()
                 .map(|n| format!(" (on {n}, attempt {})", o["attempt"]))

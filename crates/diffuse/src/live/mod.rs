@@ -10,6 +10,7 @@ pub mod objects;
 pub mod pool;
 pub mod run;
 pub mod serve;
+pub mod tasks;
 
 use crate::size::parse_size;
 use anyhow::{bail, Context, Result};

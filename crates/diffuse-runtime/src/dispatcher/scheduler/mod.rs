@@ -195,6 +195,12 @@ pub struct Status {
     /// See `storage_cap`.
     #[serde(default)]
     pub storage_budget_used: u64,
+    /// Seconds from a task's process start to its end, over finished attempts.
+    #[serde(default)]
+    pub task_run_seconds: crate::dispatcher::metrics::Histogram,
+    /// Seconds attempts spent staging their inputs.
+    #[serde(default)]
+    pub task_staging_seconds: crate::dispatcher::metrics::Histogram,
     /// What 2Mark did (`--two-mark`): phases begun, copies evicted and moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub two_mark: Option<diffuse_core::twomark::TwoMarkStats>,

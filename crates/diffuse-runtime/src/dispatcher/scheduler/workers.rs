@@ -279,6 +279,14 @@ impl Scheduler {
         s.bytes_local += tr.bytes_local;
         s.bytes_peer += tr.bytes_peer;
         s.bytes_storage += tr.bytes_storage;
+        if report.staged_at > 0.0 {
+            self.status
+                .task_staging_seconds
+                .observe(report.staged_at - report.started_at);
+            self.status
+                .task_run_seconds
+                .observe(report.finished_at - report.staged_at);
+        }
     }
 
     /// `node` is gone: lost (`crashed`: its running tasks count a crash) or left cleanly.
