@@ -4,13 +4,14 @@
 //! `sim` (the discrete-event simulator over the scheduling core); `run`, `dispatcher`, `worker`,
 //! `submit`, `status`, `wait` (the live runtime).
 
+mod config;
 mod dad_args;
 mod live;
 mod sim;
 mod size;
 mod transfer_args;
 
-use clap::{Parser, Subcommand};
+use clap::{FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// diffuse: run many short tasks where their data already is.
@@ -55,13 +56,28 @@ enum Command {
     /// Wait until the tasks you submitted have ended (exit 1 if one of them failed).
     Wait(live::client::WaitArgs),
 
+    /// Show the settings `diffuse dispatcher` or `diffuse worker` would start with here, and
+    /// where each comes from (a flag, an environment variable, the settings file, the default).
+    Config(config::ConfigArgs),
     /// Simulate a workload on a model of the paper's testbeds (same scheduling code as live).
     Sim(sim::SimArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (matches, file, _) = match config::matches(std::env::args_os().collect(), true) {
+        Ok(m) => m,
+        Err(config::Error::Clap(e)) => e.exit(),
+        Err(config::Error::Config(e)) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(f) = file {
+        eprintln!("diffuse: settings from {}", f.display());
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
+        Command::Config(args) => config::show(args),
         Command::Sim(args) => sim::run(args),
         Command::Run(args) => live::run::run(args),
         Command::Demo(args) => live::run::demo(args),

@@ -132,3 +132,91 @@ fn diffuse_tasks_lists_by_state_as_a_table_and_as_json() {
     let out = run(&["--state", "nonsense"]);
     assert_eq!(out.code, Some(2), "a bad state is refused: {}", out.stderr);
 }
+
+/// `diffuse config`: a file's values, an environment variable over the file, the defaults; a
+/// worker started from a file alone; a flag over the file; an unknown key refused.
+#[test]
+fn settings_come_from_flags_then_the_environment_then_the_file() {
+    let mut c = Cluster::start(&[]);
+    let dir = c.path("cfg");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = c.path("cfg/cache");
+    std::fs::write(
+        dir.join("diffuse.toml"),
+        format!(
+            "[worker]\ndispatcher = \"{}\"\ncache-dir = \"{}\"\ncache_size = \"20MB\"\nname = \"from-file\"\ncores = 2\ninput-root = [\"/tmp\", \"{}\"]\n\n[dispatcher]\nwindow = 123\ntwo-mark = true\n",
+            c.url,
+            cache.display(),
+            c.path("data").display()
+        ),
+    )
+    .unwrap();
+    let config = |section: &str, env: &[(&str, &str)]| -> Value {
+        let out = common::run_diffuse(&["config", section, "--json"], Some(&dir), env, DEADLINE);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        serde_json::from_str(&out.stdout).expect("JSON")
+    };
+    let origin = |v: &Value, option: &str| -> (Value, Value) {
+        let s = v["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["option"] == option)
+            .unwrap_or_else(|| panic!("no {option} in {v}"))
+            .clone();
+        (s["values"].clone(), s["origin"].clone())
+    };
+    let w = config("worker", &[("DIFFUSE_WORKER_CORES", "3")]);
+    assert_eq!(w["file"], "diffuse.toml");
+    assert_eq!(
+        origin(&w, "--cache-size"),
+        (json!(["20MB"]), json!({"file": "diffuse.toml"}))
+    );
+    assert_eq!(
+        origin(&w, "--cores"),
+        (json!(["3"]), json!({"env": "DIFFUSE_WORKER_CORES"})),
+        "the environment wins over the file"
+    );
+    assert_eq!(origin(&w, "--input-root").0.as_array().unwrap().len(), 2);
+    assert_eq!(origin(&w, "--eviction"), (json!(["lru"]), json!("default")));
+    let d = config("dispatcher", &[]);
+    assert_eq!(origin(&d, "--window").0, json!(["123"]));
+    assert_eq!(origin(&d, "--two-mark").0, json!(["true"]));
+
+    // A worker from the file alone (its token from the environment), then a flag over it.
+    for (args, name) in [
+        (vec![], "from-file"),
+        (vec!["--name", "from-flag"], "from-flag"),
+    ] {
+        let mut cmd = std::process::Command::new(common::BIN);
+        cmd.arg("worker").args(&args).current_dir(&dir);
+        c.envs(&mut cmd);
+        let log = c.path(&format!("worker-{name}.log"));
+        c.workers.push(Proc::spawn(name, &mut cmd, log));
+        poll(&format!("worker {name} to connect"), || {
+            let s = c.status();
+            s["worker_list"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|w| w["name"] == name))
+                .then_some(())
+        });
+        let w = c.workers.pop().unwrap();
+        drop(w);
+        c.wait_workers(0);
+    }
+
+    std::fs::write(dir.join("bad.toml"), "[worker]\ncache-sise = \"1GB\"\n").unwrap();
+    let out = common::run_diffuse(
+        &["worker", "--config", "bad.toml"],
+        Some(&dir),
+        &[],
+        DEADLINE,
+    );
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("bad.toml: [worker] unknown setting `cache-sise`"),
+        "{}",
+        out.stderr
+    );
+}
