@@ -255,12 +255,12 @@ pub enum Error {
     Config(anyhow::Error),
 }
 
+/// One option as a command would start with it: `--name`, its values, where they came from.
+pub type Setting = (String, Vec<String>, Origin);
+
 /// Each option of `section` (`dispatcher` or `worker`) as the command would see it with no
-/// flags: its value and where it came from.
-pub fn effective(
-    section: &str,
-    config: Option<&Path>,
-) -> Result<(Option<PathBuf>, Vec<(String, Vec<String>, Origin)>)> {
+/// flags: its value and where it came from; and the settings file read.
+pub fn effective(section: &str, config: Option<&Path>) -> Result<(Option<PathBuf>, Vec<Setting>)> {
     let mut argv: Vec<OsString> = vec!["diffuse".into(), section.into()];
     if let Some(c) = config {
         argv.push(OsString::from("--config"));
