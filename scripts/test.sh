@@ -11,7 +11,8 @@
 # Debian when missing, and starts and stops them per test). The Python client's tests
 # (scripts/test-python.sh) run last, against the release binary, in a virtualenv under target/
 # with pytest, parsl and mypy from PyPI. `/metrics` is checked by promtool (Debian's prometheus
-# package, installed when missing).
+# package) and the web dashboard in a headless Chromium (Debian's chromium), both installed when
+# missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,7 @@ missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 { command -v setpriv && command -v prlimit && command -v mount; } >/dev/null 2>&1 || missing+=(util-linux mount)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing ${missing[*]} =="
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

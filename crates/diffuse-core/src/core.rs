@@ -1000,6 +1000,11 @@ impl Core {
             .collect()
     }
 
+    /// Cores `node`'s running tasks hold (0 for an unknown node).
+    pub fn node_used_cores(&self, node: NodeId) -> u32 {
+        self.nodes.get(&node).map_or(0, |n| n.used.cores)
+    }
+
     /// What `node` has in all (None: unknown node).
     pub fn node_capacity(&self, node: NodeId) -> Option<Resources> {
         self.nodes.get(&node).map(|n| n.capacity)

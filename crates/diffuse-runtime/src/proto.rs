@@ -73,10 +73,17 @@ pub enum ToDispatcher {
     Finished(TaskReport),
     /// Still alive.
     Heartbeat,
-    /// Its machine's 1-minute load average (`/proc/loadavg`), every few seconds (DAD's load).
+    /// Its machine's 1-minute load average (`/proc/loadavg`), every few seconds (DAD's load),
+    /// and how full its cache is (the dashboard's).
     Load {
         /// The load average.
         load1: f64,
+        /// Bytes its cache holds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache_used: Option<u64>,
+        /// Objects its cache holds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache_objects: Option<u64>,
     },
     /// The answer to a `Lookup`: one result per URI asked.
     LookedUp {
@@ -407,6 +414,13 @@ mod tests {
         let h: ToDispatcher = serde_json::from_str(r#"{"type":"heartbeat"}"#).unwrap();
         assert_eq!(h, ToDispatcher::Heartbeat);
         let l: ToDispatcher = serde_json::from_str(r#"{"type":"load","load1":1.5}"#).unwrap();
-        assert_eq!(l, ToDispatcher::Load { load1: 1.5 });
+        assert_eq!(
+            l,
+            ToDispatcher::Load {
+                load1: 1.5,
+                cache_used: None,
+                cache_objects: None
+            }
+        );
     }
 }

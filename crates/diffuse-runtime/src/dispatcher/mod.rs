@@ -15,11 +15,14 @@
 //! | `GET /v1/objects/{uri}` | client | an object's state, holders, size, producer (`uri` percent-encoded) |
 //! | `PUT /v1/objects/{uri}/placement` | client | `{"node": NAME}`: put a `tmp://` object on that worker (Hercules' place) |
 //! | `GET /metrics` | client or metrics | Prometheus text format |
+//! | `GET /v1/series?since=N` | client or metrics | one sample of the counters a second, the last hour |
+//! | `GET /` | none | the web dashboard ([`dashboard`]); its script asks the routes above with a token |
 //! | `GET /v1/workers/connect` | worker | WebSocket session of a worker (see [`crate::proto`]) |
 //!
 //! The dispatcher never reads persistent storage: input sizes and versions are looked up by
 //! workers ([`scheduler::lookup`]).
 
+pub mod dashboard;
 pub mod metrics;
 pub mod scheduler;
 
@@ -398,6 +401,7 @@ pub fn router(handle: Handle) -> Router {
         .route("/v1/objects/{uri}/placement", put(place))
         .route("/metrics", get(metrics))
         .route("/v1/workers/connect", get(connect))
+        .merge(dashboard::routes())
         .with_state(handle)
         .merge(gateway)
 }

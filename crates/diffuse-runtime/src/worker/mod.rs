@@ -862,7 +862,12 @@ async fn session(
             }
             _ = load_tick.tick() => {
                 if let Some(load1) = load_average() {
-                    sink.send(Message::Text(serde_json::to_string(&ToDispatcher::Load { load1 })?.into())).await?;
+                    let (used, objects) = {
+                        let c = ctx.cache.lock().expect("cache lock");
+                        (c.used(), c.len() as u64)
+                    };
+                    let load = ToDispatcher::Load { load1, cache_used: Some(used), cache_objects: Some(objects) };
+                    sink.send(Message::Text(serde_json::to_string(&load)?.into())).await?;
                 }
             }
             () = signals.next() => {

@@ -29,6 +29,7 @@ pub mod lookup;
 pub mod objects;
 mod placement;
 pub mod pool;
+pub mod series;
 pub mod tasks;
 mod transfers;
 mod workers;
@@ -105,6 +106,8 @@ pub enum Cmd {
     Cancel(String, oneshot::Sender<Result<String, String>>),
     /// Counters.
     Status(oneshot::Sender<Status>),
+    /// The dashboard's samples after this number.
+    Series(u64, oneshot::Sender<Vec<series::Point>>),
     /// One task's view (its outcome is read from the journal by the caller).
     Task(String, oneshot::Sender<Option<TaskView>>),
     /// A page of tasks, and the cursor of the next page.
@@ -195,6 +198,12 @@ pub struct Status {
     /// See `storage_cap`.
     #[serde(default)]
     pub storage_budget_used: u64,
+    /// Input bytes of the tasks queued so far (the paper's demand).
+    #[serde(default)]
+    pub demand_bytes: u64,
+    /// The last failures (at most 20), newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_failures: Vec<series::Failure>,
     /// Seconds from a task's process start to its end, over finished attempts.
     #[serde(default)]
     pub task_run_seconds: crate::dispatcher::metrics::Histogram,
@@ -287,6 +296,8 @@ struct Session {
     slots: u32,
     tx: UnboundedSender<ToWorker>,
     last_seen: Instant,
+    /// Its cache's quota, and what it last said it holds: bytes, objects.
+    cache: (u64, u64, u64),
 }
 
 /// The scheduler's state.
@@ -343,6 +354,8 @@ pub struct Scheduler {
     storage_shares: FxHashMap<NodeId, f64>,
     /// 2Mark's moves under way: (object, to) -> from.
     moving: FxHashMap<(ObjectId, NodeId), NodeId>,
+    /// The dashboard's samples and last failures.
+    series: series::Series,
 }
 
 fn unix_now() -> f64 {
@@ -396,6 +409,7 @@ impl Scheduler {
             racks: FxHashMap::default(),
             storage_shares: FxHashMap::default(),
             moving: FxHashMap::default(),
+            series: series::Series::default(),
         };
         for st in stored {
             s.restore(st);
@@ -649,6 +663,7 @@ impl Scheduler {
                 self.finish_handoffs();
                 self.fail_unfit();
                 self.share_storage_cap();
+                self.sample();
                 let now = self.now();
                 self.core.handle_waiting_demand(self.looking_up);
                 if self.core.poll_timeout().is_some_and(|t| t <= now) {
@@ -680,6 +695,9 @@ impl Scheduler {
             Cmd::Pool(ev) => self.on_pool_event(ev),
             Cmd::Status(reply) => {
                 let _ = reply.send(self.status());
+            }
+            Cmd::Series(since, reply) => {
+                let _ = reply.send(self.points_since(since));
             }
             Cmd::Task(id, reply) => {
                 let view = self.tasks.id_of(&id).map(|t| self.view(t));
@@ -791,6 +809,7 @@ impl Scheduler {
             storage_cap: self.core.config().storage_cap,
             storage_budget_used: self.core.storage_budget_used(),
             two_mark: self.core.two_mark_stats(),
+            recent_failures: self.recent_failures(),
             ..self.status.clone()
         }
     }
@@ -975,6 +994,7 @@ impl Scheduler {
     /// task still shows as running and is not counted as ended, so nothing a client has seen
     /// ended can run again after a crash of the dispatcher.
     fn record_outcome(&mut self, t: TaskId, o: TaskOutcome) {
+        self.note_failure(&o);
         if self.writer.is_none() {
             self.count_outcome(o.state);
             self.tasks.ended(t, o.state);

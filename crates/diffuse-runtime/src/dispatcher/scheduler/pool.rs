@@ -68,6 +68,13 @@ pub struct WorkerView {
     /// Its resource-manager job id (Slurm job, pid, or the start command's answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+    /// A connected worker's slots, and how many run a task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<(u32, u32)>,
+    /// A connected worker's cache: quota, bytes held, objects held (as it last said, every
+    /// few seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<(u64, u64, u64)>,
 }
 
 /// The pool as `status` shows it.
@@ -242,6 +249,12 @@ impl Scheduler {
 
     /// Every worker by name: connected ones as running or idle, the pool's other requests in
     /// their own states.
+    /// A connected worker's slots and how many its running tasks hold.
+    fn slot_use(&self, node: NodeId, s: &Session) -> (u32, u32) {
+        let held = self.core.node_used_cores(node);
+        (s.slots, held)
+    }
+
     pub(super) fn workers_view(&self) -> (Vec<WorkerView>, Option<PoolView>) {
         let mut by_request: BTreeMap<&str, &Session> = BTreeMap::new();
         let mut views = Vec::new();
@@ -256,6 +269,8 @@ impl Scheduler {
                     name: s.name.clone(),
                     state: state.into(),
                     job: None,
+                    slots: Some(self.slot_use(*node, s)),
+                    cache: Some(s.cache),
                 }),
             }
         }
@@ -283,6 +298,8 @@ impl Scheduler {
                     name: request.clone(),
                     state: state.into(),
                     job: job.clone(),
+                    slots: None,
+                    cache: None,
                 });
             }
         }
@@ -299,6 +316,8 @@ impl Scheduler {
                 name: s.name.clone(),
                 state: if busy { "running" } else { "idle" }.into(),
                 job: p.rows.get(r).and_then(|(j, _)| j.clone()),
+                slots: Some(self.slot_use(*node, s)),
+                cache: Some(s.cache),
             });
         }
         views.sort_by(|a, b| a.name.cmp(&b.name));

@@ -104,6 +104,7 @@ impl Scheduler {
                 slots,
                 tx,
                 last_seen: Instant::now(),
+                cache: (cache_quota, 0, 0),
             },
         );
         self.conns.insert(conn, node);
@@ -152,9 +153,17 @@ impl Scheduler {
         let now = self.now();
         match msg {
             ToDispatcher::Heartbeat | ToDispatcher::Hello { .. } => {}
-            ToDispatcher::Load { load1 } => {
+            ToDispatcher::Load {
+                load1,
+                cache_used,
+                cache_objects,
+            } => {
                 let slots = self.sessions.get(&node).map_or(1, |s| s.slots.max(1));
                 self.core.handle_node_load(node, load1 / slots as f64);
+                if let (Some(s), Some(used)) = (self.sessions.get_mut(&node), cache_used) {
+                    s.cache.1 = used;
+                    s.cache.2 = cache_objects.unwrap_or(0);
+                }
             }
             ToDispatcher::Cached { objects } => self.cached(node, objects),
             ToDispatcher::Evicted { uris } => {
@@ -412,6 +421,7 @@ impl Scheduler {
                     self.looking_up -= 1;
                     self.tasks.get_mut(t).phase = Phase::Live;
                     let sizes: Vec<(ObjectId, u64)> = self.tasks.get(t).inputs.clone();
+                    self.status.demand_bytes += sizes.iter().map(|(_, s)| s).sum::<u64>();
                     if let Err(e) = self.core.handle_inputs_known(t, &sizes, now) {
                         tracing::error!(task = %self.tasks.get(t).def.id, "{e}");
                     }
