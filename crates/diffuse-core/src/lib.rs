@@ -20,11 +20,14 @@
 //! | [`twomark`] | 2Mark: eviction across all nodes' caches, marking at two levels | 2Mark |
 //! | [`provision`] | static and dynamic provisioning | DRP |
 //! | [`handoff`] | cache hand-off on release: what a released node pushes, and where | (open question, section 6) |
+//! | [`staging`] | staging a batch of objects to nodes: GDS's MinMin, LDS, naive | coordinated transfers |
+//! | [`bandwidth`] | per-pair transfer rates and their prediction | GDS's bandwidth prediction |
 //! | [`model`] | the abstract model of section 3.1 | abstract model |
 //! | [`action`] | what the core asks the driver to do | |
 //! | [`task`], [`ids`], [`time`] | vocabulary | task, executor = slot, store = node cache |
 
 pub mod action;
+pub mod bandwidth;
 pub mod cache;
 pub mod core;
 pub mod dad;
@@ -39,6 +42,7 @@ pub mod provision;
 pub mod queue;
 pub mod racks;
 pub mod resources;
+pub mod staging;
 pub mod task;
 pub mod time;
 pub mod twomark;
