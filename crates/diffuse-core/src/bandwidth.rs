@@ -145,7 +145,7 @@ impl Predictor {
                 scale: p.scale,
             })
             .collect();
-        v.sort_by(|a, b| (a.from, a.to).cmp(&(b.from, b.to)));
+        v.sort_by_key(|p| (p.from, p.to));
         v
     }
 }
