@@ -14,6 +14,7 @@
 //! | [`plot`] | SVG figures of a run |
 //! | [`paper`] | the paper's experiments, run side by side with its results |
 //! | [`mixapart`] | MixApart's job mixes, next to an all-local ideal |
+//! | [`staging`] | GDS, LDS and naive staging of a batch on the paper's four sites |
 
 pub mod engine;
 pub mod flows;
@@ -21,6 +22,7 @@ pub mod mixapart;
 pub mod paper;
 pub mod plot;
 pub mod report;
+pub mod staging;
 pub mod testbed;
 pub mod workload;
 

@@ -28,6 +28,9 @@ pub enum WorkloadArg {
     /// A BLAST-like mix for DAD's beta/delay sweep (40 I/O-bound and 40 CPU-bound tasks over
     /// two databases kept on the nodes); testbed tsukuba-2014 (see docs/policies.md).
     Blast,
+    /// GDS, LDS and naive staging of a batch of files on the GDS paper's four sites (scaled
+    /// down), next to a lower bound (docs/transfers.md).
+    Stage,
     /// MixApart's job mixes 1-4 (Table 1) on testbed ec2-2013, each job's duration over an
     /// all-local ideal, with and without prefetching, the storage cap swept.
     Mixapart,
@@ -281,8 +284,8 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
         WorkloadArg::Arrivals => Workload::Custom(custom.expect("arrivals were read")),
         WorkloadArg::Readgf => Workload::Custom(diffuse_sim::workload::readgf_arrivals()),
         WorkloadArg::Blast => Workload::Custom(diffuse_sim::workload::blast_arrivals()),
-        WorkloadArg::Paper | WorkloadArg::Mixapart => {
-            unreachable!("paper and mixapart are handled separately")
+        WorkloadArg::Paper | WorkloadArg::Mixapart | WorkloadArg::Stage => {
+            unreachable!("paper, mixapart and stage are handled separately")
         }
     };
     let mut cfg = SimConfig::new(workload, testbed, a.cache_size.unwrap_or(cache));
@@ -345,6 +348,15 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
     }
     if a.workload == WorkloadArg::Paper {
         return run_paper(&a);
+    }
+    if a.workload == WorkloadArg::Stage {
+        let rows = diffuse_sim::staging::experiments(a.seed);
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            diffuse_sim::staging::print_table(&rows);
+        }
+        return Ok(ExitCode::SUCCESS);
     }
     if a.workload == WorkloadArg::Mixapart {
         let rows = diffuse_sim::mixapart::run_all().map_err(anyhow::Error::msg)?;
