@@ -12,6 +12,7 @@
 //! | [`cache_dir`] | a worker's on-disk cache: quota, eviction, verification |
 //! | [`uri`] | input and output URIs: schemes, canonical form, file paths |
 //! | [`provisioner`] | the elastic pool: workers from local processes, Slurm or commands |
+//! | [`server`], [`tls`] | HTTP serving with connection limits; TLS (rustls) for servers and clients |
 //! | [`placeholder`] | `{inputs[i]}`/`{outputs[i]}` in commands: checked, expanded, shell-quoted |
 
 pub mod auth;
@@ -29,5 +30,6 @@ pub mod server;
 pub mod size;
 pub mod spec;
 pub mod storage;
+pub mod tls;
 pub mod uri;
 pub mod worker;

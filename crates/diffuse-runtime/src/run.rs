@@ -321,6 +321,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         fixed_pool: cfg.max_workers.is_none().then_some(cfg.workers),
         storage_gateway: cfg.storage_bandwidth.clone(),
         pool: elastic.map(|(_, pool)| pool),
+        // One machine, plain HTTP on the loopback: no TLS.
+        trust: crate::tls::Trust::system(),
     })?;
     // An elastic pool's workers come from the dispatcher's provisioner; a fixed pool's are
     // started here, on caches kept between runs.
@@ -360,6 +362,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         listener,
         handle.clone(),
         crate::server::Limits::standard(),
+        None,
         async {
             let _ = stop_rx.await;
         },
@@ -664,6 +667,7 @@ fn elastic_pool(
         worker_args: args,
         dispatcher_url: url.to_string(),
         worker_token: token.to_string(),
+        worker_env: Vec::new(),
         exe: cfg.exe.clone(),
         state_dir: pool_dir,
         prefix: "worker".into(),

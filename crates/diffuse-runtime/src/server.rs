@@ -11,6 +11,11 @@
 //!   process keeps file descriptors for its journal, its cache and the connections it has. A
 //!   WebSocket session, once upgraded (after its token was checked), no longer counts.
 //!
+//! With TLS ([`crate::tls::server_config`]) each connection is wrapped in a rustls session; the
+//! handshake, like the first byte, must be done within the header timeout, so a stalled
+//! handshake cannot hold a place. A plain-HTTP request on a TLS port is answered `400` with a
+//! JSON error saying to use `https://`, and closed: nothing is served in clear.
+//!
 //! [`raise_open_files_limit`] lifts the soft `RLIMIT_NOFILE` to the hard limit at start-up; the
 //! default connection limit is derived from it ([`default_max_connections`]).
 
@@ -66,12 +71,16 @@ pub fn default_max_connections() -> usize {
     (soft.saturating_sub(256) as usize).clamp(32, 16_384)
 }
 
-/// Serve `router` on `listener` under `limits` until `shutdown` resolves; then stop accepting,
-/// let open requests finish for up to 5 s, and return.
+/// The first byte of a TLS connection: a handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Serve `router` on `listener` under `limits`, over TLS if `tls` is given, until `shutdown`
+/// resolves; then stop accepting, let open requests finish for up to 5 s, and return.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     limits: Limits,
+    tls: Option<crate::tls::ServerTls>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let service = tower::ServiceBuilder::new()
@@ -114,11 +123,15 @@ pub async fn serve(
         let service = service.clone();
         let watcher = graceful.watcher();
         let limits = limits.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            // hyper's header timeout starts at the first byte: a connection that never sends
-            // one is closed here.
+            // The first byte, and with TLS the whole handshake and the first byte of the
+            // request, must come within the header timeout (hyper's version detection reads the
+            // first bytes with no timeout). hyper's own header timeout then bounds each request
+            // head.
+            let deadline = tokio::time::Instant::now() + limits.header_timeout;
             let mut first = [0u8; 1];
-            match tokio::time::timeout(limits.header_timeout, stream.peek(&mut first)).await {
+            match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
                 Ok(Ok(n)) if n > 0 => {}
                 _ => return,
             }
@@ -129,11 +142,23 @@ pub async fn serve(
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout);
-            let conn = builder.serve_connection_with_upgrades(
-                TokioIo::new(stream),
-                TowerToHyperService::new(service),
-            );
-            let _ = watcher.watch(conn.into_owned()).await;
+            let service = TowerToHyperService::new(service);
+            match tls {
+                None => {
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn.into_owned()).await;
+                }
+                Some(_) if first[0] != TLS_HANDSHAKE => refuse_plain(stream).await,
+                Some(tls) => {
+                    let Some(stream) = accept_tls(stream, tls, deadline, peer).await else {
+                        return;
+                    };
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn.into_owned()).await;
+                }
+            }
             drop(place);
         });
     }
@@ -141,3 +166,154 @@ pub async fn serve(
     let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
     Ok(())
 }
+
+/// A TLS connection whose handshake and first byte of request arrived by `deadline`: hyper's
+/// version detection reads the first bytes with no timeout of its own, so they are waited for
+/// here (as `peek` does for plain connections), then handed back in front of the stream.
+async fn accept_tls(
+    stream: tokio::net::TcpStream,
+    tls: crate::tls::ServerTls,
+    deadline: tokio::time::Instant,
+    peer: std::net::SocketAddr,
+) -> Option<Rewound<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> {
+    use tokio::io::AsyncReadExt;
+    let accept = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
+    let mut stream = match tokio::time::timeout_at(deadline, accept).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            // An untrusting client's alert, a scanner: not worth more than a debug line.
+            tracing::debug!("TLS handshake with {peer} failed: {e}");
+            return None;
+        }
+        Err(_) => return None,
+    };
+    let mut first = [0u8; 1];
+    match tokio::time::timeout_at(deadline, stream.read(&mut first)).await {
+        Ok(Ok(1)) => Some(Rewound {
+            first: Some(first[0]),
+            inner: stream,
+        }),
+        _ => None,
+    }
+}
+
+/// A stream with the byte already read from it put back in front.
+struct Rewound<S> {
+    first: Option<u8>,
+    inner: S,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Rewound<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if buf.remaining() > 0 {
+            if let Some(b) = self.first.take() {
+                buf.put_slice(&[b]);
+                return std::task::Poll::Ready(Ok(()));
+            }
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Rewound<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A plain-HTTP request on a TLS port: read its head (so the answer is not lost to a reset, and
+/// to learn the host it asked for), answer `400` with a JSON error saying to use `https://`,
+/// and close. Each step is bounded; nothing of the request is logged.
+async fn refuse_plain(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let step = Duration::from_secs(2);
+    let mut head = Vec::new();
+    let mut buf = [0u8; 2048];
+    let _ = tokio::time::timeout(step, async {
+        while head.len() < 8192 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    let url = match host_header(&head) {
+        Some(host) => format!("https://{host}"),
+        None => "https://".to_string(),
+    };
+    let body = serde_json::json!({
+        "error": format!("this server takes TLS only (HTTPS): use {url}")
+    })
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(step, async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await?;
+        // Drain what the client still sends until it closes, so the answer is not reset.
+        while stream.read(&mut buf).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+}
+
+/// The `Host` header of a request head, if it has a plausible one.
+fn host_header(head: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(head).ok()?;
+    text.lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("host")
+                .then(|| value.trim())
+        })
+        .filter(|h| {
+            !h.is_empty()
+                && h.len() <= 255
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        })
+        .map(String::from)
+}
+
+#[cfg(test)]
+mod tests;

@@ -45,6 +45,8 @@ pub fn with_env(mut cmd: Command) -> Command {
                     .env("DIFFUSE_CONFIG")
                     .value_name("FILE")
                     .value_parser(clap::value_parser!(PathBuf))
+                    // Under "Options", not the heading of the options before it.
+                    .help_heading(None::<&str>)
                     .help(
                         "Settings file [default: the first of ./diffuse.toml, \
                          $XDG_CONFIG_HOME/diffuse/diffuse.toml, /etc/diffuse/diffuse.toml]; \

@@ -31,6 +31,10 @@ enum Command {
     Demo(live::run::DemoArgs),
     /// Run a task file on local workers: the embedded default (dispatcher, journal, workers).
     /// Ctrl-C stops it; --resume continues it.
+    ///
+    /// Everything stays on this machine and speaks plain HTTP on the loopback (127.0.0.1): no
+    /// TLS. TLS (--tls-cert, --tls-key, --tls-ca) is for `diffuse dispatcher` and `diffuse
+    /// worker` on a cluster.
     Run(live::run::RunArgs),
     /// Serve the dispatcher: HTTP API, worker sessions, journal.
     Dispatcher(Box<live::serve::DispatcherArgs>),

@@ -96,6 +96,9 @@ pub struct DispatcherConfig {
     /// Shared-storage emulation: serve `file://` objects under this root at this many bytes/s
     /// (see [`crate::gateway`]).
     pub storage_gateway: Option<(PathBuf, f64)>,
+    /// What the dispatcher trusts when it fetches captured output from workers' peer servers
+    /// over TLS (`--tls-ca`).
+    pub trust: crate::tls::Trust,
 }
 
 /// A cheap, cloneable handle to a running dispatcher.
@@ -241,8 +244,9 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
         tokens: Arc::new(cfg.tokens),
         conns: Arc::new(AtomicU64::new(1)),
         gateway,
-        http: reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
+        http: cfg
+            .trust
+            .reqwest(reqwest::Client::builder().connect_timeout(Duration::from_secs(10)))
             .build()?,
         pool: Arc::new(Mutex::new(pool_task)),
         pool_tx,
@@ -406,11 +410,13 @@ pub fn router(handle: Handle) -> Router {
         .merge(gateway)
 }
 
-/// Serve the API on `listener` under `limits` until `shutdown` resolves.
+/// Serve the API on `listener` under `limits`, over TLS if `tls` is given, until `shutdown`
+/// resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: Handle,
     limits: crate::server::Limits,
+    tls: Option<crate::tls::ServerTls>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let pool = handle.pool.lock().expect("pool").take();
@@ -418,7 +424,7 @@ pub async fn serve(
         tokio::spawn(pool.run(rx));
     }
     let pool_tx = handle.pool_tx.clone();
-    let served = crate::server::serve(listener, router(handle), limits, shutdown).await;
+    let served = crate::server::serve(listener, router(handle), limits, tls, shutdown).await;
     if let Some(tx) = pool_tx {
         // Give every worker of the pool back before exiting.
         let (done, wait) = oneshot::channel();
@@ -632,7 +638,12 @@ async fn logs(
         .bearer_auth(&h.tokens.worker)
         .send()
         .await
-        .map_err(|e| ApiError::Internal(format!("worker {node}: {e}")))?;
+        .map_err(|e| {
+            ApiError::Internal(format!(
+                "worker {node} at {peer}: {}",
+                crate::tls::describe(&e)
+            ))
+        })?;
     if resp.status() == reqwest::StatusCode::NOT_FOUND {
         return Err(ApiError::NotFound(format!(
             "attempt {attempt} of '{id}' printed nothing on {stream} (or worker {node} no longer keeps it)"

@@ -86,6 +86,10 @@ pub struct PoolConfig {
     pub dispatcher_url: String,
     /// The worker token (passed in the environment).
     pub worker_token: String,
+    /// More environment for every worker: the dispatcher's TLS settings as
+    /// `DIFFUSE_WORKER_TLS_CERT`, `..._KEY` and `..._CA` (file paths; a `--worker-arg` flag
+    /// wins over them, as flags win over the environment).
+    pub worker_env: Vec<(String, String)>,
     /// The `diffuse` executable workers run.
     pub exe: PathBuf,
     /// Logs and scripts of the pool.
@@ -132,14 +136,16 @@ impl PoolConfig {
             request.to_string(),
         ];
         args.extend(self.worker_args.iter().cloned());
+        let mut env = vec![
+            ("DIFFUSE_DISPATCHER".into(), self.dispatcher_url.clone()),
+            ("DIFFUSE_WORKER_TOKEN".into(), self.worker_token.clone()),
+            ("DIFFUSE_POOL_REQUEST".into(), request.to_string()),
+        ];
+        env.extend(self.worker_env.iter().cloned());
         Launch {
             exe: self.exe.clone(),
             args,
-            env: vec![
-                ("DIFFUSE_DISPATCHER".into(), self.dispatcher_url.clone()),
-                ("DIFFUSE_WORKER_TOKEN".into(), self.worker_token.clone()),
-                ("DIFFUSE_POOL_REQUEST".into(), request.to_string()),
-            ],
+            env,
             cores: self.cores,
             dispatcher: self.dispatcher_url.clone(),
         }

@@ -55,7 +55,7 @@ use tokio_tungstenite::tungstenite::Message;
 /// Settings of a worker.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
-    /// Dispatcher base URL, `http://host:port`.
+    /// Dispatcher base URL, `http://host:port` (`https://` over TLS).
     pub dispatcher: String,
     /// The elastic pool's request this worker answers, when a provisioner started it.
     pub request: Option<String>,
@@ -113,6 +113,11 @@ pub struct WorkerConfig {
     pub limits: crate::server::Limits,
     /// Its rack, told to the dispatcher (MixApart's rack-local tier).
     pub rack: Option<String>,
+    /// Serve the peer data server over TLS with this certificate and key; the advertised peer
+    /// URL is then `https://`.
+    pub tls: Option<crate::tls::ServerTls>,
+    /// What it trusts when it connects over TLS: to the dispatcher (`https://`), and to peers.
+    pub trust: crate::tls::Trust,
 }
 
 /// What this machine has, for a worker's defaults.
@@ -316,7 +321,7 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
             Some(url) => storage.with_gateway(url.clone(), cfg.token.clone()),
             None => storage,
         },
-        http: reqwest::Client::new(),
+        http: cfg.trust.reqwest(reqwest::Client::builder()).build()?,
         token: cfg.token.clone(),
         inflight: Mutex::new(HashMap::new()),
         out: out_tx,
@@ -350,11 +355,17 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         listener,
         peer_router,
         cfg.limits.clone(),
+        cfg.tls.clone(),
         async {
             let _ = peer_stopped.await;
         },
     ));
     let mut signals = Signals::new(cfg.leave_at)?;
+    // The WebSocket's TLS settings, built once (they read the system's roots).
+    let ws_tls = cfg
+        .dispatcher
+        .starts_with("https://")
+        .then(|| cfg.trust.client_config());
 
     // One session per connection. When a connection is lost the running tasks are stopped (the
     // dispatcher has given their attempts up and runs them again, so their results would be
@@ -367,7 +378,7 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
     let mut delay = RECONNECT_FIRST;
     let outcome = loop {
         let connected = tokio::select! {
-            c = connect(&cfg, &ctx, bound) => c,
+            c = connect(&cfg, &ctx, bound, ws_tls.clone()) => c,
             () = signals.next() => break Ok(()),
         };
         match connected {
@@ -652,11 +663,14 @@ enum Connect {
     Unreachable(anyhow::Error),
 }
 
-/// Connect, say hello with everything the cache holds now, and wait for the welcome.
+/// Connect (over TLS with `tls` when the URL is `https://`), say hello with everything the
+/// cache holds now, and wait for the welcome. A TLS failure (an untrusted certificate, a
+/// dispatcher that does not speak TLS) and a refusal are not retried.
 async fn connect(
     cfg: &WorkerConfig,
     ctx: &Ctx,
     bound: std::net::SocketAddr,
+    tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<(Ws, Duration), Connect> {
     use tokio_tungstenite::tungstenite::Error as WsError;
     let refused = |e: anyhow::Error| Connect::Refused(e);
@@ -671,23 +685,46 @@ async fn connect(
     let auth =
         HeaderValue::from_str(&format!("Bearer {}", cfg.token)).map_err(|e| refused(e.into()))?;
     request.headers_mut().insert("authorization", auth);
-    let (mut ws, _) = tokio_tungstenite::connect_async(request)
-        .await
-        .map_err(|e| {
-            let text = anyhow::anyhow!(
-                "cannot connect to the dispatcher at {}: {e}",
-                cfg.dispatcher
-            );
-            match e {
-                WsError::Http(_) | WsError::Url(_) | WsError::HttpFormat(_) => refused(text),
-                _ => Connect::Unreachable(text),
-            }
-        })?;
+    let connector = tls.map(tokio_tungstenite::Connector::Rustls);
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector)
+            .await
+            .map_err(|e| {
+                let why = match &e {
+                    // The dispatcher's answer says why (a TLS port asked in plain HTTP says so).
+                    WsError::Http(resp) => {
+                        let body = resp
+                            .body()
+                            .as_deref()
+                            .map(String::from_utf8_lossy)
+                            .unwrap_or_default();
+                        let body: String = body.trim().chars().take(300).collect();
+                        format!("{e} {body}")
+                    }
+                    _ => crate::tls::describe(&e),
+                };
+                let text = anyhow::anyhow!(
+                    "cannot connect to the dispatcher at {}: {why}",
+                    cfg.dispatcher
+                );
+                let tls_failed = crate::tls::tls_failure(&e).is_some();
+                match e {
+                    WsError::Http(_)
+                    | WsError::Url(_)
+                    | WsError::HttpFormat(_)
+                    | WsError::Tls(_) => refused(text),
+                    _ if tls_failed => refused(text),
+                    _ => Connect::Unreachable(text),
+                }
+            })?;
     let local_ip = match ws.get_ref() {
         tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp.local_addr().ok().map(|a| a.ip()),
+        tokio_tungstenite::MaybeTlsStream::Rustls(tls) => {
+            tls.get_ref().0.local_addr().ok().map(|a| a.ip())
+        }
         _ => None,
     };
-    let peer_url = peer_url(cfg.advertise.as_deref(), bound, local_ip);
+    let peer_url = peer_url(cfg.advertise.as_deref(), bound, local_ip, cfg.tls.is_some());
     let held = {
         let cache = ctx.cache.lock().expect("cache lock");
         cache
@@ -746,11 +783,13 @@ async fn connect(
 
 /// The URL peers fetch this worker's cache at: `advertise` if given; else the address the peer
 /// server is bound to, or, if that is a wildcard, the local address of the connection to the
-/// dispatcher (the address on the route other hosts use to reach this one).
+/// dispatcher (the address on the route other hosts use to reach this one). `https://` when
+/// the peer server serves TLS.
 fn peer_url(
     advertise: Option<&str>,
     bound: std::net::SocketAddr,
     local_ip: Option<std::net::IpAddr>,
+    tls: bool,
 ) -> String {
     let host = match (advertise, bound.ip().is_unspecified(), local_ip) {
         (Some(h), _, _) => h.to_string(),
@@ -761,7 +800,8 @@ fn peer_url(
         Ok(v6) => format!("[{v6}]"),
         Err(_) => host,
     };
-    format!("http://{host}:{}", bound.port())
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{host}:{}", bound.port())
 }
 
 /// Serve one connection: run what the dispatcher assigns, report what happens. Ok when told to

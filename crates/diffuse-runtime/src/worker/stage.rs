@@ -294,7 +294,7 @@ async fn fetch_peer(
         .bearer_auth(&ctx.token)
         .send()
         .await
-        .map_err(|e| Failed::Other(e.to_string()))?;
+        .map_err(|e| Failed::Other(crate::tls::describe(&e)))?;
     if !resp.status().is_success() {
         return Err(Failed::Other(format!("status {}", resp.status())));
     }

@@ -1,4 +1,10 @@
-//! The client commands: `submit`, `status`, `wait`.
+//! The client commands: `submit`, `status`, `wait`, `logs`, `cancel` (and the [`Client`] that
+//! `tasks`, `locate` and `place` use too).
+//!
+//! A dispatcher served over TLS is named with `https://`; `--tls-ca FILE` (or `DIFFUSE_TLS_CA`)
+//! adds a site's CA to the roots trusted (the system's and the built-in ones stay). A failed TLS
+//! handshake (an untrusted certificate, a server that does not speak TLS) is an error at once,
+//! never retried, and says what to do.
 //!
 //! `diffuse submit` checks the whole task file first (nothing is sent if any line is wrong),
 //! then sends it in batches of at most [`BATCH_TASKS`] tasks and [`BATCH_BYTES`] bytes, each
@@ -31,6 +37,10 @@ pub struct ClientArgs {
     /// File holding the client token [default: $DIFFUSE_CLIENT_TOKEN].
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// CA certificates (a PEM bundle) to trust, besides the system's, for an https://
+    /// dispatcher: a site's own CA.
+    #[arg(long, env = "DIFFUSE_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
 }
 
 /// Arguments of `diffuse submit`.
@@ -106,14 +116,30 @@ impl Client {
             .clone()
             .or_else(|| std::env::var("DIFFUSE_DISPATCHER").ok())
             .unwrap_or_else(|| DEFAULT_DISPATCHER.into());
+        let trust = diffuse_runtime::tls::Trust::from_option(a.tls_ca.as_deref())
+            .context("--tls-ca/DIFFUSE_TLS_CA")?;
         Ok(Client {
             url: url.trim_end_matches('/').to_string(),
             token: read_token(&a.token_file, "DIFFUSE_CLIENT_TOKEN", "--token-file")?,
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(10))
-                .timeout(Duration::from_secs(300))
+            http: trust
+                .reqwest(
+                    reqwest::Client::builder()
+                        .connect_timeout(Duration::from_secs(10))
+                        .timeout(Duration::from_secs(300)),
+                )
                 .build()?,
         })
+    }
+
+    /// The error of a request that got no answer: a failed TLS handshake (not worth retrying),
+    /// or an unreachable dispatcher; with the causes and, for TLS, what to do.
+    pub(crate) fn unanswered(&self, e: &reqwest::Error) -> CallError {
+        let why = diffuse_runtime::tls::describe(e);
+        if diffuse_runtime::tls::tls_failure(e).is_some() {
+            CallError::Tls(format!("cannot connect to {}: {why}", self.url))
+        } else {
+            CallError::Unreachable(format!("cannot reach {}: {why}", self.url))
+        }
     }
 
     /// Send `req`; the JSON answer, or an error with the dispatcher's message (or the HTTP
@@ -124,7 +150,7 @@ impl Client {
             .bearer_auth(&self.token)
             .send()
             .await
-            .map_err(|e| CallError::Unreachable(format!("cannot reach {}: {e}", self.url)))?;
+            .map_err(|e| self.unanswered(&e))?;
         let code = resp.status();
         let text = resp.text().await.unwrap_or_default();
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
@@ -150,7 +176,11 @@ impl Client {
 
 #[derive(Debug)]
 pub(crate) enum CallError {
+    /// No answer (the dispatcher may be restarting): worth retrying.
     Unreachable(String),
+    /// The TLS handshake failed: retrying would not help.
+    Tls(String),
+    /// An answer other than success.
     Refused { code: u16, message: String },
 }
 
@@ -164,7 +194,9 @@ impl CallError {
                 eprintln!("error: {why}");
                 Ok(ExitCode::from(1))
             }
-            CallError::Refused { message, .. } | CallError::Unreachable(message) => {
+            CallError::Refused { message, .. }
+            | CallError::Unreachable(message)
+            | CallError::Tls(message) => {
                 bail!("{message}")
             }
         }
@@ -174,7 +206,9 @@ impl CallError {
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CallError::Unreachable(m) | CallError::Refused { message: m, .. } => f.write_str(m),
+            CallError::Unreachable(m)
+            | CallError::Tls(m)
+            | CallError::Refused { message: m, .. } => f.write_str(m),
         }
     }
 }
@@ -545,7 +579,7 @@ pub fn logs(a: LogsArgs) -> Result<ExitCode> {
             .bearer_auth(&c.token)
             .send()
             .await
-            .with_context(|| format!("cannot reach {}", c.url))?;
+            .map_err(|e| anyhow::anyhow!("{}", c.unanswered(&e)))?;
         let code = resp.status();
         let body = resp.bytes().await?;
         if !code.is_success() {
@@ -602,7 +636,11 @@ pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
                     let why = message.split_once("): ").map_or(&*message, |(_, m)| m);
                     eprintln!("{id}: {why}");
                 }
-                Err(CallError::Refused { message, .. } | CallError::Unreachable(message)) => {
+                Err(
+                    CallError::Refused { message, .. }
+                    | CallError::Unreachable(message)
+                    | CallError::Tls(message),
+                ) => {
                     bail!("{message}")
                 }
             }

@@ -122,6 +122,7 @@ fn read_token(file: &Option<PathBuf>, env: &str, flag: &str) -> Result<String> {
     Ok(token)
 }
 
+/// Warn if `file` (a token or a TLS key) is readable by group or others.
 fn warn_if_exposed(file: &Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(m) = std::fs::metadata(file) {

@@ -64,7 +64,7 @@ pub struct PoolArgs {
     #[arg(long = "worker-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub worker_args: Vec<String>,
     /// The URL workers reach this dispatcher at [default: from --listen; an unspecified
-    /// address becomes this host's name].
+    /// address becomes this host's name; https:// with --tls-cert].
     #[arg(long)]
     pub url: Option<String>,
     /// Where the pool keeps worker logs and its batch script [default: <journal>.pool/]. On a
@@ -139,12 +139,15 @@ fn handoff_budget(s: &str) -> Result<Budget, String> {
 
 impl PoolArgs {
     /// The core's provisioning and the pool's settings, or the reason they cannot be (the
-    /// message names the flag).
+    /// message names the flag). With `https` (the dispatcher serves TLS) the default URL is
+    /// `https://`; `worker_env` (its TLS settings) goes to every worker it starts.
     pub fn resolve(
         &self,
         listen: std::net::SocketAddr,
         journal: &Path,
         worker_token: &str,
+        https: bool,
+        worker_env: Vec<(String, String)>,
     ) -> Result<(Provisioning, Option<HandoffConfig>, Option<PoolConfig>), String> {
         let max = self.max_workers.unwrap_or(4);
         if self.provisioner == Provisioner::Static {
@@ -205,6 +208,7 @@ impl PoolArgs {
             (None, Provisioner::Local) => format!("{}/{{request}}", pool_dir.display()),
             (None, _) => "/tmp/diffuse-{request}".into(),
         };
+        let scheme = if https { "https" } else { "http" };
         let url = match &self.url {
             Some(u) => u.trim_end_matches('/').to_string(),
             None if listen.ip().is_unspecified() => {
@@ -213,10 +217,15 @@ impl PoolArgs {
                 } else {
                     hostname()
                 };
-                format!("http://{host}:{}", listen.port())
+                format!("{scheme}://{host}:{}", listen.port())
             }
-            None => format!("http://{listen}"),
+            None => format!("{scheme}://{listen}"),
         };
+        if https && url.starts_with("http://") {
+            return Err(format!(
+                "--url {url}: this dispatcher serves TLS (--tls-cert): give an https:// URL"
+            ));
+        }
         if listen.port() == 0 && self.url.is_none() {
             return Err(
                 "--listen with port 0: workers could not find the dispatcher; give a port or --url"
@@ -233,6 +242,7 @@ impl PoolArgs {
             worker_args: self.worker_args.clone(),
             dispatcher_url: url,
             worker_token: worker_token.to_string(),
+            worker_env,
             exe: std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?,
             state_dir: pool_dir,
             prefix: prefix(&journal),

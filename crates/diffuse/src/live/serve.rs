@@ -1,4 +1,7 @@
 //! `diffuse dispatcher` and `diffuse worker`: the two long-running services of a cluster.
+//!
+//! Both serve HTTP, over TLS with `--tls-cert` and `--tls-key` ([`TlsArgs`]), and trust a site's
+//! CA for their own connections with `--tls-ca`.
 
 use super::{harden, logging, read_token, runtime, seconds, SchedArgs, StorageArgs};
 use crate::size::parse_size;
@@ -34,6 +37,62 @@ impl LimitArgs {
         }
         l.header_timeout = self.header_timeout;
         l
+    }
+}
+
+/// TLS settings shared by `dispatcher` and `worker`. Off unless --tls-cert and --tls-key are
+/// given.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "TLS")]
+pub struct TlsArgs {
+    /// Serve over TLS on the --listen address with this certificate chain (PEM, the server's
+    /// certificate first): the dispatcher's API, worker WebSocket and /metrics, or a worker's
+    /// peer data server. URLs are then https:// (wss:// for the WebSocket). Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM); keep it readable by this user only.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA certificates (a PEM bundle) to trust besides the system's, for this process's own
+    /// TLS connections: a worker's to the dispatcher and to its peers, the dispatcher's to
+    /// workers (for `diffuse logs`). A dispatcher's elastic pool passes its --tls-cert,
+    /// --tls-key and --tls-ca on to the workers it starts.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The server's TLS settings, if TLS is on; an error names the flag and the file.
+    fn server(&self) -> Result<Option<diffuse_runtime::tls::ServerTls>> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        super::warn_if_exposed(key);
+        diffuse_runtime::tls::server_config(cert, key)
+            .context("--tls-cert/--tls-key")
+            .map(Some)
+    }
+
+    /// What this process trusts for its own connections.
+    fn trust(&self) -> Result<diffuse_runtime::tls::Trust> {
+        diffuse_runtime::tls::Trust::from_option(self.tls_ca.as_deref()).context("--tls-ca")
+    }
+
+    /// The environment that gives a worker the same settings (absolute paths), for the workers
+    /// an elastic pool starts.
+    fn worker_env(&self) -> Result<Vec<(String, String)>> {
+        let mut env = Vec::new();
+        for (var, path) in [
+            ("DIFFUSE_WORKER_TLS_CERT", &self.tls_cert),
+            ("DIFFUSE_WORKER_TLS_KEY", &self.tls_key),
+            ("DIFFUSE_WORKER_TLS_CA", &self.tls_ca),
+        ] {
+            if let Some(p) = path {
+                let p = std::path::absolute(p).with_context(|| p.display().to_string())?;
+                env.push((var.to_string(), p.display().to_string()));
+            }
+        }
+        Ok(env)
     }
 }
 
@@ -92,6 +151,8 @@ pub struct DispatcherArgs {
     #[command(flatten)]
     storage: StorageArgs,
     #[command(flatten)]
+    tls: TlsArgs,
+    #[command(flatten)]
     pool: super::pool::PoolArgs,
 }
 
@@ -128,7 +189,16 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         )?,
         metrics,
     };
-    let (provisioning, handoff, pool) = match a.pool.resolve(a.listen, &a.journal, &tokens.worker) {
+    let tls = a.tls.server()?;
+    let trust = a.tls.trust()?;
+    let worker_env = a.tls.worker_env()?;
+    let (provisioning, handoff, pool) = match a.pool.resolve(
+        a.listen,
+        &a.journal,
+        &tokens.worker,
+        tls.is_some(),
+        worker_env,
+    ) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -152,6 +222,7 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         task_timeout: a.task.task_timeout,
         fixed_pool: None,
         storage_gateway: None,
+        trust,
     })
     .with_context(|| format!("cannot start with journal {}", a.journal.display()))?;
     let limits = a.limits.limits();
@@ -161,11 +232,12 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
             .await
             .with_context(|| format!("--listen {}", a.listen))?;
         tracing::info!(
-            "dispatcher listening on http://{} (at most {} connections)",
+            "dispatcher listening on {}://{} (at most {} connections)",
+            if tls.is_some() { "https" } else { "http" },
             listener.local_addr()?,
             limits.max_connections
         );
-        dispatcher::serve(listener, handle, limits, stop_signal()).await?;
+        dispatcher::serve(listener, handle, limits, tls, stop_signal()).await?;
         tracing::info!("stopping: the journal is closed after its last writes");
         Ok::<_, anyhow::Error>(())
     })?;
@@ -189,7 +261,7 @@ async fn stop_signal() {
 /// Arguments of `diffuse worker`.
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
-    /// Dispatcher URL.
+    /// Dispatcher URL (https:// for one served over TLS).
     #[arg(long, env = "DIFFUSE_DISPATCHER", default_value = super::DEFAULT_DISPATCHER)]
     dispatcher: String,
     /// The elastic pool's request this worker answers; set by the dispatcher's provisioner in
@@ -297,6 +369,8 @@ pub struct WorkerArgs {
     limits: LimitArgs,
     #[command(flatten)]
     storage: StorageArgs,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 /// `diffuse worker`: the guard, which runs the worker proper as its child (see
@@ -312,6 +386,8 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
     logging();
     a.storage.apply();
     let token = read_token(&a.token_file, "DIFFUSE_WORKER_TOKEN", "--token-file")?;
+    let tls = a.tls.server()?;
+    let trust = a.tls.trust()?;
     let task_user = match &a.task_user {
         Some(u) => Some(TaskUser::parse(u).map_err(|e| anyhow::anyhow!("--task-user: {e}"))?),
         None => None,
@@ -369,6 +445,8 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         task_user,
         task_env_drop: a.task_env_drop,
         limits: a.limits.limits(),
+        tls,
+        trust,
     }))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -208,6 +208,9 @@ pub struct Cluster {
     pub dispatcher_args: Vec<String>,
     /// A command the dispatcher is started under (e.g. `prlimit --nofile=1024:1024 --`).
     pub dispatcher_prefix: Vec<String>,
+    /// With TLS: the dispatcher and the workers serve with this certificate and trust its CA,
+    /// URLs are `https://`, and `http` trusts the CA.
+    pub tls: Option<super::pki::Pki>,
     pub dir: tempfile::TempDir,
 }
 
@@ -220,6 +223,21 @@ impl Cluster {
 
     /// [`Cluster::start`] with extra dispatcher arguments, under `prefix` (may be empty).
     pub fn start_with(env: &[(&str, &str)], args: &[&str], prefix: &[&str]) -> Cluster {
+        Cluster::start_full(env, args, prefix, None)
+    }
+
+    /// [`Cluster::start_with`] over TLS with `pki`'s certificate ([`super::pki::Pki`]): the
+    /// dispatcher and every worker get `--tls-cert`, `--tls-key` and `--tls-ca`.
+    pub fn start_tls(env: &[(&str, &str)], args: &[&str], pki: super::pki::Pki) -> Cluster {
+        Cluster::start_full(env, args, &[], Some(pki))
+    }
+
+    fn start_full(
+        env: &[(&str, &str)],
+        args: &[&str],
+        prefix: &[&str],
+        tls: Option<super::pki::Pki>,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
         let mut c = Cluster {
@@ -230,12 +248,13 @@ impl Cluster {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            http: http(),
+            http: tls.as_ref().map_or_else(http, |p| p.http()),
             dispatcher: None,
             workers: Vec::new(),
             extra: Vec::new(),
             dispatcher_args: args.iter().map(|a| a.to_string()).collect(),
             dispatcher_prefix: prefix.iter().map(|a| a.to_string()).collect(),
+            tls,
             dir,
         };
         c.spawn_dispatcher();
@@ -265,7 +284,8 @@ impl Cluster {
                 .args(["--listen", &format!("127.0.0.1:{port}")])
                 .arg("--journal")
                 .arg(&journal)
-                .args(&self.dispatcher_args);
+                .args(&self.dispatcher_args)
+                .args(self.tls_flags());
             self.envs(&mut cmd);
             let n = self.extra.len();
             let mut p = Proc::spawn(
@@ -273,7 +293,7 @@ impl Cluster {
                 &mut cmd,
                 self.path(&format!("dispatcher-{n}-{attempt}.log")),
             );
-            self.url = format!("http://127.0.0.1:{port}");
+            self.url = format!("{}://127.0.0.1:{port}", self.scheme());
             let start = Instant::now();
             let up = loop {
                 if p.exited().is_some() {
@@ -361,6 +381,23 @@ impl Cluster {
         }
     }
 
+    /// `https` with TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The TLS flags of a server of this cluster (none without TLS).
+    pub fn tls_flags(&self) -> Vec<String> {
+        self.tls
+            .as_ref()
+            .map(|p| p.server_flags())
+            .unwrap_or_default()
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
@@ -394,9 +431,10 @@ impl Cluster {
             .args(["--cache-size", cache_size])
             .args(["--slots", &slots.to_string()])
             .args(["--name", name])
-            .args(["--listen", &format!("127.0.0.1:{port}")]);
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(self.tls_flags());
         self.envs(&mut cmd);
-        (cmd, format!("http://127.0.0.1:{port}"))
+        (cmd, format!("{}://127.0.0.1:{port}", self.scheme()))
     }
 
     /// Start a worker; returns the URL of its peer data server.
