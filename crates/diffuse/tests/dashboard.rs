@@ -9,7 +9,6 @@ use common::cluster::*;
 use common::host::{is_root, skip};
 use serde_json::json;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 fn chromium() -> Option<&'static str> {
     ["chromium", "chromium-browser"].into_iter().find(|c| {
@@ -93,6 +92,9 @@ fn the_dashboard_draws_live_figures_in_chromium() {
     let series = c.http.get(format!("{}/v1/series", c.url)).send().unwrap();
     assert_eq!(series.status(), 401, "the series needs a token");
 
+    // The dispatcher samples once a second: wait for a few samples to draw.
+    let samples = |c: &Cluster| c.get("/v1/series").as_array().map_or(0, Vec::len);
+    poll("three samples", || (samples(&c) >= 3).then_some(()));
     let profile = c.path("chromium");
     let url = format!("{}/#token={}", c.url, c.client_token);
     let first = dump_dom(browser, &profile, &url, 4000);
@@ -116,7 +118,10 @@ fn the_dashboard_draws_live_figures_in_chromium() {
     for id in ["c", "d", "e"] {
         c.wait_succeeded(id);
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    let before = samples(&c);
+    poll("two more samples", || {
+        (samples(&c) >= before + 2).then_some(())
+    });
     let second = dump_dom(browser, &profile, &url, 4000);
     assert_eq!(body_attr(&second, "succeeded"), 5);
     assert!(
