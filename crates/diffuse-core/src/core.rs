@@ -40,6 +40,7 @@ use jobs::Share;
 mod placement;
 mod prefetch;
 mod provisioning;
+mod sources;
 
 use dataflow::{Intermediate, JobEntry};
 
@@ -92,6 +93,10 @@ pub struct CoreConfig {
     /// their cache quota ([`Core::handle_node_cache`]); a node that does not is left alone.
     #[serde(default)]
     pub two_mark: bool,
+    /// Bandwidth prediction from past transfers ([`crate::bandwidth`]): which holder a reader
+    /// reads from.
+    #[serde(default)]
+    pub bandwidth: crate::bandwidth::BandwidthConfig,
 }
 
 fn one() -> u32 {
@@ -114,6 +119,7 @@ impl Default for CoreConfig {
             storage_cap: None,
             prefetch: None,
             two_mark: false,
+            bandwidth: Default::default(),
         }
     }
 }
@@ -369,6 +375,8 @@ pub struct Core {
     transfers: prefetch::Transfers,
     /// 2Mark's marks and model of the caches (`two_mark`, with a policy that caches).
     two_mark: Option<crate::twomark::TwoMark>,
+    /// Rates achieved by past transfers, per pair ([`Core::handle_transfer`]).
+    bandwidth: crate::bandwidth::Predictor,
 }
 
 impl Core {
@@ -386,6 +394,7 @@ impl Core {
         };
         let caches = (cfg.handoff.is_some() && policy.uses_locality()).then(CacheModel::new);
         let two_mark = (cfg.two_mark && policy.uses_locality()).then(crate::twomark::TwoMark::new);
+        let bandwidth = cfg.bandwidth;
         let tracking = policy.uses_locality();
         Core {
             cfg,
@@ -425,6 +434,7 @@ impl Core {
             racks: Racks::new(),
             transfers: prefetch::Transfers::default(),
             two_mark,
+            bandwidth: crate::bandwidth::Predictor::new(bandwidth),
         }
     }
 
@@ -1018,9 +1028,11 @@ impl Core {
         let use_locality = self.caches_for(task);
         let t = self.tasks.get_mut(&task).expect("task exists");
         t.attempt += 1;
-        let mut inputs = Vec::with_capacity(t.inputs.len());
+        // Taken out while sources are picked (which reads the rest of the core), put back below.
+        let task_inputs = std::mem::take(&mut t.inputs);
+        let mut inputs = Vec::with_capacity(task_inputs.len());
         let mut peers: Vec<NodeId> = Vec::new();
-        for input in &t.inputs {
+        for input in &task_inputs {
             // An intermediate object is read from a node that holds it, under any policy: it
             // is not on persistent storage.
             let kept = match self.intermediates.get_mut(&input.object) {
@@ -1041,19 +1053,7 @@ impl Core {
                 }
                 Source::Local
             } else {
-                let holders = self.index.holders(input.object);
-                let limit = self.cfg.peer_read_limit;
-                // The least busy holder, one in the reader's rack first.
-                match holders
-                    .iter()
-                    .map(|h| {
-                        let serving = self.nodes.get(h).map_or(u32::MAX, |n| n.serving);
-                        (!self.racks.same_rack(node, *h), serving, *h)
-                    })
-                    .filter(|(_, serving, _)| kept || limit == 0 || *serving < limit)
-                    .min()
-                    .map(|(_, _, h)| h)
-                {
+                match self.pick_holder(node, input.object, kept) {
                     Some(h) => {
                         peers.push(h);
                         Source::Peer(h)
@@ -1073,6 +1073,8 @@ impl Core {
                 pe.serving += 1;
             }
         }
+        let t = self.tasks.get_mut(&task).expect("task exists");
+        t.inputs = task_inputs;
         t.phase = Phase::Running {
             node,
             since: now,

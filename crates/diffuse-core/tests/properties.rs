@@ -196,6 +196,7 @@ impl Model {
             storage_cap: None,
             prefetch: None,
             two_mark: false,
+            bandwidth: Default::default(),
             handoff: knobs.handoff.map(|(budget, _)| HandoffConfig {
                 budget,
                 time_bound: Duration::from_secs(5),

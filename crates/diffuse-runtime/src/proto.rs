@@ -103,6 +103,25 @@ pub enum ToDispatcher {
     /// The worker is stopping (told to, or by a signal): its running tasks were stopped, not
     /// crashed, and should run elsewhere. The connection closes after this.
     Leaving,
+    /// Bytes it received from one source and how long that took (for bandwidth prediction):
+    /// one per source of each fetch.
+    Transferred {
+        /// The peer's base URL, or None for persistent storage.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<String>,
+        /// Bytes received.
+        bytes: u64,
+        /// Seconds from the first request to the last byte.
+        seconds: f64,
+    },
+    /// A peer's copy of this object did not match the digest the peer recorded for it: the
+    /// dispatcher has the holder check it (`Verify`).
+    BadCopy {
+        /// The URI.
+        uri: String,
+        /// The peer's base URL.
+        peer: String,
+    },
 }
 
 /// Size and version of one looked-up input, or why it cannot be read.
@@ -121,6 +140,10 @@ pub struct LookupResult {
     pub error: Option<String>,
 }
 
+/// Objects this large (bytes) are read from several holders at once, in chunks; smaller ones
+/// from one, where the extra requests would cost more than they save.
+pub const MULTI_SOURCE_MIN: u64 = 16 << 20;
+
 /// Where a worker reads one input from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "from", rename_all = "snake_case")]
@@ -131,6 +154,10 @@ pub enum InputSource {
     Peer {
         /// Peer base URL.
         url: String,
+        /// Other peers holding it: a large object is fetched in chunks from all of them at
+        /// once (GDS's multi-source transfer; `worker::multi`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        also: Vec<String>,
     },
     /// Persistent storage.
     Storage,
@@ -256,6 +283,12 @@ pub enum ToWorker {
     StorageRate {
         /// Bytes per second.
         bytes_per_s: Option<f64>,
+    },
+    /// Hash these held objects again and drop any that no longer match their recorded digest
+    /// (reported `Evicted`): a reader found a bad copy.
+    Verify {
+        /// URIs.
+        uris: Vec<String>,
     },
     /// Stop an attempt (its task was cancelled): its whole process group is killed, and it is
     /// reported as ended.
@@ -391,6 +424,7 @@ mod tests {
                 version: "3:1".into(),
                 source: InputSource::Peer {
                     url: "http://127.0.0.1:9".into(),
+                    also: Vec::new(),
                 },
             }],
             outputs: vec![],

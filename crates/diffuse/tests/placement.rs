@@ -159,17 +159,6 @@ fn cli(c: &Cluster, args: &[&str]) -> (Option<i32>, String, String) {
     (out.code, out.stdout, out.stderr)
 }
 
-fn object(c: &Cluster, uri: &str) -> Value {
-    let enc: String = uri
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    c.get(&format!("/v1/objects/{enc}"))
-}
-
 #[test]
 fn place_then_locate_an_intermediate_object() {
     let c = two_workers();
@@ -204,7 +193,7 @@ fn place_then_locate_an_intermediate_object() {
     c.wait_succeeded("read");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "hello\n");
     // `late` still needs it: written, on b, 6 bytes.
-    let v = object(&c, "tmp://x");
+    let v = c.object("tmp://x");
     assert_eq!(v["state"], "written", "{v}");
     assert_eq!(v["nodes"], json!(["b"]), "{v}");
     assert_eq!(v["size"], 6, "{v}");
@@ -213,7 +202,7 @@ fn place_then_locate_an_intermediate_object() {
     assert_eq!(code, Some(0));
     assert!(stdout.contains("being copied to 'a'"), "{stdout}");
     poll("the copy on a", || {
-        let v = object(&c, "tmp://x");
+        let v = c.object("tmp://x");
         (v["nodes"].as_array()?.len() == 2).then_some(())
     });
     let (code, stdout, _) = cli(&c, &["locate", "tmp://x"]);
@@ -221,7 +210,7 @@ fn place_then_locate_an_intermediate_object() {
     assert!(stdout.contains("written on "), "{stdout}");
     c.wait_succeeded("late");
     poll("released once nothing needs it", || {
-        (object(&c, "tmp://x")["state"] == "released").then_some(())
+        (c.object("tmp://x")["state"] == "released").then_some(())
     });
 
     // Refusals: exit 1 with the reason.

@@ -367,7 +367,7 @@ fn md5_file(path: &std::path::Path) -> String {
 }
 
 #[test]
-fn a_corrupted_cached_object_is_caught_at_local_use_and_at_a_peer_fetch() {
+fn a_corrupted_cached_object_is_caught_at_local_use_and_at_a_peer_fetch_and_its_holder_drops_it() {
     let mut c = Cluster::start(&[]);
     c.worker("A", 1, "100MB");
     c.wait_workers(1);
@@ -404,6 +404,15 @@ fn a_corrupted_cached_object_is_caught_at_local_use_and_at_a_peer_fetch() {
         "the corrupt peer copy was refused: {r3}"
     );
     assert_eq!(md5_file(&cached_file(&c, "B", &uri)), reference);
+    // B reported the bad copy; the dispatcher had A hash it again, and A dropped it: only B's
+    // copy is left to read.
+    let rotten = cached_file(&c, "A", &uri);
+    poll("A to drop its bad copy", || {
+        (!rotten.exists()).then_some(())
+    });
+    poll("the dispatcher to forget A's copy", || {
+        (c.object(&uri)["nodes"] == serde_json::json!(["B"])).then_some(())
+    });
     std::fs::write(&gate, b"").expect("open the gate");
     c.wait_succeeded("busy");
 }

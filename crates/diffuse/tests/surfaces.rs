@@ -59,6 +59,8 @@ fn metrics_pass_promtool_and_histograms_count_every_attempt() {
         "diffuse_prefetches_total{event=\"issued\"}",
         "diffuse_two_mark_total{event=\"moved\"}",
         "diffuse_storage_cap_bytes_per_second 1000000000",
+        // The worker's read of f from storage taught the predictor that link.
+        "diffuse_link_predicted_bytes_per_second{from=\"storage\",to=\"a\"}",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }

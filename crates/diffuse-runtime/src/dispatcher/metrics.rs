@@ -190,6 +190,25 @@ pub fn metrics_text(s: &Status) -> String {
             ],
         );
     }
+    if !s.links.is_empty() {
+        let samples: Vec<(String, f64)> = s
+            .links
+            .iter()
+            .map(|l| {
+                (
+                    format!("{{from=\"{}\",to=\"{}\"}}", label(&l.from), label(&l.to)),
+                    l.predicted_bytes_per_s,
+                )
+            })
+            .collect();
+        let samples: Vec<(&str, f64)> = samples.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        metric(
+            "diffuse_link_predicted_bytes_per_second",
+            "The rate predicted from one worker (or storage) to another by the transfers between them (GDS's mean over a window, times its feedback scale).",
+            "gauge",
+            &samples,
+        );
+    }
     if let Some(cap) = s.storage_cap {
         metric(
             "diffuse_storage_cap_bytes_per_second",
@@ -206,4 +225,11 @@ pub fn metrics_text(s: &Status) -> String {
     }
     out.push_str(&histograms);
     out
+}
+
+/// A label value with `\`, `"` and newlines escaped, as the exposition format wants.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

@@ -28,6 +28,7 @@
 
 pub mod cgroup;
 pub mod guard;
+mod multi;
 mod output;
 mod peer;
 pub mod process;
@@ -81,6 +82,9 @@ pub struct WorkerConfig {
     pub log_dir: Option<PathBuf>,
     /// Most bytes kept of each stream of each attempt.
     pub max_output: u64,
+    /// Most peers one large object is read from at once, in chunks (1: only the peer the
+    /// dispatcher named).
+    pub fetch_sources: usize,
     /// Captured output older than this is deleted.
     pub log_retention: Duration,
     /// Captured output beyond this many bytes in all is deleted, oldest first.
@@ -200,6 +204,8 @@ pub(crate) struct Ctx {
     logs: PathBuf,
     /// Most bytes kept of each stream.
     max_output: u64,
+    /// Most peers one object is read from at once (`multi`).
+    fetch_sources: usize,
     /// This worker's name (`DIFFUSE_NODE`).
     name: String,
     /// The GPUs' ids (`WorkerConfig::gpus`).
@@ -225,6 +231,27 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// Tell the dispatcher `bytes` came from `from` (a peer's URL, or None: storage) since
+    /// `started`, for its bandwidth prediction.
+    pub(crate) fn transferred(&self, from: Option<&str>, bytes: u64, started: std::time::Instant) {
+        if bytes > 0 {
+            let _ = self.out.send(ToDispatcher::Transferred {
+                from: from.map(String::from),
+                bytes,
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+    }
+
+    /// Tell the dispatcher the copy of `uri` read from `peer` did not match its digest.
+    pub(crate) fn bad_copy(&self, uri: &str, peer: &str) {
+        tracing::warn!(uri = %crate::uri::redacted(uri), "the copy read from {peer} does not match its digest");
+        let _ = self.out.send(ToDispatcher::BadCopy {
+            uri: uri.into(),
+            peer: peer.into(),
+        });
+    }
+
     pub(crate) fn report_evictions(&self) {
         let evicted = self.cache.lock().expect("cache lock").take_evicted();
         if !evicted.is_empty() {
@@ -328,6 +355,7 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         work,
         logs: logs.clone(),
         max_output: cfg.max_output,
+        fetch_sources: cfg.fetch_sources,
         name: cfg.name.clone(),
         gpus_free: Mutex::new((0..cfg.gpus.len()).collect()),
         gpu_env: !cfg.gpus.is_empty() || !Machine::detect().gpus.is_empty(),
@@ -879,6 +907,9 @@ async fn session(
                             cache.take_evicted();
                         }
                         let _ = ctx.out.send(ToDispatcher::Evicted { uris });
+                    }
+                    ToWorker::Verify { uris } => {
+                        tokio::spawn(peer::verify(ctx.clone(), uris));
                     }
                     ToWorker::Shutdown => draining = true,
                     ToWorker::Fetch { inputs } => {

@@ -1,5 +1,7 @@
 //! The peer data server: `GET /v1/cache/{key}` serves a cached object to holders of the worker
-//! token, with its checksum and source version in the response headers.
+//! token, with its checksum and source version in the response headers (a `Range` request gets
+//! that part of it: chunks of a multi-source fetch). A copy a reader found bad is hashed again
+//! and dropped if it is (`verify`).
 
 use super::Ctx;
 use axum::extract::{Path as AxPath, Request, State};
@@ -76,5 +78,40 @@ pub(super) async fn serve_log(
     {
         Ok(resp) => resp.into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Hash each held object in `uris` again (off the worker's thread) and drop the ones that do
+/// not match the digest recorded when they were cached: a reader found a bad copy here.
+pub(super) async fn verify(ctx: Arc<Ctx>, uris: Vec<String>) {
+    for uri in uris {
+        let key = crate::cache_dir::CacheDir::key(&uri);
+        let Some((path, meta)) = ctx.cache.lock().expect("cache lock").path_for_key(&key) else {
+            continue;
+        };
+        let hashed =
+            tokio::task::spawn_blocking(move || crate::cache_dir::sha256_file(&path)).await;
+        let good = match hashed {
+            Ok(Ok((size, sha))) => size == meta.size && sha == meta.sha256,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => false,
+            _ => continue,
+        };
+        let redacted = crate::uri::redacted(&uri);
+        if good {
+            tracing::info!(uri = %redacted, "a reader reported a bad copy; it verifies: kept");
+            continue;
+        }
+        {
+            let mut cache = ctx.cache.lock().expect("cache lock");
+            // Dropped only if it is still the copy that was hashed.
+            if cache
+                .path_for_key(&key)
+                .is_some_and(|(_, now)| now.sha256 == meta.sha256)
+            {
+                cache.remove(&uri);
+            }
+        }
+        tracing::warn!(uri = %redacted, "the cached copy does not match its digest: dropped");
+        ctx.report_evictions();
     }
 }

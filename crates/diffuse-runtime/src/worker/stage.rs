@@ -110,7 +110,7 @@ pub(super) async fn read_uncached(
 }
 
 /// Why a fetch failed.
-enum Failed {
+pub(super) enum Failed {
     /// The cache's disk is full: room can be made and the fetch tried again.
     NoSpace,
     /// Anything else: the task fails with this.
@@ -179,38 +179,33 @@ async fn fetch_once(
     // A fetch stopped half way (its task aborted when the dispatcher was lost) leaves no
     // partial file behind; after a commit the temp name no longer exists.
     let _partial = RemoveOnDrop(temp.clone());
-    if crate::uri::is_tmp(&input.uri) {
-        // An intermediate object exists only on workers: no storage to fall back on.
-        let InputSource::Peer { url } = &input.source else {
-            return Err(Failed::Other(format!(
-                "{}: no copy on this worker",
-                input.uri
-            )));
-        };
-        return match fetch_peer(ctx, url, input, &temp).await {
-            Ok(stored) => {
-                place(ctx, input, dest, (Staged::Peer(input.size), stored)).map_err(Failed::Other)
-            }
-            Err(Failed::NoSpace) => Err(Failed::NoSpace),
-            Err(Failed::Other(e)) => Err(Failed::Other(format!(
-                "{}: no copy could be read from {url} ({e})",
-                input.uri
-            ))),
-        };
-    }
-    if let InputSource::Peer { url } = &input.source {
-        match fetch_peer(ctx, url, input, &temp).await {
+    if let InputSource::Peer { url, also } = &input.source {
+        match fetch_peers(ctx, url, also, input, &temp).await {
             Ok(stored) => {
                 return place(ctx, input, dest, (Staged::Peer(input.size), stored))
                     .map_err(Failed::Other)
             }
             Err(Failed::NoSpace) => return Err(Failed::NoSpace),
+            // An intermediate object exists only on workers: no storage to fall back on.
+            Err(Failed::Other(e)) if crate::uri::is_tmp(&input.uri) => {
+                return Err(Failed::Other(format!(
+                    "{}: no copy could be read from {url} ({e})",
+                    input.uri
+                )))
+            }
             Err(Failed::Other(e)) => {
                 tracing::warn!(uri = %crate::uri::redacted(&input.uri), "peer fetch from {url} failed ({e}); reading from storage")
             }
         }
+    } else if crate::uri::is_tmp(&input.uri) {
+        return Err(Failed::Other(format!(
+            "{}: no copy on this worker",
+            input.uri
+        )));
     }
+    let started = std::time::Instant::now();
     let d = ctx.storage.get_to_file(&input.uri, &temp).await?;
+    ctx.transferred(None, d.written, started);
     let stored = commit(
         ctx,
         &temp,
@@ -226,7 +221,7 @@ async fn fetch_once(
 
 /// Commit a downloaded temp file with the digest computed while it was written; returns the
 /// path and whether it was cached.
-async fn commit(
+pub(super) async fn commit(
     ctx: &Ctx,
     temp: &Path,
     uri: &str,
@@ -282,12 +277,32 @@ fn place(
     Ok((how, cached))
 }
 
+/// Read an object from the peer the dispatcher named, or, when it is large and others hold it
+/// too, from several at once (`multi`).
+async fn fetch_peers(
+    ctx: &Ctx,
+    url: &str,
+    also: &[String],
+    input: &AssignedInput,
+    temp: &Path,
+) -> Result<(PathBuf, bool), Failed> {
+    if also.is_empty() || ctx.fetch_sources < 2 || input.size < super::multi::MIN_SIZE {
+        return fetch_peer(ctx, url, input, temp).await;
+    }
+    let sources: Vec<&str> = std::iter::once(url)
+        .chain(also.iter().map(String::as_str))
+        .take(ctx.fetch_sources)
+        .collect();
+    super::multi::fetch(ctx, &sources, input, temp).await
+}
+
 async fn fetch_peer(
     ctx: &Ctx,
     url: &str,
     input: &AssignedInput,
     temp: &Path,
 ) -> Result<(PathBuf, bool), Failed> {
+    let started = std::time::Instant::now();
     let resp = ctx
         .http
         .get(format!("{url}/v1/cache/{}", CacheDir::key(&input.uri)))
@@ -313,6 +328,13 @@ async fn fetch_peer(
     }
     let (written, got) =
         crate::storage::write_hashed(&input.uri, temp, resp.bytes_stream()).await?;
+    ctx.transferred(Some(url), written, started);
+    if sha
+        .as_deref()
+        .is_some_and(|s| !s.eq_ignore_ascii_case(&got))
+    {
+        ctx.bad_copy(&input.uri, url);
+    }
     // The checksum the peer recorded is checked against the bytes received before the object
     // becomes visible: a corrupt or partial transfer is dropped, and the caller reads storage.
     commit(

@@ -333,6 +333,7 @@ impl Simulation {
             storage_cap: cfg.storage_cap,
             prefetch: cfg.prefetch,
             two_mark: cfg.two_mark,
+            bandwidth: Default::default(),
         });
         let mut net = FlowNet::new();
         let storage = net.add_resource(cfg.testbed.storage_bw);

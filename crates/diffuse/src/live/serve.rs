@@ -319,6 +319,11 @@ pub struct WorkerArgs {
     /// Never delete captured output (what `diffuse run` does: it belongs to the run directory).
     #[arg(long, conflicts_with_all = ["log_retention", "log_max"])]
     keep_logs: bool,
+    /// Most peers one large object (16 MiB or more) is read from at once, in chunks, when
+    /// several hold it: a fetch is then bounded by the sum of their links. 1 reads only from
+    /// the peer the dispatcher named.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=16))]
+    fetch_sources: u8,
     /// Name shown by the dispatcher [default: host name and pid].
     #[arg(long)]
     name: Option<String>,
@@ -427,6 +432,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         disk: a.disk,
         log_dir: a.log_dir,
         max_output: a.max_output,
+        fetch_sources: a.fetch_sources.into(),
         log_retention: if a.keep_logs {
             Duration::MAX
         } else {

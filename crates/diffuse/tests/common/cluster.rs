@@ -524,6 +524,20 @@ impl Cluster {
             .expect("metrics text")
     }
 
+    /// `GET /v1/objects/{uri}`: where the dispatcher knows `uri` is held.
+    pub fn object(&self, uri: &str) -> Value {
+        let enc: String = uri
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        self.get(&format!("/v1/objects/{enc}"))
+    }
+
     pub fn status(&self) -> Value {
         self.get("/v1/status")
     }

@@ -93,6 +93,53 @@ impl Testbed {
     }
 }
 
+impl Testbed {
+    /// Shape what host `i` sends (its NIC's egress) to `rate` in tc's units (`100mbit`,
+    /// `880mbit`), after `delay` (`10ms`) if given: the link of a host whose NIC is the
+    /// bottleneck, as on a cluster. Replaces any earlier shaping of that host.
+    pub fn shape(&self, i: usize, rate: &str, delay: Option<&str>) {
+        let tc = |args: &[&str]| {
+            let ok = self
+                .command(i, "tc")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "tc {args:?} on host {i}");
+        };
+        let _ = self
+            .command(i, "tc")
+            .args(["qdisc", "del", "dev", "eth0", "root"])
+            .stderr(std::process::Stdio::null())
+            .status();
+        // A bucket of 1 MB lets a fast rate through at a 250 Hz kernel tick; the queue holds
+        // what 100 ms at the rate sends.
+        let tbf = ["tbf", "rate", rate, "burst", "1mb", "latency", "100ms"];
+        match delay {
+            None => tc(&[&["qdisc", "add", "dev", "eth0", "root"], &tbf[..]].concat()),
+            Some(d) => {
+                tc(&[
+                    "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "netem", "delay", d,
+                ]);
+                tc(&[
+                    &[
+                        "qdisc", "add", "dev", "eth0", "parent", "1:", "handle", "2:",
+                    ],
+                    &tbf[..],
+                ]
+                .concat());
+            }
+        }
+    }
+
+    /// Host `i` sends at the veth's own speed again.
+    pub fn unshape(&self, i: usize) {
+        let _ = self
+            .command(i, "tc")
+            .args(["qdisc", "del", "dev", "eth0", "root"])
+            .status();
+    }
+}
+
 impl Drop for Testbed {
     fn drop(&mut self) {
         for i in 0..self.hosts {

@@ -139,6 +139,19 @@ pub enum Cmd {
     Pool(crate::provisioner::PoolEvent),
 }
 
+/// One measured link: what transfers from `from` to `to` achieved, and what is predicted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkView {
+    /// A worker's name, or `storage`.
+    pub from: String,
+    /// A worker's name.
+    pub to: String,
+    /// Predicted bytes per second (the mean of the window, times the feedback scale).
+    pub predicted_bytes_per_s: f64,
+    /// Transfers in the window.
+    pub samples: usize,
+}
+
 /// Dispatcher-wide counters (`/v1/status`, `/metrics`). Every submitted task is counted in
 /// exactly one of `queued`, `running`, `ending`, `succeeded`, `failed` and `cancelled`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -213,6 +226,9 @@ pub struct Status {
     /// What 2Mark did (`--two-mark`): phases begun, copies evicted and moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub two_mark: Option<diffuse_core::twomark::TwoMarkStats>,
+    /// The rates predicted between connected workers (and from storage) by past transfers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkView>,
     /// Seconds since the dispatcher started.
     pub uptime_s: f64,
 }
@@ -810,6 +826,7 @@ impl Scheduler {
             storage_budget_used: self.core.storage_budget_used(),
             two_mark: self.core.two_mark_stats(),
             recent_failures: self.recent_failures(),
+            links: self.links(),
             ..self.status.clone()
         }
     }

@@ -168,12 +168,14 @@ impl Scheduler {
         else {
             return;
         };
+        let size = self.tmp_sizes.get(&o).copied().unwrap_or(0);
         let input = AssignedInput {
             uri: self.uris[o.0 as usize].clone(),
-            size: self.tmp_sizes.get(&o).copied().unwrap_or(0),
+            size,
             version: self.versions[o.0 as usize].clone(),
             source: InputSource::Peer {
                 url: source.peer_url.clone(),
+                also: self.other_holders(o, size, from, to),
             },
         };
         let _ = target.tx.send(ToWorker::Fetch {

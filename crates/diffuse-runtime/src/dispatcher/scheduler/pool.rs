@@ -150,6 +150,7 @@ impl Scheduler {
                 version: self.versions[h.object.0 as usize].clone(),
                 source: InputSource::Peer {
                     url: s.peer_url.clone(),
+                    also: self.other_holders(h.object, h.size, node, h.to),
                 },
             });
             waiting.push((h.to, h.object, h.size));

@@ -9,7 +9,8 @@
 //! A share is sent again when it changes by more than 5%.
 
 use super::Scheduler;
-use crate::proto::{AssignedInput, InputSource, ToWorker};
+use crate::proto::{AssignedInput, InputSource, ToWorker, MULTI_SOURCE_MIN};
+use diffuse_core::bandwidth::Endpoint;
 use diffuse_core::{NodeId, ObjectId, RackId};
 
 /// A worker with no storage read under way still gets this weight.
@@ -99,6 +100,7 @@ impl Scheduler {
             version: self.versions[o.0 as usize].clone(),
             source: InputSource::Peer {
                 url: source.peer_url.clone(),
+                also: self.other_holders(o, size, from, to),
             },
         };
         let _ = target.tx.send(ToWorker::Fetch {
@@ -113,5 +115,86 @@ impl Scheduler {
         if let Some(from) = self.moving.remove(&(o, node)) {
             self.evict_copy(from, o);
         }
+    }
+
+    /// The holders of `o` other than `from` that worker `to` may read it from at the same
+    /// time, fastest predicted first, when it is large enough to be read in chunks
+    /// (`worker::multi`): their peer URLs.
+    pub(super) fn other_holders(
+        &self,
+        o: ObjectId,
+        size: u64,
+        from: NodeId,
+        to: NodeId,
+    ) -> Vec<String> {
+        if size < MULTI_SOURCE_MIN {
+            return Vec::new();
+        }
+        self.core
+            .holders_by_rate(o, to, &[from, to])
+            .iter()
+            .filter_map(|h| self.sessions.get(h).map(|s| s.peer_url.clone()))
+            .take(15)
+            .collect()
+    }
+
+    /// The worker whose peer server is at `url`.
+    fn node_at(&self, url: &str) -> Option<NodeId> {
+        self.sessions
+            .iter()
+            .find(|(_, s)| s.peer_url == url)
+            .map(|(n, _)| *n)
+    }
+
+    /// `node` received `bytes` from `from` (a peer's URL, None: storage) in `seconds`.
+    pub(super) fn transferred(
+        &mut self,
+        node: NodeId,
+        from: Option<&str>,
+        bytes: u64,
+        seconds: f64,
+    ) {
+        let from = match from {
+            None => Endpoint::Storage,
+            Some(url) => match self.node_at(url) {
+                Some(n) => Endpoint::Node(n),
+                None => return, // it left
+            },
+        };
+        self.core.handle_transfer(from, node, bytes, seconds);
+    }
+
+    /// `node` found the copy of `uri` it read from `peer` bad: the holder hashes it again and
+    /// drops it if it is.
+    pub(super) fn bad_copy(&mut self, node: NodeId, uri: &str, peer: &str) {
+        let Some(holder) = self.node_at(peer) else {
+            return;
+        };
+        tracing::warn!(uri = %crate::uri::redacted(uri), reader = node.0, holder = holder.0, "a reader found a bad copy; its holder verifies it");
+        if let Some(s) = self.sessions.get(&holder) {
+            let _ = s.tx.send(ToWorker::Verify {
+                uris: vec![uri.to_string()],
+            });
+        }
+    }
+
+    /// The links measured between connected workers and from storage.
+    pub(super) fn links(&self) -> Vec<super::LinkView> {
+        let name = |e: Endpoint| match e {
+            Endpoint::Storage => Some("storage".to_string()),
+            Endpoint::Node(n) => self.sessions.get(&n).map(|s| s.name.clone()),
+        };
+        self.core
+            .bandwidth_pairs()
+            .into_iter()
+            .filter_map(|p| {
+                Some(super::LinkView {
+                    from: name(p.from)?,
+                    to: name(p.to)?,
+                    predicted_bytes_per_s: p.predicted,
+                    samples: p.samples,
+                })
+            })
+            .collect()
     }
 }

@@ -177,6 +177,12 @@ impl Scheduler {
             ToDispatcher::LookedUp { id, results } => self.looked_up(node, id, results),
             ToDispatcher::Leaving => self.node_lost(node, "it is stopping", false),
             ToDispatcher::FetchFailed { uri, error } => self.fetch_failed(node, &uri, &error),
+            ToDispatcher::Transferred {
+                from,
+                bytes,
+                seconds,
+            } => self.transferred(node, from.as_deref(), bytes, seconds),
+            ToDispatcher::BadCopy { uri, peer } => self.bad_copy(node, &uri, &peer),
         }
     }
 
@@ -490,6 +496,7 @@ impl Scheduler {
                     Source::Peer(p) => match self.sessions.get(p) {
                         Some(s) => InputSource::Peer {
                             url: s.peer_url.clone(),
+                            also: self.other_holders(*o, size, *p, node),
                         },
                         None => InputSource::Storage,
                     },

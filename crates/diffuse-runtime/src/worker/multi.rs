@@ -1,0 +1,459 @@
+//! Multi-source fetch (GDS's coordinated transfer): an object that several peers hold is read
+//! as disjoint chunks from all of them at once, so a fetch is bounded by the sum of their
+//! links, not by the one link of the peer the dispatcher named.
+//!
+//! Chunks are handed out from one board as each source finishes its last one: a source twice
+//! as fast takes twice the chunks, which is GDS's "sub-chunks in proportion to bandwidth"
+//! measured as it happens rather than predicted. A source that fails, answers with another
+//! version or digest, or stalls ([`STALL`] without a byte) is dropped and its chunk goes back
+//! on the board. When nothing is left to hand out, an idle source also fetches a chunk still
+//! under way elsewhere (the first copy to land is kept), so one slow source does not hold up the
+//! end. The whole object is hashed and checked against the digest the peers recorded before
+//! it is committed; any failure leaves the caller to read a single peer or storage.
+
+use super::stage::{commit, Failed};
+use super::Ctx;
+use crate::cache_dir::CacheDir;
+use crate::proto::AssignedInput;
+use futures_util::StreamExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+pub(super) use crate::proto::MULTI_SOURCE_MIN as MIN_SIZE;
+
+/// Bytes per chunk.
+const CHUNK: u64 = 4 << 20;
+
+/// A source that sends nothing for this long is dropped.
+const STALL: Duration = Duration::from_secs(10);
+
+/// The state of each chunk.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Chunk {
+    Waiting,
+    /// Being read by this many sources.
+    Reading(u8),
+    /// Received and being written by one source; another copy of it is thrown away, so bytes
+    /// already hashed are never overwritten.
+    Writing,
+    Landed,
+}
+
+/// Which chunks are waiting, being read, or landed.
+struct Board {
+    chunks: Vec<Chunk>,
+    landed: usize,
+    /// Chunks landed from the start without a gap: the hasher may read up to there.
+    prefix: usize,
+    /// The fetch is over (done, failed or dropped): the hasher stops waiting.
+    over: bool,
+}
+
+impl Board {
+    fn new(size: u64) -> Board {
+        let n = size.div_ceil(CHUNK).max(1) as usize;
+        Board {
+            chunks: vec![Chunk::Waiting; n],
+            landed: 0,
+            prefix: 0,
+            over: false,
+        }
+    }
+
+    /// A source has chunk `i` in hand: it may write it unless another copy is written or
+    /// landed already.
+    fn claim(&mut self, i: usize) -> bool {
+        match self.chunks[i] {
+            Chunk::Writing | Chunk::Landed => false,
+            _ => {
+                self.chunks[i] = Chunk::Writing;
+                true
+            }
+        }
+    }
+
+    /// The next chunk for a source: a waiting one, or else one only one source is reading.
+    fn take(&mut self) -> Option<usize> {
+        let i = self
+            .chunks
+            .iter()
+            .position(|c| *c == Chunk::Waiting)
+            .or_else(|| self.chunks.iter().position(|c| *c == Chunk::Reading(1)))?;
+        self.chunks[i] = match self.chunks[i] {
+            Chunk::Reading(n) => Chunk::Reading(n + 1),
+            _ => Chunk::Reading(1),
+        };
+        Some(i)
+    }
+
+    fn landed(&mut self, i: usize) {
+        if self.chunks[i] != Chunk::Landed {
+            self.chunks[i] = Chunk::Landed;
+            self.landed += 1;
+        }
+        while self.prefix < self.chunks.len() && self.chunks[self.prefix] == Chunk::Landed {
+            self.prefix += 1;
+        }
+    }
+
+    /// A source gave up on chunk `i`: it waits again unless another source is reading it.
+    fn dropped(&mut self, i: usize) {
+        self.chunks[i] = match self.chunks[i] {
+            Chunk::Reading(n) if n > 1 => Chunk::Reading(n - 1),
+            Chunk::Reading(_) => Chunk::Waiting,
+            c => c,
+        };
+    }
+
+    fn complete(&self) -> bool {
+        self.landed == self.chunks.len()
+    }
+}
+
+/// What the sources of one fetch share.
+struct Shared {
+    http: reqwest::Client,
+    token: String,
+    key: String,
+    version: String,
+    size: u64,
+    file: std::fs::File,
+    board: Mutex<Board>,
+    /// Signalled when `board.prefix` grows or the fetch is over.
+    progress: Condvar,
+    /// The digest the first source to answer recorded; every other must match it.
+    sha256: Mutex<Option<String>>,
+    /// What each source has done so far, in the order of `sources` (kept here, not returned,
+    /// so a source whose duplicate read is cut short at the end is still counted).
+    tally: Mutex<Vec<Outcome>>,
+}
+
+/// What one source did.
+struct Outcome {
+    url: String,
+    bytes: u64,
+    /// Seconds from its first request to its last byte.
+    seconds: f64,
+    error: Option<Failed>,
+}
+
+/// Read `input` from `sources` (peer base URLs) into `temp`, verify it and commit it.
+pub(super) async fn fetch(
+    ctx: &Ctx,
+    sources: &[&str],
+    input: &AssignedInput,
+    temp: &Path,
+) -> Result<(PathBuf, bool), Failed> {
+    let started = Instant::now();
+    // Read back by the hasher as chunks land.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(temp)
+        .map_err(io_failed)?;
+    file.set_len(input.size).map_err(io_failed)?;
+    let shared = Arc::new(Shared {
+        http: ctx.http.clone(),
+        token: ctx.token.clone(),
+        key: CacheDir::key(&input.uri),
+        version: input.version.clone(),
+        size: input.size,
+        file,
+        board: Mutex::new(Board::new(input.size)),
+        progress: Condvar::new(),
+        sha256: Mutex::new(None),
+        tally: Mutex::new(
+            sources
+                .iter()
+                .map(|url| Outcome {
+                    url: url.to_string(),
+                    bytes: 0,
+                    seconds: 0.0,
+                    error: None,
+                })
+                .collect(),
+        ),
+    });
+    let _over = Over(shared.clone());
+    let hasher = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || hash_as_landed(&shared))
+    };
+    let mut readers = JoinSet::new();
+    for (k, url) in sources.iter().enumerate() {
+        readers.spawn(read_from(shared.clone(), k, url.to_string()));
+    }
+    while readers.join_next().await.is_some() {
+        let tally = shared.tally.lock().expect("tally lock");
+        if tally
+            .iter()
+            .any(|o| matches!(o.error, Some(Failed::NoSpace)))
+        {
+            return Err(Failed::NoSpace);
+        }
+        // A duplicate read of the last chunks is not waited for.
+        if shared.board.lock().expect("board lock").complete() {
+            readers.abort_all();
+        }
+    }
+    let outcomes = std::mem::take(&mut *shared.tally.lock().expect("tally lock"));
+    let shares: Vec<String> = outcomes
+        .iter()
+        .map(|o| match &o.error {
+            None => format!("{} {} MB", o.url, o.bytes >> 20),
+            Some(Failed::Other(e)) => format!("{} {} MB, dropped: {e}", o.url, o.bytes >> 20),
+            Some(Failed::NoSpace) => format!("{} no space", o.url),
+        })
+        .collect();
+    if !shared.board.lock().expect("board lock").complete() {
+        return Err(Failed::Other(format!(
+            "every source failed: {}",
+            shares.join("; ")
+        )));
+    }
+    for o in &outcomes {
+        if o.bytes > 0 {
+            let _ = ctx.out.send(crate::proto::ToDispatcher::Transferred {
+                from: Some(o.url.clone()),
+                bytes: o.bytes,
+                seconds: o.seconds,
+            });
+        }
+    }
+    let expected = shared.sha256.lock().expect("sha lock").clone();
+    let got = hasher
+        .await
+        .map_err(|e| Failed::Other(e.to_string()))?
+        .map_err(io_failed)?
+        .ok_or_else(|| Failed::Other("the hasher stopped".into()))?;
+    tracing::info!(
+        uri = %crate::uri::redacted(&input.uri),
+        "read {} MB from {} peers in {:.2} s ({})",
+        input.size >> 20,
+        sources.len(),
+        started.elapsed().as_secs_f64(),
+        shares.join("; ")
+    );
+    if expected
+        .as_deref()
+        .is_some_and(|s| !s.eq_ignore_ascii_case(&got))
+    {
+        // Which source sent the bad chunk is not known: every one that sent some checks its
+        // copy.
+        for o in outcomes.iter().filter(|o| o.bytes > 0) {
+            ctx.bad_copy(&input.uri, &o.url);
+        }
+    }
+    commit(
+        ctx,
+        temp,
+        &input.uri,
+        &input.version,
+        input.size,
+        &got,
+        expected.as_deref(),
+    )
+    .await
+}
+
+/// Ends the fetch for the hasher however `fetch` returns.
+struct Over(Arc<Shared>);
+
+impl Drop for Over {
+    fn drop(&mut self) {
+        self.0.board.lock().expect("board lock").over = true;
+        self.0.progress.notify_all();
+    }
+}
+
+/// Hash the object in order as its chunks land, so that little is left to hash when the last
+/// one does; None if the fetch ended first.
+fn hash_as_landed(shared: &Shared) -> std::io::Result<Option<String>> {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; CHUNK as usize];
+    let mut hashed = 0;
+    let mut board = shared.board.lock().expect("board lock");
+    loop {
+        if hashed == board.chunks.len() {
+            return Ok(Some(hex::encode(hasher.finalize())));
+        }
+        if board.prefix == hashed {
+            if board.over {
+                return Ok(None);
+            }
+            board = shared.progress.wait(board).expect("board lock");
+            continue;
+        }
+        let upto = board.prefix;
+        drop(board);
+        for i in hashed..upto {
+            let start = i as u64 * CHUNK;
+            let len = ((start + CHUNK).min(shared.size) - start) as usize;
+            shared.file.read_exact_at(&mut buf[..len], start)?;
+            hasher.update(&buf[..len]);
+        }
+        hashed = upto;
+        board = shared.board.lock().expect("board lock");
+    }
+}
+
+fn io_failed(e: std::io::Error) -> Failed {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        Failed::NoSpace
+    } else {
+        Failed::Other(e.to_string())
+    }
+}
+
+/// Source `k`'s loop: take a chunk, read it, write it in place, until the board is empty or
+/// the source fails; what it did goes in the tally.
+async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
+    let started = Instant::now();
+    loop {
+        let Some(i) = shared.board.lock().expect("board lock").take() else {
+            return;
+        };
+        let read = read_chunk(&shared, &url, i).await;
+        let mut tally = shared.tally.lock().expect("tally lock");
+        let mine = &mut tally[k];
+        mine.seconds = started.elapsed().as_secs_f64();
+        match read {
+            Ok(n) => {
+                mine.bytes += n;
+                if n > 0 {
+                    shared.board.lock().expect("board lock").landed(i);
+                    shared.progress.notify_all();
+                }
+            }
+            Err(error) => {
+                mine.error = Some(error);
+                shared.board.lock().expect("board lock").dropped(i);
+                return;
+            }
+        }
+    }
+}
+
+/// Read chunk `i` from `url` and write it at its offset; returns the bytes written (0 when
+/// another copy landed first).
+async fn read_chunk(shared: &Arc<Shared>, url: &str, i: usize) -> Result<u64, Failed> {
+    let start = i as u64 * CHUNK;
+    let end = (start + CHUNK).min(shared.size); // exclusive
+    let resp = tokio::time::timeout(
+        STALL,
+        shared
+            .http
+            .get(format!("{url}/v1/cache/{}", shared.key))
+            .bearer_auth(&shared.token)
+            .header(reqwest::header::RANGE, format!("bytes={start}-{}", end - 1))
+            .send(),
+    )
+    .await
+    .map_err(|_| Failed::Other(format!("no answer in {STALL:?}")))?
+    .map_err(|e| Failed::Other(crate::tls::describe(&e)))?;
+    if resp.status() != reqwest::StatusCode::PARTIAL_CONTENT {
+        return Err(Failed::Other(format!("status {}", resp.status())));
+    }
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    if header("x-diffuse-version").as_deref() != Some(shared.version.as_str()) {
+        return Err(Failed::Other(format!(
+            "holds version {:?}, wanted {}",
+            header("x-diffuse-version"),
+            shared.version
+        )));
+    }
+    let Some(sha) = header("x-diffuse-sha256") else {
+        return Err(Failed::Other("no digest".into()));
+    };
+    {
+        let mut agreed = shared.sha256.lock().expect("sha lock");
+        match agreed.as_deref() {
+            None => *agreed = Some(sha),
+            Some(s) if s == sha => {}
+            Some(s) => {
+                return Err(Failed::Other(format!(
+                    "its copy's digest {sha} is not the others' {s}"
+                )))
+            }
+        }
+    }
+    let want = (end - start) as usize;
+    let mut data = Vec::with_capacity(want);
+    let mut body = resp.bytes_stream();
+    loop {
+        match tokio::time::timeout(STALL, body.next()).await {
+            Err(_) => return Err(Failed::Other(format!("stalled for {STALL:?}"))),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(Failed::Other(crate::tls::describe(&e))),
+            Ok(Some(Ok(b))) => {
+                if data.len() + b.len() > want {
+                    return Err(Failed::Other("sent more than the range".into()));
+                }
+                data.extend_from_slice(&b);
+            }
+        }
+    }
+    if data.len() != want {
+        return Err(Failed::Other(format!(
+            "sent {} of {want} bytes",
+            data.len()
+        )));
+    }
+    if !shared.board.lock().expect("board lock").claim(i) {
+        return Ok(0); // another source's copy landed first
+    }
+    let file = shared.clone();
+    tokio::task::spawn_blocking(move || file.file.write_all_at(&data, start))
+        .await
+        .map_err(|e| Failed::Other(e.to_string()))?
+        .map_err(io_failed)?;
+    Ok(want as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_board_hands_out_each_chunk_then_duplicates_the_last_ones() {
+        let mut b = Board::new(3 * CHUNK - 1);
+        assert_eq!(b.chunks.len(), 3);
+        assert_eq!((b.take(), b.take(), b.take()), (Some(0), Some(1), Some(2)));
+        b.landed(0);
+        // Nothing waits: an idle source joins a chunk one other source reads.
+        assert_eq!(b.take(), Some(1));
+        assert_eq!(b.take(), Some(2));
+        assert_eq!(b.take(), None, "no chunk is read by three sources");
+        assert_eq!(b.prefix, 1);
+        assert!(b.claim(1));
+        assert!(!b.claim(1), "one copy of a chunk is written");
+        b.landed(1);
+        assert_eq!(b.prefix, 2);
+        b.dropped(1); // the slower copy of chunk 1 gave up after the other landed
+        assert_eq!(b.chunks[1], Chunk::Landed);
+        b.dropped(2);
+        b.dropped(2);
+        assert_eq!(b.chunks[2], Chunk::Waiting, "a dropped chunk waits again");
+        assert_eq!(b.take(), Some(2));
+        b.landed(2);
+        b.landed(2);
+        assert!(b.complete());
+    }
+
+    #[test]
+    fn an_empty_object_is_one_chunk() {
+        let mut b = Board::new(0);
+        assert_eq!(b.take(), Some(0));
+    }
+}
