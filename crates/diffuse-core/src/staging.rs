@@ -232,6 +232,15 @@ impl Stager {
         self.pending.iter().all(|p| p.next >= p.req.size && !p.busy)
     }
 
+    /// The requests not yet done (nor given up).
+    pub fn unfinished(&self) -> Vec<Request> {
+        self.pending
+            .iter()
+            .filter(|p| p.next < p.req.size || p.busy)
+            .map(|p| p.req)
+            .collect()
+    }
+
     /// Chunks under way.
     pub fn running(&self) -> usize {
         self.running.len()
@@ -302,26 +311,35 @@ impl Stager {
     /// LDS and naive: the first destination with nothing under way starts its next file's
     /// next chunk, blind to the others.
     fn local(&mut self, pred: &Predictor) -> Option<(usize, Chunk, Vec<f64>)> {
-        let busy: std::collections::BTreeSet<NodeId> = self
+        let mut busy: std::collections::BTreeSet<NodeId> = self
             .pending
             .iter()
             .filter(|p| p.busy)
             .map(|p| p.req.dest)
             .collect();
-        let i = self
-            .pending
-            .iter()
-            .position(|p| !p.busy && p.next < p.req.size && !busy.contains(&p.req.dest))?;
-        if self.cfg.schedule == Schedule::Naive && self.pending[i].fixed.is_none() {
-            let sources = self.sources(&self.pending[i], 0);
-            if sources.is_empty() {
-                return None;
+        // Each idle destination's first request that some source can serve.
+        for i in 0..self.pending.len() {
+            let p = &self.pending[i];
+            if p.busy || p.next >= p.req.size || busy.contains(&p.req.dest) {
+                continue;
             }
-            let k = self.rng.random_range(0..sources.len());
-            self.pending[i].fixed = Some(sources[k].0);
+            if self.cfg.schedule == Schedule::Naive && p.fixed.is_none() {
+                let sources = self.sources(p, 0);
+                if sources.is_empty() {
+                    continue;
+                }
+                let k = self.rng.random_range(0..sources.len());
+                self.pending[i].fixed = Some(sources[k].0);
+            }
+            match self.plan(&self.pending[i], pred, false) {
+                Some((chunk, rates)) => return Some((i, chunk, rates)),
+                // Its destination takes its next file only once this one can move.
+                None => {
+                    busy.insert(self.pending[i].req.dest);
+                }
+            }
         }
-        let (chunk, rates) = self.plan(&self.pending[i], pred, false)?;
-        Some((i, chunk, rates))
+        None
     }
 
     /// Sources holding byte `offset` of the request's object, with the bytes they hold.
@@ -488,6 +506,41 @@ impl Stager {
         }
     }
 
+    /// `node` left: requests to it are given up (returned: how many were not done), and it is
+    /// no source any more. Chunks under way to it are forgotten.
+    pub fn node_left(&mut self, node: NodeId) -> usize {
+        let gone = Endpoint::Node(node);
+        let lost: Vec<u64> = self
+            .running
+            .iter()
+            .filter(|(_, (_, c, _))| c.dest == node || c.parts.iter().any(|p| p.from == gone))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in lost {
+            let dest = self.running.get(&id).map(|(_, c, _)| c.dest);
+            if dest == Some(node) {
+                if let Some((i, chunk, rates)) = self.running.remove(&id) {
+                    self.release(&chunk, &rates);
+                    self.pending[i].busy = false;
+                    self.pending[i].next = chunk.offset;
+                }
+            } else {
+                self.failed(id, Some(gone));
+            }
+        }
+        let mut given_up = 0;
+        for p in &mut self.pending {
+            if p.req.dest == node && p.next < p.req.size {
+                p.next = p.req.size;
+                given_up += 1;
+            }
+        }
+        for h in self.held.values_mut() {
+            h.remove(&gone);
+        }
+        given_up
+    }
+
     fn release(&mut self, chunk: &Chunk, rates: &[f64]) {
         let dest = Endpoint::Node(chunk.dest);
         for (part, rate) in chunk.parts.iter().zip(rates) {
@@ -535,6 +588,29 @@ mod tests {
             p.observe(*a, *b, *bw as u64, 1.0);
         }
         p
+    }
+
+    #[test]
+    fn a_node_that_leaves_is_given_up_as_destination_and_dropped_as_source() {
+        // n1 holds o1, wanted on n8 and n9; n8 leaves while its chunk from n1 is under way.
+        let pred = predictor(&[]);
+        let mut s = Stager::new(
+            cfg(Schedule::Gds),
+            vec![req(1, 100, 8), req(1, 100, 9)],
+            &[(ObjectId(1), n(1))],
+            &[(n(1), 1000.0)],
+        );
+        let a = s.poll(&pred).unwrap();
+        let b = s.poll(&pred).unwrap();
+        let to8 = if a.dest == NodeId(8) { &a } else { &b };
+        assert_eq!(to8.dest, NodeId(8));
+        assert_eq!(s.node_left(NodeId(8)), 1, "its one request is given up");
+        assert_eq!(s.running(), 1);
+        // Then the source leaves: n9's chunk fails and no source is left for it.
+        assert_eq!(s.node_left(NodeId(1)), 0);
+        assert_eq!(s.running(), 0);
+        assert!(s.poll(&pred).is_none(), "no one holds o1 any more");
+        assert!(!s.finished(), "n9's request is still wanted");
     }
 
     #[test]

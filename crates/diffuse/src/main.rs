@@ -55,6 +55,10 @@ enum Command {
     Locate(live::objects::LocateArgs),
     /// Put a tmp:// object on a worker: its producer runs there, or it is copied there.
     Place(live::objects::PlaceArgs),
+    /// Copy a batch of objects to workers before the tasks that read them (a reference
+    /// dataset, a model), scheduled as GDS does: several sources per object, the transfer that
+    /// ends first starts first.
+    Stage(live::stage::StageArgs),
     /// Show or clear the caches `diffuse run` keeps between runs.
     Cache(live::cache::CacheArgs),
     /// Wait until the tasks you submitted have ended (exit 1 if one of them failed).
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         Command::Cache(args) => live::cache::cache(args),
         Command::Locate(args) => live::objects::locate(args),
         Command::Place(args) => live::objects::place(args),
+        Command::Stage(args) => live::stage::stage(args),
         Command::Wait(args) => live::client::wait(args),
     };
     match result {

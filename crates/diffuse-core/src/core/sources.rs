@@ -59,6 +59,11 @@ impl Core {
         self.bandwidth.predict(from, Endpoint::Node(to))
     }
 
+    /// The bandwidth predictor (for the batch stager, [`crate::staging`]).
+    pub fn predictor(&self) -> &crate::bandwidth::Predictor {
+        &self.bandwidth
+    }
+
     /// Every pair measured, with its prediction (for metrics).
     pub fn bandwidth_pairs(&self) -> Vec<PairView> {
         self.bandwidth.pairs()

@@ -14,6 +14,8 @@
 //! | `POST /v1/jobs/{job}/cancel` | client | cancel a job's unfinished tasks (running ones' processes are stopped) |
 //! | `GET /v1/objects/{uri}` | client | an object's state, holders, size, producer (`uri` percent-encoded) |
 //! | `PUT /v1/objects/{uri}/placement` | client | `{"node": NAME}`: put a `tmp://` object on that worker (Hercules' place) |
+//! | `POST /v1/stage` | client | `{"uris": [...], "to": [names], "schedule": "gds"}`: copy objects to workers (GDS); answers `{"id": N}` |
+//! | `GET /v1/stage/{id}` | client | a staged batch's progress: requests done, bytes, seconds, bytes by source |
 //! | `GET /metrics` | client or metrics | Prometheus text format |
 //! | `GET /v1/series?since=N` | client or metrics | one sample of the counters a second, the last hour |
 //! | `GET /` | none | the web dashboard ([`dashboard`]); its script asks the routes above with a token |
@@ -25,6 +27,7 @@
 pub mod dashboard;
 pub mod metrics;
 pub mod scheduler;
+mod stage_api;
 
 use crate::journal::Journal;
 use crate::proto::{ToDispatcher, ToWorker};
@@ -406,6 +409,7 @@ pub fn router(handle: Handle) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/workers/connect", get(connect))
         .merge(dashboard::routes())
+        .merge(stage_api::routes())
         .with_state(handle)
         .merge(gateway)
 }
@@ -664,7 +668,7 @@ async fn logs(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NoParams {}
+pub(crate) struct NoParams {}
 
 async fn status(
     State(h): State<Handle>,

@@ -27,8 +27,20 @@ pub(super) async fn prefetch(ctx: Arc<Ctx>, input: AssignedInput) {
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dest = ctx.work.join(format!(".fetch-{n}"));
     let uri = input.uri.clone();
+    let version = input.version.clone();
     match stage(ctx.clone(), input, dest.clone()).await {
-        Ok(_) => tracing::debug!(uri, "fetched into the cache"),
+        // Already here: said again, so whoever asked (a staged batch) hears it.
+        Ok((Staged::Local(_), true)) => {
+            let _ = ctx.out.send(ToDispatcher::Cached {
+                objects: vec![Held { uri, version }],
+            });
+        }
+        Ok((_, true)) => tracing::debug!(uri, "fetched into the cache"),
+        Ok((_, false)) => {
+            let error = "read, but not kept: larger than this worker's cache".to_string();
+            tracing::info!(uri, "fetch not taken: {error}");
+            let _ = ctx.out.send(ToDispatcher::FetchFailed { uri, error });
+        }
         Err(error) => {
             tracing::info!(uri, "fetch not taken: {error}");
             let _ = ctx.out.send(ToDispatcher::FetchFailed { uri, error });

@@ -10,6 +10,7 @@ pub mod objects;
 pub mod pool;
 pub mod run;
 pub mod serve;
+pub mod stage;
 pub mod tasks;
 
 use crate::size::parse_size;

@@ -16,8 +16,17 @@ use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// A worker's answer for one URI: the URI, (size, version) or the error, and the tasks waiting.
-pub type Answer = (String, Result<(u64, String), String>, Vec<TaskId>);
+/// A worker's answer for one URI: the URI, (size, version) or the error, and who was waiting.
+pub type Answer = (String, Result<(u64, String), String>, Vec<Waiter>);
+
+/// Who waits for a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiter {
+    /// A submitted task, for its input's size.
+    Task(TaskId),
+    /// A batch being staged (`diffuse stage`), by its number.
+    Stage(u64),
+}
 
 /// Most URIs in one request to a worker.
 pub const CHUNK: usize = 512;
@@ -27,8 +36,8 @@ pub const CHUNK: usize = 512;
 pub struct Lookups {
     /// URIs not yet sent (no worker yet, or their worker was lost).
     queue: VecDeque<String>,
-    /// The tasks waiting for each URI queued or in flight.
-    waiting: FxHashMap<String, Vec<TaskId>>,
+    /// Who waits for each URI queued or in flight.
+    waiting: FxHashMap<String, Vec<Waiter>>,
     /// Requests in flight: id -> (worker, URIs).
     inflight: FxHashMap<u64, (NodeId, Vec<String>)>,
     next_id: u64,
@@ -38,10 +47,15 @@ pub struct Lookups {
 impl Lookups {
     /// `task` needs `uri` looked up.
     pub fn want(&mut self, uri: &str, task: TaskId) {
+        self.want_for(uri, Waiter::Task(task));
+    }
+
+    /// `waiter` needs `uri` looked up.
+    pub fn want_for(&mut self, uri: &str, waiter: Waiter) {
         match self.waiting.get_mut(uri) {
-            Some(tasks) => tasks.push(task),
+            Some(w) => w.push(waiter),
             None => {
-                self.waiting.insert(uri.to_string(), vec![task]);
+                self.waiting.insert(uri.to_string(), vec![waiter]);
                 self.queue.push_back(uri.to_string());
             }
         }
@@ -178,7 +192,10 @@ mod tests {
         );
         let f0 = done.iter().find(|d| d.0 == "file:///f0").unwrap();
         assert_eq!(f0.1, Ok((1, "1:v".into())));
-        assert_eq!(f0.2, vec![TaskId(0), TaskId(9999)]);
+        assert_eq!(
+            f0.2,
+            vec![Waiter::Task(TaskId(0)), Waiter::Task(TaskId(9999))]
+        );
         assert!(done.iter().all(|d| d.0 != "file:///zzz"));
         assert!(l.has_queued(), "the URIs left out are queued again");
         // Worker 2 is lost: its request goes back to the queue.

@@ -21,6 +21,7 @@
 //! | `dataflow` | a batch's dependencies checked and ordered; abandoned tasks; released objects |
 //! | [`lookup`] | input lookups asked of workers |
 //! | [`pool`] | the elastic pool: provisioning decisions out, workers by state in |
+//! | [`stage`] | batches staged to workers (`diffuse stage`, GDS) |
 //! | [`writer`] | the journal writer thread |
 
 mod dataflow;
@@ -30,6 +31,7 @@ pub mod objects;
 mod placement;
 pub mod pool;
 pub mod series;
+pub mod stage;
 pub mod tasks;
 mod transfers;
 mod workers;
@@ -137,6 +139,10 @@ pub enum Cmd {
     ShutdownWorkers,
     /// News from the elastic pool.
     Pool(crate::provisioner::PoolEvent),
+    /// Stage a batch of objects to workers: its number, or why not.
+    Stage(stage::StageAsk, oneshot::Sender<Result<u64, String>>),
+    /// A staged batch's progress (None: no such batch).
+    StageView(u64, oneshot::Sender<Option<stage::StageView>>),
 }
 
 /// One measured link: what transfers from `from` to `to` achieved, and what is predicted.
@@ -372,6 +378,9 @@ pub struct Scheduler {
     moving: FxHashMap<(ObjectId, NodeId), NodeId>,
     /// The dashboard's samples and last failures.
     series: series::Series,
+    /// Batches being staged (`diffuse stage`), by number.
+    stages: std::collections::BTreeMap<u64, stage::StageRun>,
+    next_stage: u64,
 }
 
 fn unix_now() -> f64 {
@@ -426,6 +435,8 @@ impl Scheduler {
             storage_shares: FxHashMap::default(),
             moving: FxHashMap::default(),
             series: series::Series::default(),
+            stages: std::collections::BTreeMap::new(),
+            next_stage: 1,
         };
         for st in stored {
             s.restore(st);
@@ -776,6 +787,12 @@ impl Scheduler {
                     })
                     .collect();
                 let _ = reply.send((views, n));
+            }
+            Cmd::Stage(ask, reply) => {
+                let _ = reply.send(self.stage(ask));
+            }
+            Cmd::StageView(id, reply) => {
+                let _ = reply.send(self.stage_view(id));
             }
             Cmd::ShutdownWorkers => {
                 self.shutting_down = true;

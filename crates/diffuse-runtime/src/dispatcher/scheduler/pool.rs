@@ -131,6 +131,7 @@ impl Scheduler {
         };
         // Its messages are no longer the core's business; its peer server still serves.
         self.conns.remove(&s.conn);
+        self.stage_node_left(node);
         let bound = self
             .core
             .config()

@@ -49,6 +49,7 @@ impl Scheduler {
             let now = self.now();
             self.core.handle_prefetch_failed(node, o, now);
             self.move_ended(node, o);
+            self.stage_fetch_failed(node, o, error);
         }
     }
 
@@ -162,6 +163,7 @@ impl Scheduler {
             },
         };
         self.core.handle_transfer(from, node, bytes, seconds);
+        self.stage_transferred(node, from, bytes);
     }
 
     /// `node` found the copy of `uri` it read from `peer` bad: the holder hashes it again and

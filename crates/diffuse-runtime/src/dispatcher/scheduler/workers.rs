@@ -2,6 +2,7 @@
 //! and evicted objects, lookups, finished attempts), and what they are told (dispatches, drops,
 //! cancels, lookups).
 
+use super::lookup::Waiter;
 use super::tasks::{Listed, Phase};
 use super::{Scheduler, Session};
 use crate::journal::{OutcomeState, TaskOutcome};
@@ -128,6 +129,7 @@ impl Scheduler {
                 let _ = self.core.handle_object_cached(node, o, now);
                 self.handed_off(node, o);
                 self.move_ended(node, o);
+                self.stage_cached(node, o);
             } else {
                 stale.push(h.uri);
             }
@@ -312,6 +314,7 @@ impl Scheduler {
         self.conns.remove(&session.conn);
         self.lookups.node_lost(node);
         self.pool_disconnected(&session);
+        self.stage_node_left(node);
         let running = self.core.running_on(node).to_vec();
         if crashed {
             tracing::warn!(worker = %session.name, "worker lost ({why}); its tasks run again elsewhere");
@@ -376,8 +379,15 @@ impl Scheduler {
     fn looked_up(&mut self, node: NodeId, id: u64, results: Vec<LookupResult>) {
         let now = self.now();
         let mut ready = Vec::new();
-        for (uri, result, waiting) in self.lookups.answered(node, id, results) {
+        for (uri, result, waiters) in self.lookups.answered(node, id, results) {
             let o = self.object(&uri);
+            let mut waiting = Vec::with_capacity(waiters.len());
+            for w in waiters {
+                match w {
+                    Waiter::Task(t) => waiting.push(t),
+                    Waiter::Stage(s) => self.stage_looked_up(s, o, &uri, &result),
+                }
+            }
             let error = match result {
                 Ok((size, version)) => {
                     self.note_version(o, &uri, version, now);
@@ -434,6 +444,7 @@ impl Scheduler {
                 }
             }
         }
+        self.pump_stages();
     }
 
     /// The source of `o` is at `version` now; a copy cached at another version is dropped

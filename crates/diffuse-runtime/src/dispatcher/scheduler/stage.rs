@@ -1,0 +1,395 @@
+//! `diffuse stage`: a batch of objects copied to workers before the tasks that read them (GDS,
+//! coordinated-transfers-gridftp-gds.txt, section 4), to warm many nodes with a reference
+//! dataset without each one reading storage.
+//!
+//! The batch's requests `(object, worker)` are scheduled by the core's [`Stager`] under the
+//! schedule asked for (GDS's MinMin, LDS or naive), with the rates the core has learned from
+//! past transfers. A request moves whole: the stager plans it as one chunk whose parts name its
+//! sources, and the worker is sent a `Fetch` from them (a peer first, the others as the extra
+//! sources of a multi-source read; storage when the plan starts there). A worker that has
+//! received an object serves it to the requests planned after that. A request is done when its
+//! worker reports the object cached; a failed fetch is planned again without the source that
+//! failed; a worker that leaves gives up its requests.
+//!
+//! Sizes and versions come from the workers' lookups, as for tasks' inputs.
+
+use super::lookup::Waiter;
+use super::Scheduler;
+use crate::proto::{AssignedInput, InputSource, ToWorker};
+use diffuse_core::bandwidth::Endpoint;
+use diffuse_core::staging::{Chunk, Request, Schedule, StageConfig, Stager};
+use diffuse_core::{NodeId, ObjectId};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// What a client asks to stage.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageAsk {
+    /// Canonical URIs.
+    pub uris: Vec<String>,
+    /// Worker names; empty: every connected worker.
+    #[serde(default)]
+    pub to: Vec<String>,
+    /// The schedule.
+    #[serde(default)]
+    pub schedule: Schedule,
+}
+
+/// A staged batch's progress (`GET /v1/stage/{id}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageView {
+    /// Its number.
+    pub id: u64,
+    /// `naive`, `lds` or `gds`.
+    pub schedule: String,
+    /// `looking up` (sizes and versions), `staging` or `done`.
+    pub state: String,
+    /// Objects in the batch.
+    pub objects: usize,
+    /// The workers they go to.
+    pub destinations: Vec<String>,
+    /// (object, worker) pairs that had to move (those already held are not counted).
+    pub requests: usize,
+    /// Of them, done.
+    pub done: usize,
+    /// Under way now.
+    pub running: usize,
+    /// Requests given up, and why: `uri -> worker: reason`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+    /// Bytes moved by the requests done.
+    pub bytes: u64,
+    /// Seconds since the batch was accepted (until it was done).
+    pub seconds: f64,
+    /// Bytes received from each source (a worker's name, or `storage`) by the batch's
+    /// destinations while its requests to them were under way.
+    pub by_source: BTreeMap<String, u64>,
+}
+
+/// A batch being staged.
+pub struct StageRun {
+    view: StageView,
+    cfg: StageConfig,
+    objects: Vec<ObjectId>,
+    dests: Vec<NodeId>,
+    sizes: FxHashMap<ObjectId, u64>,
+    /// Lookups not yet answered.
+    looking_up: usize,
+    stager: Option<Stager>,
+    /// The chunk under way to each (worker, object).
+    running: FxHashMap<(NodeId, ObjectId), Chunk>,
+    /// The last error of each request's fetches.
+    errors: FxHashMap<(NodeId, ObjectId), String>,
+    started: Instant,
+}
+
+impl Scheduler {
+    /// Accept a batch: its number, or why not.
+    pub(super) fn stage(&mut self, ask: StageAsk) -> Result<u64, String> {
+        if ask.uris.is_empty() {
+            return Err("nothing to stage".into());
+        }
+        let dests: Vec<NodeId> = if ask.to.is_empty() {
+            self.sessions.keys().copied().collect()
+        } else {
+            ask.to
+                .iter()
+                .map(|name| {
+                    self.sessions
+                        .iter()
+                        .find(|(_, s)| &s.name == name)
+                        .map(|(n, _)| *n)
+                        .ok_or_else(|| format!("no connected worker is named {name}"))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        if dests.is_empty() {
+            return Err("no worker is connected".into());
+        }
+        let id = self.next_stage;
+        self.next_stage += 1;
+        let mut objects = Vec::new();
+        let mut sizes = FxHashMap::default();
+        let mut looking_up = 0;
+        for uri in &ask.uris {
+            let o = self.object(uri);
+            if objects.contains(&o) {
+                continue;
+            }
+            objects.push(o);
+            if let Some(size) = self.tmp_sizes.get(&o) {
+                sizes.insert(o, *size);
+            } else if crate::uri::is_tmp(uri) {
+                return Err(format!("{uri}: no worker holds it"));
+            } else {
+                self.lookups.want_for(uri, Waiter::Stage(id));
+                looking_up += 1;
+            }
+        }
+        let names = dests
+            .iter()
+            .filter_map(|n| self.sessions.get(n).map(|s| s.name.clone()))
+            .collect();
+        self.stages.insert(
+            id,
+            StageRun {
+                view: StageView {
+                    id,
+                    schedule: ask.schedule.to_string(),
+                    state: "looking up".into(),
+                    objects: objects.len(),
+                    destinations: names,
+                    ..StageView::default()
+                },
+                cfg: StageConfig {
+                    schedule: ask.schedule,
+                    // Whole objects: a worker's fetch splits one among its sources itself.
+                    chunk_fraction: 1.0,
+                    min_chunk: u64::MAX,
+                    ..StageConfig::default()
+                },
+                objects,
+                dests,
+                sizes,
+                looking_up,
+                stager: None,
+                running: FxHashMap::default(),
+                errors: FxHashMap::default(),
+                started: Instant::now(),
+            },
+        );
+        tracing::info!(stage = id, schedule = %ask.schedule, "staging {} objects", ask.uris.len());
+        self.send_lookups();
+        self.pump_stages();
+        Ok(id)
+    }
+
+    /// A lookup for batch `id` was answered.
+    pub(super) fn stage_looked_up(
+        &mut self,
+        id: u64,
+        o: ObjectId,
+        uri: &str,
+        result: &Result<(u64, String), String>,
+    ) {
+        let Some(run) = self.stages.get_mut(&id) else {
+            return;
+        };
+        run.looking_up = run.looking_up.saturating_sub(1);
+        match result {
+            Ok((size, _)) => {
+                run.sizes.insert(o, *size);
+            }
+            Err(e) => run
+                .view
+                .failed
+                .push(format!("{}: {e}", crate::uri::redacted(uri))),
+        }
+    }
+
+    /// Start what every batch's stager allows now.
+    pub(super) fn pump_stages(&mut self) {
+        let ids: Vec<u64> = self.stages.keys().copied().collect();
+        for id in ids {
+            self.pump_stage(id);
+        }
+    }
+
+    fn pump_stage(&mut self, id: u64) {
+        let Some(mut run) = self.stages.remove(&id) else {
+            return;
+        };
+        if run.stager.is_none() && run.looking_up == 0 {
+            run.stager = Some(self.plan_stage(&mut run));
+            run.view.state = "staging".into();
+        }
+        if let Some(stager) = run.stager.as_mut() {
+            while let Some(chunk) = stager.poll(self.core.predictor()) {
+                let (dest, o) = (chunk.dest, chunk.object);
+                self.send_stage_fetch(&chunk, run.sizes[&o]);
+                run.running.insert((dest, o), chunk);
+            }
+            run.view.running = run.running.len();
+            // Nothing under way and nothing may start: done, or the rest has no source left.
+            if run.running.is_empty() && run.view.state != "done" {
+                for r in stager.unfinished() {
+                    let why = run
+                        .errors
+                        .remove(&(r.dest, r.object))
+                        .unwrap_or_else(|| "no source holds it".into());
+                    let name = self.sessions.get(&r.dest).map_or("?", |s| s.name.as_str());
+                    let uri = crate::uri::redacted(&self.uris[r.object.0 as usize]);
+                    run.view.failed.push(format!("{uri} -> {name}: {why}"));
+                }
+                run.view.state = "done".into();
+                run.view.seconds = run.started.elapsed().as_secs_f64();
+                tracing::info!(
+                    stage = id,
+                    "staged {} of {} requests: {} bytes in {:.2} s",
+                    run.view.done,
+                    run.view.requests,
+                    run.view.bytes,
+                    run.view.seconds
+                );
+            }
+        }
+        self.stages.insert(id, run);
+    }
+
+    /// The batch's stager: every (object, worker) not yet held, sourced from the holders and
+    /// (for objects storage has) storage.
+    fn plan_stage(&self, run: &mut StageRun) -> Stager {
+        let mut requests = Vec::new();
+        let mut copies = Vec::new();
+        for &o in &run.objects {
+            let Some(&size) = run.sizes.get(&o) else {
+                continue; // its lookup failed
+            };
+            let holders = self.core.locate(o);
+            for h in holders.iter() {
+                copies.push((o, Endpoint::Node(*h)));
+            }
+            if !self.tmp_sizes.contains_key(&o) {
+                copies.push((o, Endpoint::Storage));
+            }
+            for &dest in &run.dests {
+                if !holders.contains(&dest) {
+                    requests.push(Request {
+                        object: o,
+                        size,
+                        dest,
+                    });
+                }
+            }
+        }
+        run.view.requests = requests.len();
+        Stager::new(run.cfg, requests, &copies, &[])
+    }
+
+    /// Send `chunk`'s worker a fetch from its sources: the first peer as the one named, the
+    /// other peers as extra sources; storage only when the plan starts there.
+    fn send_stage_fetch(&self, chunk: &Chunk, size: u64) {
+        let Some(target) = self.sessions.get(&chunk.dest) else {
+            return;
+        };
+        let urls: Vec<String> = chunk
+            .parts
+            .iter()
+            .filter_map(|p| match p.from {
+                Endpoint::Node(n) => self.sessions.get(&n).map(|s| s.peer_url.clone()),
+                Endpoint::Storage => None,
+            })
+            .collect();
+        let from_storage = chunk
+            .parts
+            .first()
+            .is_none_or(|p| p.from == Endpoint::Storage);
+        let source = match urls.split_first() {
+            Some((url, also)) if !from_storage => InputSource::Peer {
+                url: url.clone(),
+                also: also.to_vec(),
+            },
+            _ => InputSource::Storage,
+        };
+        let o = chunk.object;
+        let _ = target.tx.send(ToWorker::Fetch {
+            inputs: vec![AssignedInput {
+                uri: self.uris[o.0 as usize].clone(),
+                size,
+                version: self.versions[o.0 as usize].clone(),
+                source,
+            }],
+        });
+    }
+
+    /// `node` reported `o` cached: a request of a batch may be done.
+    pub(super) fn stage_cached(&mut self, node: NodeId, o: ObjectId) {
+        let mut touched = false;
+        for run in self.stages.values_mut() {
+            let Some(chunk) = run.running.remove(&(node, o)) else {
+                continue;
+            };
+            touched = true;
+            if let Some(stager) = run.stager.as_mut() {
+                // Rates are learned from the workers' own transfer reports, not here.
+                stager.done(
+                    chunk.id,
+                    &[],
+                    &mut diffuse_core::bandwidth::Predictor::default(),
+                );
+            }
+            run.view.done += 1;
+            run.view.bytes += chunk.len;
+        }
+        if touched {
+            self.pump_stages();
+        }
+    }
+
+    /// `node`'s fetch of `o` failed: a batch's request is planned again without its first
+    /// source.
+    pub(super) fn stage_fetch_failed(&mut self, node: NodeId, o: ObjectId, error: &str) {
+        let mut touched = false;
+        for run in self.stages.values_mut() {
+            let Some(chunk) = run.running.remove(&(node, o)) else {
+                continue;
+            };
+            touched = true;
+            run.errors.insert((node, o), error.to_string());
+            if let Some(stager) = run.stager.as_mut() {
+                stager.failed(chunk.id, chunk.parts.first().map(|p| p.from));
+            }
+        }
+        if touched {
+            self.pump_stages();
+        }
+    }
+
+    /// `node` received `bytes` from `from`: counted for the batches with a request to it under
+    /// way (a worker's multi-source fetch decides the real shares).
+    pub(super) fn stage_transferred(&mut self, node: NodeId, from: Endpoint, bytes: u64) {
+        let name = match from {
+            Endpoint::Storage => "storage".to_string(),
+            Endpoint::Node(n) => self
+                .sessions
+                .get(&n)
+                .map_or_else(|| format!("node {}", n.0), |s| s.name.clone()),
+        };
+        for run in self.stages.values_mut() {
+            if run.running.keys().any(|(n, _)| *n == node) {
+                *run.view.by_source.entry(name.clone()).or_default() += bytes;
+            }
+        }
+    }
+
+    /// `node` left: batches give up their requests to it and stop reading from it.
+    pub(super) fn stage_node_left(&mut self, node: NodeId) {
+        let name = |n: NodeId| format!("node {}", n.0);
+        for run in self.stages.values_mut() {
+            if let Some(stager) = run.stager.as_mut() {
+                let given_up = stager.node_left(node);
+                run.running.retain(|(n, _), _| *n != node);
+                if given_up > 0 {
+                    run.view
+                        .failed
+                        .push(format!("{given_up} requests to {} (it left)", name(node)));
+                }
+            }
+            run.dests.retain(|n| *n != node);
+        }
+        self.pump_stages();
+    }
+
+    /// A batch's progress.
+    pub(super) fn stage_view(&self, id: u64) -> Option<StageView> {
+        let run = self.stages.get(&id)?;
+        let mut v = run.view.clone();
+        if v.state != "done" {
+            v.seconds = run.started.elapsed().as_secs_f64();
+        }
+        Some(v)
+    }
+}

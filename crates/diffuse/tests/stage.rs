@@ -1,0 +1,143 @@
+//! `diffuse stage`, live: a batch of objects copied to every worker before any task reads
+//! them, each object read from storage about once and then from the workers that have it;
+//! unknown workers and missing objects are told clearly. Real worker processes, real sockets
+//! (the multi-host figures are in multihost.rs).
+
+mod common;
+
+use common::cluster::*;
+use common::run_diffuse;
+use std::time::Duration;
+
+fn stage(c: &Cluster, args: &[&str]) -> common::Output {
+    let mut all = vec!["stage", "--dispatcher", &c.url];
+    all.extend_from_slice(args);
+    run_diffuse(
+        &all,
+        None,
+        &[("DIFFUSE_CLIENT_TOKEN", &c.client_token)],
+        Duration::from_secs(120),
+    )
+}
+
+fn holders(c: &Cluster, uri: &str) -> Vec<String> {
+    let mut n: Vec<String> = c.object(uri)["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    n.sort();
+    n
+}
+
+#[test]
+fn a_batch_reaches_every_worker_and_storage_is_read_about_once_per_object() {
+    let mut c = Cluster::start(&[]);
+    for w in ["a", "b", "c"] {
+        c.worker(w, 1, "200MB");
+    }
+    c.wait_workers(3);
+    // A large object (read in chunks from several holders), two small ones.
+    let sizes = [("big", 40 << 20), ("small1", 1 << 20), ("small2", 3 << 20)];
+    let mut list = String::from("# a reference dataset\n");
+    let mut uris = Vec::new();
+    for (name, size) in sizes {
+        let p = c.data(name, &random_bytes(size));
+        list.push_str(&format!("{}\n", p.display()));
+        uris.push(file_uri(&p));
+    }
+    let list_file = c.path("list");
+    std::fs::write(&list_file, list).unwrap();
+
+    let out = stage(&c, &[list_file.to_str().unwrap(), "--to", "all"]);
+    eprintln!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .starts_with("staged 9 of 9 copies (3 objects to 3 workers, gds)"),
+        "{}",
+        out.stdout
+    );
+    for uri in &uris {
+        assert_eq!(holders(&c, uri), ["a", "b", "c"], "{uri}");
+    }
+    // The batch's shares: storage gave at most two copies' worth of each object (GDS waits
+    // for a worker's copy rather than read storage again), peers gave the rest.
+    let v = c.get("/v1/stage/1");
+    assert_eq!(v["state"], "done", "{v}");
+    let total: u64 = sizes.iter().map(|(_, s)| *s as u64).sum();
+    assert_eq!(v["bytes"].as_u64(), Some(3 * total), "{v}");
+    let from_storage = v["by_source"]["storage"].as_u64().unwrap_or(0);
+    assert!(
+        from_storage >= total,
+        "every object came from storage first: {v}"
+    );
+    assert!(
+        from_storage <= 2 * total,
+        "storage read more than twice per object: {v}"
+    );
+    let from_peers: u64 = ["a", "b", "c"]
+        .iter()
+        .map(|w| v["by_source"][w].as_u64().unwrap_or(0))
+        .sum();
+    assert!(from_peers >= total, "workers served the rest: {v}");
+    // Staged again: nothing to move.
+    let out = stage(&c, &[list_file.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.starts_with("staged 0 of 0 copies"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn unknown_workers_and_missing_objects_are_told() {
+    let mut c = Cluster::start(&[]);
+    c.worker("a", 1, "50MB");
+    c.wait_workers(1);
+    let there = c.data("there", b"hello");
+    let list = c.path("list");
+    std::fs::write(
+        &list,
+        format!(
+            "{}\n{}/missing\n",
+            there.display(),
+            c.path("data").display()
+        ),
+    )
+    .unwrap();
+    let out = stage(&c, &[list.to_str().unwrap(), "--to", "a,zz"]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no connected worker is named zz"),
+        "{}",
+        out.stderr
+    );
+
+    let out = stage(
+        &c,
+        &[list.to_str().unwrap(), "--to", "a", "--schedule", "naive"],
+    );
+    assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.starts_with("staged 1 of 1 copies"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("not staged") && out.stderr.contains("missing"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(holders(&c, &file_uri(&there)), ["a"]);
+
+    let out = stage(&c, &["/nonexistent-list"]);
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("cannot read /nonexistent-list"),
+        "{}",
+        out.stderr
+    );
+}
