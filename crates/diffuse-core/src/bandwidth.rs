@@ -8,7 +8,7 @@
 use crate::ids::NodeId;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// One end of a transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -132,6 +132,21 @@ impl Predictor {
         p.rates.push_back(rate);
     }
 
+    /// The best rate each endpoint was seen to send or receive at, over the transfers
+    /// remembered: an estimate of its NIC, the bandwidth the batch stager books
+    /// ([`crate::staging::Stager::new`]'s caps). Endpoints never measured are left out.
+    pub fn best_rates(&self) -> Vec<(Endpoint, f64)> {
+        let mut best: BTreeMap<Endpoint, f64> = BTreeMap::new();
+        for ((from, to), p) in &self.pairs {
+            let top = p.rates.iter().copied().fold(0.0, f64::max);
+            for e in [from, to] {
+                let b = best.entry(*e).or_insert(0.0);
+                *b = b.max(top);
+            }
+        }
+        best.into_iter().collect()
+    }
+
     /// Every pair measured, for reports.
     pub fn pairs(&self) -> Vec<PairView> {
         let mut v: Vec<PairView> = self
@@ -156,6 +171,18 @@ mod tests {
 
     const A: Endpoint = Endpoint::Node(NodeId(0));
     const B: Endpoint = Endpoint::Node(NodeId(1));
+
+    #[test]
+    fn an_endpoints_best_rate_is_the_fastest_transfer_in_or_out_of_it() {
+        let mut p = Predictor::default();
+        p.observe(A, B, 100, 1.0); // A -> B at 100 B/s and at 300
+        p.observe(A, B, 300, 1.0);
+        p.observe(Endpoint::Storage, B, 50, 1.0);
+        assert_eq!(
+            p.best_rates(),
+            vec![(A, 300.0), (B, 300.0), (Endpoint::Storage, 50.0)]
+        );
+    }
 
     #[test]
     fn an_unmeasured_pair_gets_the_default_and_a_measured_one_the_mean_of_its_window() {

@@ -51,7 +51,6 @@ fn a_batch_reaches_every_worker_and_storage_is_read_about_once_per_object() {
     std::fs::write(&list_file, list).unwrap();
 
     let out = stage(&c, &[list_file.to_str().unwrap(), "--to", "all"]);
-    eprintln!("{}{}", out.stdout, out.stderr);
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stdout
@@ -132,6 +131,16 @@ fn unknown_workers_and_missing_objects_are_told() {
         out.stderr
     );
     assert_eq!(holders(&c, &file_uri(&there)), ["a"]);
+
+    let tmp = c.path("tmplist");
+    std::fs::write(&tmp, "tmp://x\n").unwrap();
+    let out = stage(&c, &[tmp.to_str().unwrap(), "--drop"]);
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("intermediate objects are not dropped"),
+        "{}",
+        out.stderr
+    );
 
     let out = stage(&c, &["/nonexistent-list"]);
     assert_eq!(out.code, Some(1));

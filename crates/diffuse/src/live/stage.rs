@@ -25,6 +25,10 @@ pub struct StageArgs {
     /// object from one source chosen at random).
     #[arg(long, default_value = "gds", value_parser = ["gds", "lds", "naive"])]
     schedule: String,
+    /// Drop the listed objects from those workers instead (a dataset no longer wanted there;
+    /// persistent-storage objects only: a tmp:// object's copy may be the only one).
+    #[arg(long, conflicts_with_all = ["schedule", "no_wait"])]
+    drop: bool,
     /// Print the batch's number and return at once (follow it with `GET /v1/stage/{id}`).
     #[arg(long)]
     no_wait: bool,
@@ -82,13 +86,27 @@ pub fn stage(a: StageArgs) -> Result<ExitCode> {
     };
     let c = Client::new(&a.client)?;
     let rt = runtime()?;
-    let body = serde_json::json!({ "uris": uris, "to": to, "schedule": a.schedule });
+    let body = serde_json::json!({
+        "uris": uris, "to": to, "schedule": a.schedule, "drop": a.drop
+    });
     let id = match rt.block_on(c.call(c.http.post(format!("{}/v1/stage", c.url)).json(&body))) {
         Ok(v) => v["id"]
             .as_u64()
             .context("the dispatcher answered no batch number")?,
         Err(e) => return e.exit_if(&[400]),
     };
+    if a.drop {
+        let v = match rt.block_on(c.call(c.http.get(format!("{}/v1/stage/{id}", c.url)))) {
+            Ok(v) => v,
+            Err(e) => return e.exit_if(&[404]),
+        };
+        println!(
+            "dropping {} copies from {} workers",
+            v["done"].as_u64().unwrap_or(0),
+            v["destinations"].as_array().map_or(0, Vec::len)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.no_wait {
         println!("{id}");
         return Ok(ExitCode::SUCCESS);

@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod host;
+pub mod hosts;
 pub mod pki;
 pub mod slurm;
 pub mod testbed;

@@ -131,6 +131,22 @@ impl Testbed {
         }
     }
 
+    /// Shape what host `i` receives to `rate`: a `tbf` on the bridge's side of its link (the
+    /// egress towards it), as a host whose NIC takes in at most `rate`.
+    pub fn shape_in(&self, i: usize, rate: &str) {
+        let outer = format!("dfv{}{i}", self.tag);
+        let _ = Command::new("tc")
+            .args(["qdisc", "del", "dev", &outer, "root"])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let ok = Command::new("tc")
+            .args(["qdisc", "add", "dev", &outer, "root", "tbf", "rate", rate])
+            .args(["burst", "1mb", "latency", "100ms"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "tc on {outer} (towards host {i})");
+    }
+
     /// Host `i` sends at the veth's own speed again.
     pub fn unshape(&self, i: usize) {
         let _ = self

@@ -36,6 +36,10 @@ pub struct StageAsk {
     /// The schedule.
     #[serde(default)]
     pub schedule: Schedule,
+    /// Drop the objects from those workers instead (a dataset no longer wanted there).
+    /// Intermediate (`tmp://`) objects are refused: a worker's copy may be the only one.
+    #[serde(default)]
+    pub drop: bool,
 }
 
 /// A staged batch's progress (`GET /v1/stage/{id}`).
@@ -43,7 +47,7 @@ pub struct StageAsk {
 pub struct StageView {
     /// Its number.
     pub id: u64,
-    /// `naive`, `lds` or `gds`.
+    /// `naive`, `lds` or `gds` (`drop` for a batch dropped).
     pub schedule: String,
     /// `looking up` (sizes and versions), `staging` or `done`.
     pub state: String,
@@ -109,6 +113,9 @@ impl Scheduler {
         if dests.is_empty() {
             return Err("no worker is connected".into());
         }
+        if ask.drop {
+            return self.unstage(&ask.uris, &dests);
+        }
         let id = self.next_stage;
         self.next_stage += 1;
         let mut objects = Vec::new();
@@ -164,6 +171,64 @@ impl Scheduler {
         tracing::info!(stage = id, schedule = %ask.schedule, "staging {} objects", ask.uris.len());
         self.send_lookups();
         self.pump_stages();
+        Ok(id)
+    }
+
+    /// Drop `uris` from `dests`: a batch that is done at once, counting the copies dropped.
+    fn unstage(&mut self, uris: &[String], dests: &[NodeId]) -> Result<u64, String> {
+        if let Some(tmp) = uris.iter().find(|u| crate::uri::is_tmp(u)) {
+            return Err(format!(
+                "{tmp}: intermediate objects are not dropped (a worker's copy may be the only one)"
+            ));
+        }
+        let mut by_node: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
+        for uri in uris {
+            let Some(&o) = self.objects.get(uri) else {
+                continue; // never seen: no worker holds it
+            };
+            for &n in self.core.locate(o).iter() {
+                if dests.contains(&n) {
+                    by_node.entry(n).or_default().push(uri.clone());
+                }
+            }
+        }
+        let id = self.next_stage;
+        self.next_stage += 1;
+        let dropped = by_node.values().map(Vec::len).sum();
+        for (n, uris) in by_node {
+            if let Some(s) = self.sessions.get(&n) {
+                let _ = s.tx.send(ToWorker::Drop { uris });
+            }
+        }
+        tracing::info!(stage = id, "dropping {dropped} copies");
+        let destinations = dests
+            .iter()
+            .filter_map(|n| self.sessions.get(n).map(|s| s.name.clone()))
+            .collect();
+        self.stages.insert(
+            id,
+            StageRun {
+                view: StageView {
+                    id,
+                    schedule: "drop".into(),
+                    state: "done".into(),
+                    objects: uris.len(),
+                    destinations,
+                    requests: dropped,
+                    done: dropped,
+                    ..StageView::default()
+                },
+                cfg: StageConfig::default(),
+                objects: Vec::new(),
+                dests: Vec::new(),
+                sizes: FxHashMap::default(),
+                looking_up: 0,
+                stager: None,
+                running: FxHashMap::default(),
+                errors: FxHashMap::default(),
+                started: Instant::now(),
+            },
+        );
         Ok(id)
     }
 
@@ -266,7 +331,9 @@ impl Scheduler {
             }
         }
         run.view.requests = requests.len();
-        Stager::new(run.cfg, requests, &copies, &[])
+        // Each endpoint books at most the best rate it was seen at (its NIC, as far as known).
+        let caps = self.core.predictor().best_rates();
+        Stager::new(run.cfg, requests, &copies, &caps)
     }
 
     /// Send `chunk`'s worker a fetch from its sources: the first peer as the one named, the

@@ -1,0 +1,130 @@
+//! A dispatcher on host 0 of a [`Testbed`], workers on the others: the multi-host tests'
+//! and benchmarks' cluster.
+
+#![allow(dead_code)] // each test crate uses a different part
+
+use super::cluster::*;
+use super::testbed::Testbed;
+use super::BIN;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// A dispatcher on host 0 of a testbed, workers on the others.
+pub struct Hosts {
+    pub bed: Testbed,
+    pub dir: tempfile::TempDir,
+    pub client: String,
+    worker_token: String,
+    pub url: String,
+    pub http: reqwest::blocking::Client,
+    /// The dispatcher first, then the workers in the order started.
+    pub procs: Vec<Proc>,
+}
+
+impl Hosts {
+    /// `hosts` hosts, the dispatcher (with `args`) on host 0; None where namespaces cannot be
+    /// made.
+    pub fn up(hosts: usize, args: &[&str]) -> Option<Hosts> {
+        let bed = Testbed::up(hosts)?;
+        let url = format!("http://{}:8700", bed.addr(0));
+        let mut h = Hosts {
+            dir: tempfile::tempdir().unwrap(),
+            client: random_token(),
+            worker_token: random_token(),
+            url,
+            http: http(),
+            procs: Vec::new(),
+            bed,
+        };
+        let mut d = h.bed.command(0, BIN);
+        d.args(["dispatcher", "--listen", &format!("{}:8700", h.bed.addr(0))])
+            .arg("--journal")
+            .arg(h.dir.path().join("journal.sqlite"))
+            .args(args);
+        h.env(&mut d);
+        let log = h.path("d.log");
+        h.procs
+            .push(Proc::spawn("dispatcher (host 0)", &mut d, log));
+        poll("the dispatcher on host 0", || h.get("/v1/status"));
+        Some(h)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn env(&self, cmd: &mut Command) {
+        cmd.env("DIFFUSE_CLIENT_TOKEN", &self.client)
+            .env("DIFFUSE_WORKER_TOKEN", &self.worker_token)
+            .env("DIFFUSE_LOG", "info");
+    }
+
+    pub fn get(&self, path: &str) -> Option<Value> {
+        self.http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.client)
+            .send()
+            .ok()?
+            .json()
+            .ok()
+    }
+
+    /// A one-slot worker named `name` on `host`, listening on 0.0.0.0 (the default).
+    pub fn worker(&mut self, host: usize, name: &str) {
+        self.worker_with(host, name, &["--cache-size", "100MB"]);
+    }
+
+    /// A one-slot worker with `args` (which set its --cache-size).
+    pub fn worker_with(&mut self, host: usize, name: &str, args: &[&str]) {
+        let mut w = self.bed.command(host, BIN);
+        w.args(["worker", "--dispatcher", &self.url, "--slots", "1"])
+            .args(args)
+            .args(["--name", name])
+            .arg("--cache-dir")
+            .arg(self.path(&format!("cache-{name}")));
+        self.env(&mut w);
+        let log = self.path(&format!("worker-{name}.log"));
+        self.procs.push(Proc::spawn(
+            &format!("worker {name} (host {host})"),
+            &mut w,
+            log,
+        ));
+    }
+
+    pub fn wait_workers(&self, n: u64) {
+        poll("workers", || {
+            self.get("/v1/status").filter(|s| s["workers"] == n)
+        });
+    }
+
+    pub fn submit(&self, tasks: &[Value]) {
+        let body: String = tasks.iter().map(|t| format!("{t}\n")).collect();
+        let r = self
+            .http
+            .post(format!("{}/v1/tasks", self.url))
+            .bearer_auth(&self.client)
+            .body(body)
+            .send()
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().unwrap_or_default());
+    }
+
+    pub fn done(&self, id: &str) -> Value {
+        poll(&format!("{id} to end"), || {
+            self.get(&format!("/v1/tasks/{id}")).filter(|t| {
+                ["succeeded", "failed"].contains(&t["state"].as_str().unwrap_or_default())
+            })
+        })
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for p in &self.procs {
+                p.dump();
+            }
+        }
+    }
+}
