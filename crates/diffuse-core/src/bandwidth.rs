@@ -72,6 +72,15 @@ pub struct PairView {
     pub scale: f64,
 }
 
+/// Each endpoint's best rate out and in ([`Predictor::best_rates`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BestRates {
+    /// Sending.
+    pub out: Vec<(Endpoint, f64)>,
+    /// Receiving.
+    pub into: Vec<(Endpoint, f64)>,
+}
+
 /// Per-pair achieved rates and predictions.
 #[derive(Clone, Debug, Default)]
 pub struct Predictor {
@@ -132,19 +141,24 @@ impl Predictor {
         p.rates.push_back(rate);
     }
 
-    /// The best rate each endpoint was seen to send or receive at, over the transfers
-    /// remembered: an estimate of its NIC, the bandwidth the batch stager books
-    /// ([`crate::staging::Stager::new`]'s caps). Endpoints never measured are left out.
-    pub fn best_rates(&self) -> Vec<(Endpoint, f64)> {
-        let mut best: BTreeMap<Endpoint, f64> = BTreeMap::new();
+    /// The best rate each endpoint was seen to send at, and to receive at, over the transfers
+    /// remembered: estimates of its NIC each way (a link shaped or shared one way only is
+    /// seen as such), the bandwidth the batch stager books ([`crate::staging::Stager::new`]'s
+    /// caps). Endpoints never measured that way are left out.
+    pub fn best_rates(&self) -> BestRates {
+        let mut out: BTreeMap<Endpoint, f64> = BTreeMap::new();
+        let mut into: BTreeMap<Endpoint, f64> = BTreeMap::new();
         for ((from, to), p) in &self.pairs {
             let top = p.rates.iter().copied().fold(0.0, f64::max);
-            for e in [from, to] {
-                let b = best.entry(*e).or_insert(0.0);
+            for (map, e) in [(&mut out, from), (&mut into, to)] {
+                let b = map.entry(*e).or_insert(0.0);
                 *b = b.max(top);
             }
         }
-        best.into_iter().collect()
+        BestRates {
+            out: out.into_iter().collect(),
+            into: into.into_iter().collect(),
+        }
     }
 
     /// Every pair measured, for reports.
@@ -173,15 +187,15 @@ mod tests {
     const B: Endpoint = Endpoint::Node(NodeId(1));
 
     #[test]
-    fn an_endpoints_best_rate_is_the_fastest_transfer_in_or_out_of_it() {
+    fn an_endpoints_best_rates_are_its_fastest_transfers_out_and_in() {
         let mut p = Predictor::default();
         p.observe(A, B, 100, 1.0); // A -> B at 100 B/s and at 300
         p.observe(A, B, 300, 1.0);
         p.observe(Endpoint::Storage, B, 50, 1.0);
-        assert_eq!(
-            p.best_rates(),
-            vec![(A, 300.0), (B, 300.0), (Endpoint::Storage, 50.0)]
-        );
+        p.observe(Endpoint::Storage, A, 900, 1.0);
+        let best = p.best_rates();
+        assert_eq!(best.out, vec![(A, 300.0), (Endpoint::Storage, 900.0)]);
+        assert_eq!(best.into, vec![(A, 900.0), (B, 300.0)]);
     }
 
     #[test]

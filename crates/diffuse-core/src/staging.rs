@@ -33,7 +33,7 @@ use crate::bandwidth::{Endpoint, Predictor};
 use crate::ids::{NodeId, ObjectId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -164,12 +164,16 @@ pub struct Stager {
     /// Bytes of each object each endpoint holds from its start (`u64::MAX`: all of it).
     held: FxHashMap<ObjectId, BTreeMap<Endpoint, u64>>,
     caps: FxHashMap<Endpoint, f64>,
+    /// Inbound bandwidths where they differ from `caps` ([`Stager::inbound_caps`]).
+    in_caps: FxHashMap<Endpoint, f64>,
     /// Bandwidth booked by chunks under way, out of and into each endpoint, and between each
     /// pair.
     out_used: FxHashMap<Endpoint, f64>,
     in_used: FxHashMap<Endpoint, f64>,
     pair_used: FxHashMap<(Endpoint, Endpoint), f64>,
     running: FxHashMap<u64, (usize, Chunk, Vec<f64>)>,
+    /// Chunks under way whose destination already serves what has landed ([`Stager::relay`]).
+    relayed: FxHashSet<u64>,
     next_id: u64,
     rng: ChaCha8Rng,
 }
@@ -218,10 +222,12 @@ impl Stager {
             pending,
             held,
             caps: caps.iter().copied().collect(),
+            in_caps: FxHashMap::default(),
             out_used: FxHashMap::default(),
             in_used: FxHashMap::default(),
             pair_used: FxHashMap::default(),
             running: FxHashMap::default(),
+            relayed: Default::default(),
             next_id: 0,
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
         }
@@ -246,8 +252,19 @@ impl Stager {
         self.running.len()
     }
 
+    /// The endpoints' inbound bandwidths, where they differ from what they send at (a link
+    /// shaped one way, a host that was only seen sending).
+    pub fn inbound_caps(mut self, caps: &[(Endpoint, f64)]) -> Stager {
+        self.in_caps = caps.iter().copied().collect();
+        self
+    }
+
     fn cap(&self, e: Endpoint) -> f64 {
         self.caps.get(&e).copied().unwrap_or(self.cfg.default_cap)
+    }
+
+    fn cap_in(&self, e: Endpoint) -> f64 {
+        self.in_caps.get(&e).copied().unwrap_or_else(|| self.cap(e))
     }
 
     fn out_left(&self, e: Endpoint) -> f64 {
@@ -255,7 +272,7 @@ impl Stager {
     }
 
     fn in_left(&self, e: Endpoint) -> f64 {
-        self.cap(e) - self.in_used.get(&e).copied().unwrap_or(0.0)
+        self.cap_in(e) - self.in_used.get(&e).copied().unwrap_or(0.0)
     }
 
     /// The next chunk to start now, if any may (none: wait for one under way to end).
@@ -390,7 +407,7 @@ impl Stager {
         let mut inbound = if coordinated {
             self.in_left(dest)
         } else {
-            self.cap(dest)
+            self.cap_in(dest)
         };
         let mut chosen: Vec<(Endpoint, u64, f64)> = Vec::new();
         let best = sources[0].2;
@@ -470,6 +487,7 @@ impl Stager {
             return;
         };
         self.release(&chunk, &rates);
+        self.relayed.remove(&id);
         let dest = Endpoint::Node(chunk.dest);
         for (part, s) in chunk.parts.iter().zip(secs) {
             pred.observe(part.from, dest, part.len, *s);
@@ -488,12 +506,51 @@ impl Stager {
         }
     }
 
+    /// Chunk `id`, under way, is served onward by its destination as its pieces land: from
+    /// now on the destination counts as a source of the whole chunk. The live driver moves
+    /// whole objects as one chunk, read in pieces that a worker relays as they land (see the
+    /// runtime's `worker::relay`), so a copy need not be whole before it is copied on; the
+    /// simulator's chunks are small enough to relay when each is done. If the chunk fails, the
+    /// destination is no source of it any more.
+    pub fn relay(&mut self, id: u64) {
+        let Some((i, chunk, _)) = self.running.get(&id) else {
+            return;
+        };
+        let end = chunk.offset + chunk.len;
+        let end = if end >= self.pending[*i].req.size {
+            u64::MAX
+        } else {
+            end
+        };
+        let have = self
+            .held
+            .entry(chunk.object)
+            .or_default()
+            .entry(Endpoint::Node(chunk.dest))
+            .or_insert(0);
+        if *have < end {
+            *have = end;
+            self.relayed.insert(id);
+        }
+    }
+
     /// Chunk `id` failed because of `source` (None: not known): it will be planned again, and
     /// that source is not used for this request again.
     pub fn failed(&mut self, id: u64, source: Option<Endpoint>) {
         let Some((i, chunk, rates)) = self.running.remove(&id) else {
             return;
         };
+        if self.relayed.remove(&id) {
+            // What it relayed was never whole: back to what had landed before the chunk.
+            if let Some(h) = self.held.get_mut(&chunk.object) {
+                let dest = Endpoint::Node(chunk.dest);
+                if chunk.offset == 0 {
+                    h.remove(&dest);
+                } else {
+                    h.insert(dest, chunk.offset);
+                }
+            }
+        }
         self.release(&chunk, &rates);
         let p = &mut self.pending[i];
         p.busy = false;
@@ -611,6 +668,36 @@ mod tests {
         assert_eq!(s.running(), 0);
         assert!(s.poll(&pred).is_none(), "no one holds o1 any more");
         assert!(!s.finished(), "n9's request is still wanted");
+    }
+
+    #[test]
+    fn a_relayed_chunk_makes_its_destination_a_source_until_it_fails() {
+        // n1 holds o1 (out 100 B/s), wanted on n8 and n9. Once n1's bandwidth goes to n8, n9
+        // would wait; with n8 relaying as the bytes land, n9 reads from n8 at once.
+        let pred = predictor(&[]);
+        let mut s = Stager::new(
+            cfg(Schedule::Gds),
+            vec![req(1, 1000, 8), req(1, 1000, 9)],
+            &[(ObjectId(1), n(1))],
+            &[(n(1), 100.0)],
+        );
+        let first = s.poll(&pred).unwrap();
+        assert_eq!(first.parts[0].from, n(1));
+        assert!(s.poll(&pred).is_none(), "n1's 100 B/s are booked");
+        s.relay(first.id);
+        let second = s.poll(&pred).unwrap();
+        assert_eq!(second.dest, NodeId(8 + 9 - first.dest.0));
+        assert_eq!(second.parts[0].from, Endpoint::Node(first.dest));
+        // The relay fails: its destination is no source any more, and the chunk it fed is
+        // planned from n1 again when that one fails too.
+        s.failed(first.id, None);
+        s.failed(second.id, Some(Endpoint::Node(first.dest)));
+        let again: Vec<Chunk> = std::iter::from_fn(|| s.poll(&pred)).collect();
+        assert!(!again.is_empty());
+        assert!(
+            again.iter().all(|c| c.parts.iter().all(|p| p.from == n(1))),
+            "{again:?}"
+        );
     }
 
     #[test]

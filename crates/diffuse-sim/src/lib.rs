@@ -17,6 +17,7 @@
 //! | [`staging`] | GDS, LDS and naive staging of a batch on the paper's four sites |
 
 pub mod engine;
+pub mod flow_bound;
 pub mod flows;
 pub mod mixapart;
 pub mod paper;

@@ -216,3 +216,97 @@ fn a_large_object_is_read_from_every_holder_at_once() {
         "F read from four peers and dropped B when it died:\n{f_log}"
     );
 }
+
+/// GDS's chunk-level relay: a worker still receiving an object serves the chunks that have
+/// landed. A holds a 48 MiB object; every worker sends at 80 Mbit/s (which the dispatcher has
+/// learned for A). Staged to B and C at once, one of them reads it from A and the other from
+/// that one as the chunks land, so both have it in about the time of one copy (5.0 s), not
+/// one and a half (7.5 s: the second waiting for the first to be whole, then reading from
+/// both).
+#[test]
+fn a_copy_still_being_received_is_relayed_as_its_chunks_land() {
+    let Some(mut h) = Hosts::up(5, &[]) else {
+        return skip("network namespaces need root and iproute2");
+    };
+    let big = ["--cache-size", "1GB"];
+    for (host, name) in [(1, "A"), (2, "B"), (3, "C"), (4, "D")] {
+        h.worker_with(host, name, &big);
+    }
+    h.wait_workers(4);
+    // Intermediate objects, made on A: storage is no source of them.
+    let size = 48usize << 20;
+    let x = h.path("x.bin");
+    std::fs::write(&x, random_bytes(size)).unwrap();
+    let y = h.path("y.bin");
+    std::fs::write(&y, random_bytes(16 << 20)).unwrap();
+    let (uri, warm_up) = ("tmp://x".to_string(), "tmp://y".to_string());
+    // A task of the same batch, held on D until the end, keeps them from being released.
+    let gate = h.path("gate");
+    let mut hold = gated_task("hold", &gate);
+    hold["hint"] = json!({"node": "D", "strict": true});
+    h.submit(&[
+        hold,
+        json!({"id": "make", "outputs": [uri, warm_up],
+               "cmd": format!("cp '{}' {{outputs[0]}} && cp '{}' {{outputs[1]}}",
+                              x.display(), y.display()),
+               "hint": {"node": "A", "strict": true}}),
+    ]);
+    assert_eq!(h.done("make")["state"], "succeeded");
+    // Every worker sends at 80 Mbit/s; the dispatcher learns A's link from one copy to B.
+    for host in 1..=3 {
+        h.bed.shape(host, "80mbit", None);
+    }
+    let warm = h.stage(&[warm_up], &["--to", "B"]);
+    assert_eq!(warm["by_source"]["A"], 16 << 20, "{warm}");
+    let v = h.stage(std::slice::from_ref(&uri), &["--to", "B,C"]);
+    assert_eq!(v["done"], 2, "{v}");
+    let from = |name: &str| v["by_source"][name].as_u64().unwrap_or(0);
+    let (b, c) = (from("B"), from("C"));
+    assert!(
+        from("A") >= size as u64 && (b > 0) != (c > 0),
+        "one destination read from A and the other from it: {v}"
+    );
+    let (relay, other) = if b > 0 { ("B", "C") } else { ("C", "B") };
+    let log = std::fs::read_to_string(h.path(&format!("worker-{other}.log"))).unwrap();
+    assert!(
+        log.contains(&format!(
+            "http://{}:",
+            h.bed.addr(if relay == "B" { 2 } else { 3 })
+        )),
+        "{other} read from {relay}:\n{log}"
+    );
+    // One copy through an 80 Mbit/s link takes 48 MiB / 10 MB/s = 5.0 s; waiting for the
+    // first copy to be whole would take 7.5 s.
+    let secs = v["seconds"].as_f64().unwrap();
+    let one = size as f64 / 10e6;
+    eprintln!("two copies through one 80 Mbit/s link in {secs:.2} s (one copy: {one:.2} s): {v}");
+    assert!(
+        secs < 1.3 * one,
+        "the second copy waited for the first to be whole: {secs:.2} s: {v}"
+    );
+    // Both copies are whole and verified: the batch would have failed otherwise, and a task
+    // on each reads the right bytes.
+    let want = Command::new("sh")
+        .arg("-c")
+        .arg(format!("sha256sum < '{}'", x.display()))
+        .output()
+        .unwrap();
+    let want = String::from_utf8_lossy(&want.stdout).to_string();
+    // One batch: an intermediate object is released once its readers are done.
+    let reads: Vec<Value> = ["B", "C"]
+        .iter()
+        .map(|node| {
+            json!({"id": format!("read-{node}"), "cmd": "sha256sum < {inputs[0]}",
+                   "inputs": [uri], "hint": {"node": node, "strict": true}})
+        })
+        .collect();
+    h.submit(&reads);
+    for node in ["B", "C"] {
+        let t = h.done(&format!("read-{node}"));
+        assert_eq!(t["state"], "succeeded", "{t}");
+        let r = report(&t);
+        assert_eq!(stdout_of(&r), want, "{node} holds the right bytes");
+        assert_eq!(traffic(&r["traffic"])[0], 1, "{node} had it cached: {r}");
+    }
+    std::fs::write(&gate, b"go").unwrap();
+}

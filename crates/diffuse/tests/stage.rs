@@ -97,12 +97,14 @@ fn unknown_workers_and_missing_objects_are_told() {
     c.worker("a", 1, "50MB");
     c.wait_workers(1);
     let there = c.data("there", b"hello");
+    let empty = c.data("empty", b"");
     let list = c.path("list");
     std::fs::write(
         &list,
         format!(
-            "{}\n{}/missing\n",
+            "{}\n{}\n{}/missing\n",
             there.display(),
+            empty.display(),
             c.path("data").display()
         ),
     )
@@ -121,7 +123,7 @@ fn unknown_workers_and_missing_objects_are_told() {
     );
     assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(
-        out.stdout.starts_with("staged 1 of 1 copies"),
+        out.stdout.starts_with("staged 2 of 2 copies"),
         "{}",
         out.stdout
     );
@@ -131,6 +133,11 @@ fn unknown_workers_and_missing_objects_are_told() {
         out.stderr
     );
     assert_eq!(holders(&c, &file_uri(&there)), ["a"]);
+    assert_eq!(
+        holders(&c, &file_uri(&empty)),
+        ["a"],
+        "an empty object is a copy too"
+    );
 
     let tmp = c.path("tmplist");
     std::fs::write(&tmp, "tmp://x\n").unwrap();

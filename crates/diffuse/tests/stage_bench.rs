@@ -14,9 +14,7 @@ mod common;
 use common::cluster::*;
 use common::host::skip;
 use common::hosts::Hosts;
-use common::run_diffuse;
 use serde_json::Value;
-use std::time::Duration;
 
 const MB: u64 = 1_000_000;
 /// Bytes per second each host sends (index: host), and each destination takes in.
@@ -42,29 +40,8 @@ fn file_set(h: &Hosts, storage: &str, tag: &str) -> Vec<(String, u64)> {
 }
 
 fn stage(h: &Hosts, list: &[(String, u64)], args: &[&str]) -> Value {
-    let path = h.path("list");
-    let text: String = list.iter().map(|(u, _)| format!("{u}\n")).collect();
-    std::fs::write(&path, text).unwrap();
-    let mut all = vec![
-        "stage",
-        path.to_str().unwrap(),
-        "--json",
-        "--dispatcher",
-        &h.url,
-    ];
-    all.extend_from_slice(args);
-    let out = run_diffuse(
-        &all,
-        None,
-        &[("DIFFUSE_CLIENT_TOKEN", &h.client)],
-        Duration::from_secs(1800),
-    );
-    if args.contains(&"--drop") {
-        assert_eq!(out.code, Some(0), "{}", out.stderr);
-        return Value::Null;
-    }
-    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    serde_json::from_str(out.stdout.trim()).unwrap()
+    let uris: Vec<String> = list.iter().map(|(u, _)| u.clone()).collect();
+    h.stage(&uris, args)
 }
 
 /// Drop `list` from `dests` and wait until the dispatcher knows.
@@ -91,26 +68,43 @@ fn encode(uri: &str) -> String {
         .collect()
 }
 
-/// A lower bound on the batch's seconds from cuts of this star network (every host limited
-/// by what its NIC sends, destinations also by what theirs takes in): the largest of
-/// - each destination's bytes through its inbound NIC, or through everything others send;
-/// - every file through the holders' and other destinations' outbound NICs;
-/// - the distinct bytes out of the original holders (storage and the seeded sources);
-/// - all bytes out of every host that may send (holders and destinations).
-fn cut_bound(files: &[(String, u64)], holders: &[f64], dests: usize) -> f64 {
-    let out_holders: f64 = STORAGE + holders.iter().sum::<f64>();
-    let out_all = out_holders + DEST * (dests - 1) as f64;
-    let per_dest: u64 = files.iter().map(|(_, s)| s).sum();
-    let into_dest = DEST.min(out_all);
-    let biggest = files.iter().map(|(_, s)| *s).max().unwrap_or(0) as f64;
-    [
-        per_dest as f64 / into_dest,
-        biggest / into_dest,
-        per_dest as f64 / out_holders,
-        (per_dest * dests as u64) as f64 / out_all,
-    ]
-    .into_iter()
-    .fold(0.0, f64::max)
+/// The flow lower bound (`diffuse_sim::flow_bound`, the paper's section 3) of staging `files`
+/// to `dests` destinations from storage and holders sending at `holders` bytes/s: the star of
+/// this testbed, every host behind its own shaped NIC.
+fn flow_bound(files: &[(String, u64)], holders: &[f64], dests: usize) -> f64 {
+    use diffuse_core::bandwidth::Endpoint;
+    use diffuse_core::staging::Request;
+    use diffuse_core::{NodeId, ObjectId};
+    let dest = |k: usize| NodeId(100 + k as u32);
+    let mut requests = Vec::new();
+    let mut copies = Vec::new();
+    for (i, (_, size)) in files.iter().enumerate() {
+        let o = ObjectId(i as u64);
+        copies.push((o, Endpoint::Storage));
+        for j in 0..holders.len() {
+            copies.push((o, Endpoint::Node(NodeId(j as u32))));
+        }
+        for k in 0..dests {
+            requests.push(Request {
+                object: o,
+                size: *size,
+                dest: dest(k),
+            });
+        }
+    }
+    let mut net = diffuse_sim::flow_bound::Star {
+        default: f64::INFINITY,
+        ..Default::default()
+    };
+    net.out.insert(Endpoint::Storage, STORAGE);
+    for (j, rate) in holders.iter().enumerate() {
+        net.out.insert(Endpoint::Node(NodeId(j as u32)), *rate);
+    }
+    for k in 0..dests {
+        net.out.insert(Endpoint::Node(dest(k)), DEST);
+        net.into.insert(Endpoint::Node(dest(k)), DEST);
+    }
+    diffuse_sim::flow_bound::flow_bound(&requests, &copies, &net).expect("a bound")
 }
 
 #[test]
@@ -178,7 +172,7 @@ fn bench_stage_schedules_on_the_shaped_testbed() {
             // scheduler had.
             stage(&h, &files, &["--to", &dests.join(","), "--schedule", "lds"]);
             unstage(&h, &files, dests);
-            let bound = cut_bound(&files, rates, dests.len());
+            let bound = flow_bound(&files, rates, dests.len());
             let mut row = format!("| {label} | {} | {bound:.1} s |", dests.len());
             let mut gds = 0.0;
             for schedule in ["naive", "lds", "gds"] {

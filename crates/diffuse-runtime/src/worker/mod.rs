@@ -32,6 +32,7 @@ mod multi;
 mod output;
 mod peer;
 pub mod process;
+mod relay;
 mod stage;
 mod task;
 
@@ -206,6 +207,8 @@ pub(crate) struct Ctx {
     max_output: u64,
     /// Most peers one object is read from at once (`multi`).
     fetch_sources: usize,
+    /// Objects being read in chunks, whose landed chunks are served to peers.
+    relays: relay::Relays,
     /// This worker's name (`DIFFUSE_NODE`).
     name: String,
     /// The GPUs' ids (`WorkerConfig::gpus`).
@@ -356,6 +359,7 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         logs: logs.clone(),
         max_output: cfg.max_output,
         fetch_sources: cfg.fetch_sources,
+        relays: relay::Relays::default(),
         name: cfg.name.clone(),
         gpus_free: Mutex::new((0..cfg.gpus.len()).collect()),
         gpu_env: !cfg.gpus.is_empty() || !Machine::detect().gpus.is_empty(),

@@ -10,6 +10,11 @@
 //! under way elsewhere (the first copy to land is kept), so one slow source does not hold up the
 //! end. The whole object is hashed and checked against the digest the peers recorded before
 //! it is committed; any failure leaves the caller to read a single peer or storage.
+//!
+//! While it lasts, the fetch serves the chunks that have landed to other workers reading the
+//! same object (`relay`), and a source may itself be such a partial copy: it answers 409 with
+//! the chunks it has, and its reader asks only for those, polling as more land. A partial
+//! source that gives nothing new for [`STALL`] is dropped like one that stalls.
 
 use super::stage::{commit, Failed};
 use super::Ctx;
@@ -25,10 +30,13 @@ use tokio::task::JoinSet;
 pub(super) use crate::proto::MULTI_SOURCE_MIN as MIN_SIZE;
 
 /// Bytes per chunk.
-const CHUNK: u64 = 4 << 20;
+pub(super) const CHUNK: u64 = 4 << 20;
 
 /// A source that sends nothing for this long is dropped.
 const STALL: Duration = Duration::from_secs(10);
+
+/// How often a partial source with nothing wanted is asked again.
+const POLL: Duration = Duration::from_millis(100);
 
 /// The state of each chunk.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,13 +51,15 @@ enum Chunk {
 }
 
 /// Which chunks are waiting, being read, or landed.
-struct Board {
+pub(super) struct Board {
     chunks: Vec<Chunk>,
     landed: usize,
     /// Chunks landed from the start without a gap: the hasher may read up to there.
     prefix: usize,
     /// The fetch is over (done, failed or dropped): the hasher stops waiting.
     over: bool,
+    /// A source turned out to be a partial copy: the others read from the back.
+    partial_source: bool,
 }
 
 impl Board {
@@ -60,6 +70,7 @@ impl Board {
             landed: 0,
             prefix: 0,
             over: false,
+            partial_source: false,
         }
     }
 
@@ -75,13 +86,28 @@ impl Board {
         }
     }
 
-    /// The next chunk for a source: a waiting one, or else one only one source is reading.
+    /// The next chunk for a source that has them all: a waiting one, or else one only one
+    /// source is reading.
+    #[cfg(test)]
     fn take(&mut self) -> Option<usize> {
-        let i = self
-            .chunks
-            .iter()
-            .position(|c| *c == Chunk::Waiting)
-            .or_else(|| self.chunks.iter().position(|c| *c == Chunk::Reading(1)))?;
+        self.take_among(None, false)
+    }
+
+    /// The next chunk for a source that has those in `have` (None: any); `partial`: the source
+    /// is a partial copy. Partial copies fill from the front, so while one is a source the
+    /// others take chunks from the back: they meet in the middle instead of racing for the
+    /// same chunks.
+    fn take_among(&mut self, have: Option<&[bool]>, partial: bool) -> Option<usize> {
+        let n = self.chunks.len();
+        let from_back = !partial && self.partial_source;
+        let order = move |k: usize| if from_back { n - 1 - k } else { k };
+        let has = |i: &usize| have.is_none_or(|h| h.get(*i).copied().unwrap_or(false));
+        let first = |state: Chunk| {
+            (0..n)
+                .map(order)
+                .find(|i| self.chunks[*i] == state && has(i))
+        };
+        let i = first(Chunk::Waiting).or_else(|| first(Chunk::Reading(1)))?;
         self.chunks[i] = match self.chunks[i] {
             Chunk::Reading(n) => Chunk::Reading(n + 1),
             _ => Chunk::Reading(1),
@@ -111,21 +137,26 @@ impl Board {
     fn complete(&self) -> bool {
         self.landed == self.chunks.len()
     }
+
+    /// Whether each chunk has landed (what this copy can relay).
+    pub(super) fn landed_chunks(&self) -> impl Iterator<Item = bool> + '_ {
+        self.chunks.iter().map(|c| *c == Chunk::Landed)
+    }
 }
 
-/// What the sources of one fetch share.
-struct Shared {
+/// What the sources of one fetch share (and `relay` serves from).
+pub(super) struct Shared {
     http: reqwest::Client,
     token: String,
     key: String,
-    version: String,
-    size: u64,
-    file: std::fs::File,
-    board: Mutex<Board>,
+    pub(super) version: String,
+    pub(super) size: u64,
+    pub(super) file: std::fs::File,
+    pub(super) board: Mutex<Board>,
     /// Signalled when `board.prefix` grows or the fetch is over.
     progress: Condvar,
     /// The digest the first source to answer recorded; every other must match it.
-    sha256: Mutex<Option<String>>,
+    pub(super) sha256: Mutex<Option<String>>,
     /// What each source has done so far, in the order of `sources` (kept here, not returned,
     /// so a source whose duplicate read is cut short at the end is still counted).
     tally: Mutex<Vec<Outcome>>,
@@ -135,7 +166,7 @@ struct Shared {
 struct Outcome {
     url: String,
     bytes: u64,
-    /// Seconds from its first request to its last byte.
+    /// Seconds spent reading the chunks it sent (not waiting for a partial copy to have more).
     seconds: f64,
     error: Option<Failed>,
 }
@@ -180,6 +211,7 @@ pub(super) async fn fetch(
         ),
     });
     let _over = Over(shared.clone());
+    let _listed = ctx.relays.list(&shared.key, &shared);
     let hasher = {
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || hash_as_landed(&shared))
@@ -312,24 +344,59 @@ fn io_failed(e: std::io::Error) -> Failed {
 }
 
 /// Source `k`'s loop: take a chunk, read it, write it in place, until the board is empty or
-/// the source fails; what it did goes in the tally.
+/// the source fails; what it did goes in the tally. A source that answers it lacks a chunk
+/// (a partial copy) is asked next for one of those it said it has, and, when none of them is
+/// wanted, again every [`POLL`].
 async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
-    let started = Instant::now();
+    // The source said it is a partial copy.
+    let mut partial = false;
+    // What it has, as it said in its last answer (None: ask for the next chunk wanted).
+    let mut have: Option<Vec<bool>> = None;
+    let mut last_read = Instant::now();
     loop {
-        let Some(i) = shared.board.lock().expect("board lock").take() else {
-            return;
+        let pick = shared
+            .board
+            .lock()
+            .expect("board lock")
+            .take_among(have.as_deref(), partial);
+        let Some(i) = pick else {
+            if have.is_none() || shared.board.lock().expect("board lock").complete() {
+                return;
+            }
+            if last_read.elapsed() > STALL {
+                let mut tally = shared.tally.lock().expect("tally lock");
+                tally[k].error = Some(Failed::Other(format!(
+                    "a partial copy with nothing new for {STALL:?}"
+                )));
+                return;
+            }
+            // Nothing it has is wanted: ask again later.
+            tokio::time::sleep(POLL).await;
+            have = None;
+            continue;
         };
+        let began = Instant::now();
         let read = read_chunk(&shared, &url, i).await;
         let mut tally = shared.tally.lock().expect("tally lock");
         let mine = &mut tally[k];
-        mine.seconds = started.elapsed().as_secs_f64();
         match read {
-            Ok(n) => {
+            Ok(Read::Sent(n)) => {
+                mine.seconds += began.elapsed().as_secs_f64();
                 mine.bytes += n;
+                last_read = Instant::now();
+                have = None;
                 if n > 0 {
                     shared.board.lock().expect("board lock").landed(i);
                     shared.progress.notify_all();
                 }
+            }
+            Ok(Read::NotYet(h)) => {
+                let mut board = shared.board.lock().expect("board lock");
+                board.dropped(i);
+                board.partial_source = true;
+                drop(board);
+                have = Some(h);
+                partial = true;
             }
             Err(error) => {
                 mine.error = Some(error);
@@ -340,9 +407,16 @@ async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
     }
 }
 
-/// Read chunk `i` from `url` and write it at its offset; returns the bytes written (0 when
-/// another copy landed first).
-async fn read_chunk(shared: &Arc<Shared>, url: &str, i: usize) -> Result<u64, Failed> {
+/// What a source answered for one chunk.
+enum Read {
+    /// It sent the chunk; the bytes written (0 when another copy landed first).
+    Sent(u64),
+    /// It is a partial copy without that chunk yet; the chunks it has.
+    NotYet(Vec<bool>),
+}
+
+/// Read chunk `i` from `url` and write it at its offset.
+async fn read_chunk(shared: &Arc<Shared>, url: &str, i: usize) -> Result<Read, Failed> {
     let start = i as u64 * CHUNK;
     let end = (start + CHUNK).min(shared.size); // exclusive
     let resp = tokio::time::timeout(
@@ -357,6 +431,16 @@ async fn read_chunk(shared: &Arc<Shared>, url: &str, i: usize) -> Result<u64, Fa
     .await
     .map_err(|_| Failed::Other(format!("no answer in {STALL:?}")))?
     .map_err(|e| Failed::Other(crate::tls::describe(&e)))?;
+    if resp.status() == reqwest::StatusCode::CONFLICT {
+        let chunks = shared.board.lock().expect("board lock").chunks.len();
+        return resp
+            .headers()
+            .get("x-diffuse-have")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|h| super::relay::decode(h, chunks))
+            .map(Read::NotYet)
+            .ok_or_else(|| Failed::Other("a partial copy without a valid x-diffuse-have".into()));
+    }
     if resp.status() != reqwest::StatusCode::PARTIAL_CONTENT {
         return Err(Failed::Other(format!("status {}", resp.status())));
     }
@@ -411,14 +495,14 @@ async fn read_chunk(shared: &Arc<Shared>, url: &str, i: usize) -> Result<u64, Fa
         )));
     }
     if !shared.board.lock().expect("board lock").claim(i) {
-        return Ok(0); // another source's copy landed first
+        return Ok(Read::Sent(0)); // another source's copy landed first
     }
     let file = shared.clone();
     tokio::task::spawn_blocking(move || file.file.write_all_at(&data, start))
         .await
         .map_err(|e| Failed::Other(e.to_string()))?
         .map_err(io_failed)?;
-    Ok(want as u64)
+    Ok(Read::Sent(want as u64))
 }
 
 #[cfg(test)]
@@ -449,6 +533,31 @@ mod tests {
         b.landed(2);
         b.landed(2);
         assert!(b.complete());
+    }
+
+    #[test]
+    fn a_partial_source_takes_what_it_has_and_full_sources_then_read_from_the_back() {
+        let mut b = Board::new(6 * CHUNK);
+        let have = [true, true, false, true, false, false];
+        assert_eq!(b.take_among(Some(&have), true), Some(0));
+        b.partial_source = true;
+        assert_eq!(b.take(), Some(5), "a full source starts at the back");
+        assert_eq!(b.take_among(Some(&have), true), Some(1));
+        assert_eq!(b.take_among(Some(&have), true), Some(3));
+        assert_eq!(b.take(), Some(4));
+        assert_eq!(
+            b.take_among(None, true),
+            Some(2),
+            "a partial copy is asked from the front"
+        );
+        b.dropped(2);
+        assert_eq!(b.take(), Some(2));
+        // Nothing waits: the partial copy may duplicate only a chunk it has.
+        assert_eq!(
+            b.take_among(Some(&[false, false, true, false, false, false]), true),
+            Some(2)
+        );
+        assert_eq!(b.take_among(Some(&[false; 6]), true), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The peer data server: `GET /v1/cache/{key}` serves a cached object to holders of the worker
 //! token, with its checksum and source version in the response headers (a `Range` request gets
-//! that part of it: chunks of a multi-source fetch). A copy a reader found bad is hashed again
+//! that part of it: chunks of a multi-source fetch; an object still being read here serves the
+//! chunks that have landed, see `relay`). A copy a reader found bad is hashed again
 //! and dropped if it is (`verify`).
 
 use super::Ctx;
@@ -22,7 +23,8 @@ pub(super) async fn serve_object(
         return StatusCode::UNAUTHORIZED.into_response();
     }
     let Some((path, meta)) = ctx.cache.lock().expect("cache lock").path_for_key(&key) else {
-        return StatusCode::NOT_FOUND.into_response();
+        // Not cached here; perhaps being read, with some chunks landed.
+        return super::relay::serve(&ctx.relays, &key, &headers).await;
     };
     match tower_http::services::ServeFile::new(path)
         .with_buf_chunk_size(1 << 20)

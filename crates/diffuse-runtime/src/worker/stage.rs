@@ -298,7 +298,9 @@ async fn fetch_peers(
     input: &AssignedInput,
     temp: &Path,
 ) -> Result<(PathBuf, bool), Failed> {
-    if also.is_empty() || ctx.fetch_sources < 2 || input.size < super::multi::MIN_SIZE {
+    // A large object goes through `multi` even from one peer: its chunks are then relayed to
+    // other readers as they land.
+    if ctx.fetch_sources < 2 || input.size < super::multi::MIN_SIZE {
         return fetch_peer(ctx, url, input, temp).await;
     }
     let sources: Vec<&str> = std::iter::once(url)

@@ -110,6 +110,33 @@ impl Hosts {
         assert!(r.status().is_success(), "{}", r.text().unwrap_or_default());
     }
 
+    /// `diffuse stage` of `uris` with `args` (`--to`, `--schedule`, ...): its `--json` summary,
+    /// or Null for `--drop`.
+    pub fn stage(&self, uris: &[String], args: &[&str]) -> Value {
+        let path = self.path("list");
+        let text: String = uris.iter().map(|u| format!("{u}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        let mut all = vec![
+            "stage",
+            path.to_str().unwrap(),
+            "--json",
+            "--dispatcher",
+            &self.url,
+        ];
+        all.extend_from_slice(args);
+        let out = super::run_diffuse(
+            &all,
+            None,
+            &[("DIFFUSE_CLIENT_TOKEN", &self.client)],
+            std::time::Duration::from_secs(1800),
+        );
+        assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+        if args.contains(&"--drop") {
+            return Value::Null;
+        }
+        serde_json::from_str(out.stdout.trim()).unwrap()
+    }
+
     pub fn done(&self, id: &str) -> Value {
         poll(&format!("{id} to end"), || {
             self.get(&format!("/v1/tasks/{id}")).filter(|t| {

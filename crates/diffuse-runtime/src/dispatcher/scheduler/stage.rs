@@ -6,8 +6,10 @@
 //! schedule asked for (GDS's MinMin, LDS or naive), with the rates the core has learned from
 //! past transfers. A request moves whole: the stager plans it as one chunk whose parts name its
 //! sources, and the worker is sent a `Fetch` from them (a peer first, the others as the extra
-//! sources of a multi-source read; storage when the plan starts there). A worker that has
-//! received an object serves it to the requests planned after that. A request is done when its
+//! sources of a multi-source read; storage when the plan starts there). A worker reading a large
+//! object from peers serves its chunks onward as they land ([`Stager::relay`]), so requests
+//! planned after it may read from it at once; one reading from storage serves the object once
+//! it is whole (its digest is not known before). A request is done when its
 //! worker reports the object cached; a failed fetch is planned again without the source that
 //! failed; a worker that leaves gives up its requests.
 //!
@@ -15,7 +17,7 @@
 
 use super::lookup::Waiter;
 use super::Scheduler;
-use crate::proto::{AssignedInput, InputSource, ToWorker};
+use crate::proto::{AssignedInput, InputSource, ToWorker, MULTI_SOURCE_MIN};
 use diffuse_core::bandwidth::Endpoint;
 use diffuse_core::staging::{Chunk, Request, Schedule, StageConfig, Stager};
 use diffuse_core::{NodeId, ObjectId};
@@ -90,6 +92,24 @@ pub struct StageRun {
     started: Instant,
 }
 
+impl StageRun {
+    /// A batch with nothing looked up or planned yet.
+    fn new(view: StageView, cfg: StageConfig) -> StageRun {
+        StageRun {
+            view,
+            cfg,
+            objects: Vec::new(),
+            dests: Vec::new(),
+            sizes: FxHashMap::default(),
+            looking_up: 0,
+            stager: None,
+            running: FxHashMap::default(),
+            errors: FxHashMap::default(),
+            started: Instant::now(),
+        }
+    }
+}
+
 impl Scheduler {
     /// Accept a batch: its number, or why not.
     pub(super) fn stage(&mut self, ask: StageAsk) -> Result<u64, String> {
@@ -136,6 +156,7 @@ impl Scheduler {
                 looking_up += 1;
             }
         }
+        let objects_n = objects.len();
         let names = dests
             .iter()
             .filter_map(|n| self.sessions.get(n).map(|s| s.name.clone()))
@@ -143,29 +164,27 @@ impl Scheduler {
         self.stages.insert(
             id,
             StageRun {
-                view: StageView {
-                    id,
-                    schedule: ask.schedule.to_string(),
-                    state: "looking up".into(),
-                    objects: objects.len(),
-                    destinations: names,
-                    ..StageView::default()
-                },
-                cfg: StageConfig {
-                    schedule: ask.schedule,
-                    // Whole objects: a worker's fetch splits one among its sources itself.
-                    chunk_fraction: 1.0,
-                    min_chunk: u64::MAX,
-                    ..StageConfig::default()
-                },
                 objects,
                 dests,
                 sizes,
                 looking_up,
-                stager: None,
-                running: FxHashMap::default(),
-                errors: FxHashMap::default(),
-                started: Instant::now(),
+                ..StageRun::new(
+                    StageView {
+                        id,
+                        schedule: ask.schedule.to_string(),
+                        state: "looking up".into(),
+                        objects: objects_n,
+                        destinations: names,
+                        ..StageView::default()
+                    },
+                    StageConfig {
+                        schedule: ask.schedule,
+                        // Whole objects: a worker's fetch splits one among its sources itself.
+                        chunk_fraction: 1.0,
+                        min_chunk: u64::MAX,
+                        ..StageConfig::default()
+                    },
+                )
             },
         );
         tracing::info!(stage = id, schedule = %ask.schedule, "staging {} objects", ask.uris.len());
@@ -207,8 +226,8 @@ impl Scheduler {
             .collect();
         self.stages.insert(
             id,
-            StageRun {
-                view: StageView {
+            StageRun::new(
+                StageView {
                     id,
                     schedule: "drop".into(),
                     state: "done".into(),
@@ -218,16 +237,8 @@ impl Scheduler {
                     done: dropped,
                     ..StageView::default()
                 },
-                cfg: StageConfig::default(),
-                objects: Vec::new(),
-                dests: Vec::new(),
-                sizes: FxHashMap::default(),
-                looking_up: 0,
-                stager: None,
-                running: FxHashMap::default(),
-                errors: FxHashMap::default(),
-                started: Instant::now(),
-            },
+                StageConfig::default(),
+            ),
         );
         Ok(id)
     }
@@ -274,7 +285,9 @@ impl Scheduler {
         if let Some(stager) = run.stager.as_mut() {
             while let Some(chunk) = stager.poll(self.core.predictor()) {
                 let (dest, o) = (chunk.dest, chunk.object);
-                self.send_stage_fetch(&chunk, run.sizes[&o]);
+                if self.send_stage_fetch(&chunk, run.sizes[&o]) {
+                    stager.relay(chunk.id);
+                }
                 run.running.insert((dest, o), chunk);
             }
             run.view.running = run.running.len();
@@ -324,23 +337,27 @@ impl Scheduler {
                 if !holders.contains(&dest) {
                     requests.push(Request {
                         object: o,
-                        size,
+                        // An empty object is still a copy to make: the stager plans one byte.
+                        size: size.max(1),
                         dest,
                     });
                 }
             }
         }
         run.view.requests = requests.len();
-        // Each endpoint books at most the best rate it was seen at (its NIC, as far as known).
+        // Each endpoint books at most the best rates it was seen sending and receiving at (its
+        // NIC, as far as known).
         let caps = self.core.predictor().best_rates();
-        Stager::new(run.cfg, requests, &copies, &caps)
+        Stager::new(run.cfg, requests, &copies, &caps.out).inbound_caps(&caps.into)
     }
 
     /// Send `chunk`'s worker a fetch from its sources: the first peer as the one named, the
-    /// other peers as extra sources; storage only when the plan starts there.
-    fn send_stage_fetch(&self, chunk: &Chunk, size: u64) {
+    /// other peers as extra sources; storage only when the plan starts there. True if the
+    /// destination serves the chunks as they land (a large object read from peers: the
+    /// worker's `multi` and `relay`).
+    fn send_stage_fetch(&self, chunk: &Chunk, size: u64) -> bool {
         let Some(target) = self.sessions.get(&chunk.dest) else {
-            return;
+            return false;
         };
         let urls: Vec<String> = chunk
             .parts
@@ -361,6 +378,7 @@ impl Scheduler {
             },
             _ => InputSource::Storage,
         };
+        let relayed = matches!(source, InputSource::Peer { .. }) && size >= MULTI_SOURCE_MIN;
         let o = chunk.object;
         let _ = target.tx.send(ToWorker::Fetch {
             inputs: vec![AssignedInput {
@@ -370,6 +388,7 @@ impl Scheduler {
                 source,
             }],
         });
+        relayed
     }
 
     /// `node` reported `o` cached: a request of a batch may be done.
@@ -389,7 +408,7 @@ impl Scheduler {
                 );
             }
             run.view.done += 1;
-            run.view.bytes += chunk.len;
+            run.view.bytes += run.sizes.get(&o).copied().unwrap_or(chunk.len);
         }
         if touched {
             self.pump_stages();
