@@ -26,7 +26,8 @@ const EPS: f64 = 1e-6;
 /// The hand testbed: storage 100 B/s, NIC 1000 B/s each way, disk 1000 B/s, no latencies.
 fn testbed(nodes: u32, slots: u32) -> Testbed {
     Testbed {
-        name: "hand",
+        name: "hand".into(),
+        cache_bytes: None,
         nodes,
         slots_per_node: slots,
         storage_bw: 100.0,
@@ -797,7 +798,8 @@ fn mi_like(tasks: usize, files: u64, seed: u64) -> Vec<Arrival> {
 /// second), 1 Gb/s NICs, 2 Gb/s disks, 2 s start-up.
 fn small_teragrid() -> Testbed {
     Testbed {
-        name: "small",
+        name: "small".into(),
+        cache_bytes: None,
         nodes: 4,
         slots_per_node: 2,
         storage_bw: 0.2e9,

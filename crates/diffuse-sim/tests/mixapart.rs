@@ -9,7 +9,8 @@ use diffuse_sim::{simulate, Arrival, SimConfig, Summary, Testbed, Workload};
 
 fn testbed(rack_uplink_bw: f64) -> Testbed {
     Testbed {
-        name: "hand-racks",
+        name: "hand-racks".into(),
+        cache_bytes: None,
         nodes: 4,
         slots_per_node: 1,
         storage_bw: 1000.0,

@@ -8,7 +8,8 @@ use diffuse_sim::{simulate, Arrival, SimConfig, Summary, Testbed, Workload};
 
 fn testbed(nodes: u32) -> Testbed {
     Testbed {
-        name: "hand-2mark",
+        name: "hand-2mark".into(),
+        cache_bytes: None,
         nodes,
         slots_per_node: 1,
         storage_bw: 100.0,

@@ -8,6 +8,7 @@ mod config;
 mod dad_args;
 mod live;
 mod sim;
+mod sim_tasks;
 mod size;
 mod transfer_args;
 

@@ -37,6 +37,10 @@ pub enum WorkloadArg {
     /// Tasks read from --arrivals FILE (JSON Lines: time, compute_s, inputs, cores), e.g. the
     /// arrivals of a live run; testbed `local`, dynamic provisioning, step `all`.
     Arrivals,
+    /// The tasks of a task file as `diffuse run` takes it (`diffuse sim run TASKS.jsonl`):
+    /// each task's `compute_s`, its `file://` inputs' sizes read from the files, `--tmp-size`
+    /// for intermediates; testbed `local`, dynamic provisioning, step `all` (as `arrivals`).
+    Run,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -113,10 +117,28 @@ fn handoff_budget(s: &str) -> Result<HandoffArg, String> {
     }
 }
 
+/// A preset's name, or a testbed file (TOML, the fields of `testbeds/*.toml`).
 fn testbed(s: &str) -> Result<Testbed, String> {
-    Testbed::by_name(s).ok_or_else(|| {
-        format!("unknown testbed '{s}' (expected teragrid-2007, teragrid-2008, local, tsukuba-2014 or ec2-2013)")
-    })
+    if let Some(t) = Testbed::by_name(s) {
+        return Ok(t);
+    }
+    let path = std::path::Path::new(s);
+    if !path.exists() {
+        return Err(format!(
+            "'{s}' is neither a preset ({}) nor a file",
+            Testbed::PRESETS.join(", ")
+        ));
+    }
+    read_testbed(path)
+}
+
+/// Read and check a testbed file.
+pub fn read_testbed(path: &std::path::Path) -> Result<Testbed, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let t: Testbed = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    t.check().map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(t)
 }
 
 /// A duration in seconds that may be zero (from 0 to 10^9).
@@ -143,6 +165,16 @@ pub struct SimArgs {
     /// project's acceptance checks on those experiments fails).
     #[arg(value_enum)]
     workload: WorkloadArg,
+    /// run only: the task file (JSON Lines or a JSON array), as `diffuse run` takes it.
+    #[arg(value_name = "TASKS")]
+    tasks: Option<PathBuf>,
+    /// run only: compute time of a task that gives no `compute_s`, seconds.
+    #[arg(long, value_parser = seconds_or_zero, allow_hyphen_values = true)]
+    compute_s: Option<f64>,
+    /// run only: size of each `tmp://` object (an intermediate's size is not known before the
+    /// run), e.g. 100MB.
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
+    tmp_size: Option<u64>,
     /// Dispatch policy: fa, mcu, mch, gcc, dad or mixapart.
     #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
     policy: PolicyKind,
@@ -200,8 +232,11 @@ pub struct SimArgs {
     /// billed until they end); what has not arrived by then is given up.
     #[arg(long, default_value_t = 10.0, value_parser = seconds, allow_hyphen_values = true)]
     handoff_time: f64,
-    /// Testbed model: teragrid-2007 (MI), teragrid-2008 (SW, AP) or local (arrivals: local
-    /// worker processes on one machine, see docs/simulation.md) [default: the workload's].
+    /// Testbed model: a preset, teragrid-2007 (MI), teragrid-2008 (SW, AP), local (arrivals:
+    /// local worker processes on one machine, see docs/simulation.md), tsukuba-2014 or
+    /// ec2-2013; or a testbed file (TOML: nodes, slots, cache, disk, NIC, storage rate and
+    /// latency, racks, dispatch latency, start-up time; the presets are in testbeds/, and
+    /// `diffuse calibrate` writes one) [default: the workload's].
     #[arg(long, value_parser = testbed)]
     testbed: Option<Testbed>,
     /// Slots (cores) per node, in place of the testbed's (the dispatcher's --worker-cores).
@@ -249,7 +284,7 @@ pub struct SimArgs {
 pub fn defaults(w: WorkloadArg) -> (Testbed, u64, bool) {
     match w {
         WorkloadArg::Mi => (Testbed::teragrid_2007(), 2_000_000_000, true),
-        WorkloadArg::Arrivals => (Testbed::local(), 10_000_000_000, true),
+        WorkloadArg::Arrivals | WorkloadArg::Run => (Testbed::local(), 10_000_000_000, true),
         WorkloadArg::Readgf | WorkloadArg::Blast => {
             (Testbed::tsukuba_2014(), 64_000_000_000, false)
         }
@@ -281,14 +316,17 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
         WorkloadArg::Ap => Workload::Ap {
             compute_s: a.ap_compute,
         },
-        WorkloadArg::Arrivals => Workload::Custom(custom.expect("arrivals were read")),
+        WorkloadArg::Arrivals | WorkloadArg::Run => {
+            Workload::Custom(custom.expect("arrivals were read"))
+        }
         WorkloadArg::Readgf => Workload::Custom(diffuse_sim::workload::readgf_arrivals()),
         WorkloadArg::Blast => Workload::Custom(diffuse_sim::workload::blast_arrivals()),
         WorkloadArg::Paper | WorkloadArg::Mixapart | WorkloadArg::Stage => {
             unreachable!("paper, mixapart and stage are handled separately")
         }
     };
-    let mut cfg = SimConfig::new(workload, testbed, a.cache_size.unwrap_or(cache));
+    let cache = a.cache_size.or(testbed.cache_bytes).unwrap_or(cache);
+    let mut cfg = SimConfig::new(workload, testbed, cache);
     if a.workload == WorkloadArg::Readgf {
         cfg.placed = diffuse_sim::workload::readgf_placement(cfg.testbed.nodes);
     }
@@ -314,11 +352,13 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
         .provisioning
         .map_or(dynamic, |p| p == ProvisioningArg::Dynamic);
     if dynamic {
-        let step = a.step.unwrap_or(if a.workload == WorkloadArg::Arrivals {
-            StepPolicy::AllAtOnce
-        } else {
-            StepPolicy::Exponential
-        });
+        let step = a.step.unwrap_or(
+            if matches!(a.workload, WorkloadArg::Arrivals | WorkloadArg::Run) {
+                StepPolicy::AllAtOnce
+            } else {
+                StepPolicy::Exponential
+            },
+        );
         cfg.dynamic = Some(DynamicSettings {
             step,
             idle_timeout_s: a.idle_timeout,
@@ -336,6 +376,13 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
 pub fn run(a: SimArgs) -> Result<ExitCode> {
     if a.arrivals.is_some() && a.workload != WorkloadArg::Arrivals {
         eprintln!("error: --arrivals FILE goes with the workload `arrivals` only");
+        return Ok(ExitCode::from(2));
+    }
+    let run_only = a.compute_s.is_some() || a.tmp_size.is_some();
+    if (a.tasks.is_some() || run_only) && a.workload != WorkloadArg::Run {
+        eprintln!(
+            "error: a TASKS file, --compute-s and --tmp-size go with `diffuse sim run TASKS` only"
+        );
         return Ok(ExitCode::from(2));
     }
     if let Err(e) = a.dad.config() {
@@ -367,7 +414,29 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    let custom = if a.workload == WorkloadArg::Run {
+        let Some(path) = &a.tasks else {
+            eprintln!("error: `diffuse sim run` needs a task file: diffuse sim run TASKS.jsonl");
+            return Ok(ExitCode::from(2));
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let fill = crate::sim_tasks::Fill {
+            compute_s: a.compute_s,
+            tmp_size: a.tmp_size,
+        };
+        match crate::sim_tasks::arrivals(&text, fill) {
+            Ok(list) => Some(list),
+            Err(e) => {
+                eprintln!("error: {}: {e}", path.display());
+                return Ok(ExitCode::from(2));
+            }
+        }
+    } else {
+        None
+    };
     let custom = match (&a.arrivals, a.workload == WorkloadArg::Arrivals) {
+        _ if custom.is_some() => custom,
         (Some(path), true) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("--arrivals: cannot read {}", path.display()))?;
@@ -517,5 +586,20 @@ fn run_paper(a: &SimArgs) -> Result<ExitCode> {
             failed.join("; ")
         );
         Ok(ExitCode::from(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_a_file_in_testbeds_and_reads_back_the_same() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbeds");
+        for name in Testbed::PRESETS {
+            let path = dir.join(format!("{name}.toml"));
+            let t = read_testbed(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(Some(t), Testbed::by_name(name), "{}", path.display());
+        }
     }
 }
