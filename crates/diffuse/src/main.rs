@@ -70,6 +70,9 @@ enum Command {
     Config(config::ConfigArgs),
     /// Simulate a workload on a model of the paper's testbeds (same scheduling code as live).
     Sim(sim::SimArgs),
+    /// Measure the running pool (storage, peer and local read rates, latencies, per-task
+    /// cost) and write a testbed file for `diffuse sim --testbed`.
+    Calibrate(live::calibrate::CalibrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
         Command::Place(args) => live::objects::place(args),
         Command::Stage(args) => live::stage::stage(args),
         Command::Wait(args) => live::client::wait(args),
+        Command::Calibrate(args) => live::calibrate::calibrate(args),
     };
     match result {
         Ok(code) => code,

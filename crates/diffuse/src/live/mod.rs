@@ -3,6 +3,7 @@
 //! hardening every long-running process applies at start.
 
 pub mod cache;
+pub mod calibrate;
 pub mod client;
 pub mod each;
 pub mod jobs;

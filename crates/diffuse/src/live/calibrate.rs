@@ -1,0 +1,340 @@
+//! `diffuse calibrate`: measure a running pool and write a testbed file for `diffuse sim
+//! --testbed`, so that the simulator predicts this pool rather than the paper's.
+//!
+//! It runs small batches of real tasks through the dispatcher, each pinned to a worker, and
+//! reads the times the workers report (`started_at`, `staged_at`, `finished_at`; durations
+//! only, so the hosts' clocks need not agree):
+//! 1. every worker reads its own fresh probe file from storage at once: the storage rate each
+//!    read got, and all of them together (the aggregate a shared file system gives);
+//! 2. each reads it again, now cached: the local read rate (a `cat` of the cached copy);
+//! 3. each reads its neighbour's probe from the neighbour: the peer rate (the NIC, in the
+//!    model); with one worker there is no peer, and the NIC is taken as the storage rate;
+//! 4. a one-byte file from storage, then from a peer: the latencies;
+//! 5. ten empty tasks a slot, all at once: what a task costs beyond its compute (submission,
+//!    dispatch, start, report), the model's dispatch latency.
+//!
+//! The node start-up time is not measured (that would need the resource manager to start one):
+//! `--node-startup`. The probe files are written under `--scratch`, a directory every worker
+//! reads at the same path (the shared file system the tasks read), and removed at the end.
+
+use super::client::{Client, ClientArgs};
+use super::runtime;
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// `diffuse calibrate`.
+#[derive(clap::Args)]
+pub struct CalibrateArgs {
+    /// A directory every worker reads at this same path (on the shared file system the tasks
+    /// read from), for the probe files; they are removed at the end.
+    #[arg(long, value_name = "DIR")]
+    scratch: PathBuf,
+    /// Size of each worker's probe file: large enough that a read takes well over its
+    /// latency (e.g. 256MB).
+    #[arg(long, default_value = "64MB", value_parser = crate::size::parse_size)]
+    probe_size: u64,
+    /// Seconds from asking the resource manager for a node to the node joining (not measured).
+    #[arg(long, default_value_t = 30.0)]
+    node_startup: f64,
+    /// The testbed's name in the file.
+    #[arg(long, default_value = "calibrated")]
+    name: String,
+    /// Write the testbed file here (default: standard output).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// What one task's report says.
+struct Ran {
+    /// Seconds reading its inputs (`staged_at - started_at`).
+    staging: f64,
+    /// Seconds running its command (`finished_at - staged_at`).
+    running: f64,
+    /// (local, peer, storage) reads.
+    traffic: (u64, u64, u64),
+}
+
+/// `diffuse calibrate`.
+pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
+    if !a.scratch.is_dir() {
+        bail!("--scratch {}: not a directory", a.scratch.display());
+    }
+    let c = Client::new(&a.client)?;
+    let rt = runtime()?;
+    let status = rt.block_on(c.call(c.http.get(format!("{}/v1/status", c.url))))?;
+    let workers: Vec<String> = status["worker_list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["state"] == "running" || w["state"] == "idle")
+        .filter_map(|w| w["name"].as_str().map(String::from))
+        .collect();
+    if workers.is_empty() {
+        bail!("no worker is connected to {}: start the pool first", c.url);
+    }
+    let slots = status["slots"]
+        .as_u64()
+        .unwrap_or(workers.len() as u64)
+        .max(1);
+    let nonce = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let dir = a.scratch.join(format!("diffuse-calibrate-{nonce}"));
+    std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let _cleanup = Cleanup(dir.clone());
+    eprintln!(
+        "calibrating {} workers ({slots} slots) with {} MB probes in {}",
+        workers.len(),
+        a.probe_size / 1_000_000,
+        dir.display()
+    );
+    let probe = |name: &str, size: u64| -> Result<String> {
+        let p = dir.join(name);
+        write_probe(&p, size)?;
+        Ok(format!("file://{}", p.display()))
+    };
+    let n = workers.len();
+    let mut big = Vec::new();
+    let mut tiny = Vec::new();
+    for i in 0..n {
+        big.push(probe(&format!("big-{i}"), a.probe_size)?);
+        tiny.push(probe(&format!("tiny-{i}"), 1)?);
+    }
+    let session = Session {
+        c: &c,
+        rt: &rt,
+        prefix: format!("calibrate-{nonce}"),
+    };
+    let read = |step: &str, on: &dyn Fn(usize) -> usize, uris: &[String]| -> Result<Vec<Ran>> {
+        let tasks: Vec<Value> = (0..n)
+            .map(|i| {
+                json!({"id": format!("{step}-{i}"), "cmd": "cat {inputs[0]} > /dev/null",
+                       "inputs": [uris[i]], "hint": {"node": workers[on(i)], "strict": true}})
+            })
+            .collect();
+        session.run(tasks)
+    };
+    let own = |i: usize| i;
+    let next = |i: usize| (i + 1) % n;
+    let size = a.probe_size as f64;
+
+    let from_storage = read("storage", &own, &big)?;
+    check_traffic(&from_storage, 2, "storage")?;
+    let single: Vec<f64> = from_storage.iter().map(|r| size / r.staging).collect();
+    let slowest = from_storage.iter().map(|r| r.staging).fold(0.0, f64::max);
+    let aggregate = size * n as f64 / slowest;
+    eprintln!(
+        "storage: {} each, {} together",
+        rates(&single),
+        mb(aggregate)
+    );
+    let local = read("local", &own, &big)?;
+    check_traffic(&local, 0, "local")?;
+    let disk: Vec<f64> = local.iter().map(|r| size / r.running).collect();
+    eprintln!("local reads: {}", rates(&disk));
+    let storage_tiny = read("storage-latency", &own, &tiny)?;
+    let storage_latency = median(storage_tiny.iter().map(|r| r.staging).collect());
+    let (nic, peer_latency) = if n > 1 {
+        let peer = read("peer", &next, &big)?;
+        check_traffic(&peer, 1, "peer")?;
+        let rates_peer: Vec<f64> = peer.iter().map(|r| size / r.staging).collect();
+        eprintln!("peer reads: {}", rates(&rates_peer));
+        let peer_tiny = read("peer-latency", &next, &tiny)?;
+        (
+            median(rates_peer),
+            median(peer_tiny.iter().map(|r| r.staging).collect()),
+        )
+    } else {
+        eprintln!("one worker: no peer to read from; the NIC is taken as the storage rate");
+        (median(single.clone()), storage_latency)
+    };
+    eprintln!(
+        "latency: storage {:.1} ms, peer {:.1} ms",
+        storage_latency * 1e3,
+        peer_latency * 1e3
+    );
+    let empties = (10 * slots).max(20);
+    let started = Instant::now();
+    session.run(
+        (0..empties)
+            .map(|k| json!({"id": format!("empty-{k}"), "cmd": "true"}))
+            .collect(),
+    )?;
+    let per_task = started.elapsed().as_secs_f64() * slots as f64 / empties as f64;
+    eprintln!(
+        "an empty task costs {:.1} ms of a slot ({empties} on {slots} slots)",
+        per_task * 1e3
+    );
+
+    let testbed = diffuse_sim::Testbed {
+        name: a.name.clone(),
+        nodes: n as u32,
+        slots_per_node: (slots / n as u64).max(1) as u32,
+        cache_bytes: None,
+        storage_bw: aggregate,
+        storage_latency_s: storage_latency,
+        nic_bw: nic,
+        disk_bw: median(disk),
+        peer_latency_s: peer_latency,
+        dispatch_latency_s: per_task,
+        node_startup_s: a.node_startup,
+        rack_size: 0,
+        rack_uplink_bw: 0.0,
+    };
+    testbed.check().map_err(anyhow::Error::msg)?;
+    let text = format!(
+        "# Measured by `diffuse calibrate` on {} ({} workers, {slots} slots, {} MB probes).\n\
+         # storage_bytes_per_s: {n} fresh reads at once, bytes over the slowest read's time;\n\
+         # nic_bytes_per_s: the median peer read; disk_bytes_per_s: the median cached read;\n\
+         # latencies: the median one-byte read; dispatch_latency_s: an empty task's cost to a\n\
+         # slot; node_startup_s: given (--node-startup), not measured.\n{}",
+        c.url,
+        n,
+        a.probe_size / 1_000_000,
+        toml::to_string(&testbed)?
+    );
+    match &a.out {
+        Some(path) => {
+            std::fs::write(path, &text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Submitting batches and waiting for them.
+struct Session<'a> {
+    c: &'a Client,
+    rt: &'a tokio::runtime::Runtime,
+    prefix: String,
+}
+
+impl Session<'_> {
+    /// Submit `tasks` (ids made unique), wait for every one, and return their reports in order;
+    /// an error if one fails.
+    fn run(&self, tasks: Vec<Value>) -> Result<Vec<Ran>> {
+        let ids: Vec<String> = tasks
+            .iter()
+            .map(|t| format!("{}-{}", self.prefix, t["id"].as_str().unwrap_or("?")))
+            .collect();
+        let body: String = tasks
+            .into_iter()
+            .zip(&ids)
+            .map(|(mut t, id)| {
+                t["id"] = json!(id);
+                format!("{t}\n")
+            })
+            .collect();
+        let c = self.c;
+        self.rt
+            .block_on(c.call(c.http.post(format!("{}/v1/tasks", c.url)).body(body)))?;
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let mut out = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let t = loop {
+                let t = self
+                    .rt
+                    .block_on(c.call(c.http.get(format!("{}/v1/tasks/{id}", c.url))))?;
+                match t["state"].as_str() {
+                    Some("succeeded") => break t,
+                    Some("failed") | Some("cancelled") => {
+                        bail!("calibration task {id} did not succeed: {t}")
+                    }
+                    _ if Instant::now() > deadline => {
+                        bail!("calibration task {id} took over an hour")
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(100)),
+                }
+            };
+            let report: Value = t["outcome"]["result_json"]
+                .as_str()
+                .and_then(|r| serde_json::from_str(r).ok())
+                .with_context(|| format!("task {id} has no report: {t}"))?;
+            let at = |k: &str| report[k].as_f64().unwrap_or(0.0);
+            let tr = |k: &str| report["traffic"][k].as_u64().unwrap_or(0);
+            out.push(Ran {
+                staging: (at("staged_at") - at("started_at")).max(1e-6),
+                running: (at("finished_at") - at("staged_at")).max(1e-6),
+                traffic: (tr("local"), tr("peer"), tr("storage")),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Every read of a step came from where it should (0 local, 1 peer, 2 storage): a probe read
+/// from elsewhere would measure the wrong thing.
+fn check_traffic(runs: &[Ran], from: usize, what: &str) -> Result<()> {
+    for r in runs {
+        let t = [r.traffic.0, r.traffic.1, r.traffic.2];
+        if t[from] != 1 {
+            bail!(
+                "a {what} read was served otherwise (local, peer, storage: {t:?}); is a worker's cache too small for --probe-size?"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn write_probe(path: &Path, size: u64) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
+    );
+    // Not all zeros, so no layer compresses it away; different in every file.
+    let mut block = vec![0u8; 1 << 20];
+    let mut x = path
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+        })
+        | 1;
+    for b in block.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let mut left = size;
+    while left > 0 {
+        let k = left.min(block.len() as u64) as usize;
+        f.write_all(&block[..k])?;
+        left -= k as u64;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn mb(rate: f64) -> String {
+    format!("{:.0} MB/s", rate / 1e6)
+}
+
+fn rates(v: &[f64]) -> String {
+    v.iter().map(|r| mb(*r)).collect::<Vec<_>>().join(", ")
+}
+
+/// Removes the probe directory however calibration ends.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
