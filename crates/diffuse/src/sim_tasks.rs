@@ -5,14 +5,12 @@
 //! Every task arrives at time 0, as `diffuse run` submits them at once. Each task:
 //! - runs for its `compute_s` (or `--compute-s` where it has none; a task with neither is
 //!   refused, named);
-//! - reads its inputs, one object per distinct URI, each the size of the file it names:
-//!   `file://` inputs are looked at on this machine; a `tmp://` input is
-//!   its producer's output, whose size is `--tmp-size`;
+//! - reads its inputs, one object per distinct URI, each the size the store gives for it
+//!   (`file://` looked at on this machine, `http(s)://` and `s3://` asked of the store, as a
+//!   worker would); a `tmp://` input is its producer's output, whose size is `--tmp-size`;
 //! - keeps its `tmp://` outputs on its node, for the tasks that read them; other outputs are
 //!   copied out live, which the simulator does not model;
 //! - holds its `cores`; its `job` (by name), `priority` and `after` are kept.
-//!
-//! Inputs on S3 or HTTP are refused for now: their sizes would have to be asked of the store.
 
 use diffuse_core::ObjectId;
 use diffuse_sim::workload::Arrival;
@@ -27,9 +25,27 @@ pub struct Fill {
     pub tmp_size: Option<u64>,
 }
 
-/// The arrivals of the tasks in `text` (JSON Lines or a JSON array, as `diffuse run` reads).
-/// Errors name the line and the task.
+/// The arrivals of the tasks in `text` (JSON Lines or a JSON array, as `diffuse run` reads),
+/// each input sized by asking its store. Errors name the line and the task.
 pub fn arrivals(text: &str, fill: Fill) -> Result<Vec<Arrival>, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let storage = diffuse_runtime::storage::Storage::default();
+    arrivals_sized(text, fill, &mut |uri| {
+        rt.block_on(storage.head(uri))
+            .map(|info| info.size)
+            .map_err(|e| format!("cannot read its size: {e}"))
+    })
+}
+
+/// [`arrivals`] with the sizes of non-`tmp://` inputs from `size`.
+fn arrivals_sized(
+    text: &str,
+    fill: Fill,
+    size: &mut dyn FnMut(&str) -> Result<u64, String>,
+) -> Result<Vec<Arrival>, String> {
     let tasks = diffuse_runtime::spec::parse_numbered(text).map_err(|e| e.to_string())?;
     let position: FxHashMap<&str, u64> = tasks
         .iter()
@@ -49,7 +65,13 @@ pub fn arrivals(text: &str, fill: Fill) -> Result<Vec<Arrival>, String> {
             if let Some(o) = objects.get(uri) {
                 return Ok(*o);
             }
-            let size = size_of(uri, fill.tmp_size)?;
+            let size = if diffuse_runtime::uri::is_tmp(uri) {
+                fill.tmp_size.ok_or_else(|| {
+                    format!("{uri}: the size of an intermediate object is not known before the run; give --tmp-size")
+                })?
+            } else {
+                size(uri).map_err(|e| format!("{uri}: {e}"))?
+            };
             let o = (ObjectId(objects.len() as u64), size);
             objects.insert(uri.to_string(), o);
             Ok(o)
@@ -86,23 +108,6 @@ pub fn arrivals(text: &str, fill: Fill) -> Result<Vec<Arrival>, String> {
         });
     }
     Ok(out)
-}
-
-/// The size of the object at `uri`.
-fn size_of(uri: &str, tmp_size: Option<u64>) -> Result<u64, String> {
-    if diffuse_runtime::uri::is_tmp(uri) {
-        return tmp_size.ok_or_else(|| {
-            format!("{uri}: the size of an intermediate object is not known before the run; give --tmp-size")
-        });
-    }
-    let Some(path) = diffuse_runtime::uri::file_path(uri) else {
-        return Err(format!(
-            "{uri}: only file:// inputs are sized for now; stage others to a file first"
-        ));
-    };
-    std::fs::metadata(&path)
-        .map(|m| m.len())
-        .map_err(|e| format!("{uri}: cannot read its size: {e}"))
 }
 
 #[cfg(test)]
@@ -164,12 +169,13 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("tmp://mid") && e.contains("--tmp-size"), "{e}");
-        let e = arrivals(
+        let e = arrivals_sized(
             r#"{"id":"s","cmd":"true","inputs":["s3://b/k"],"compute_s":1}"#,
             fill,
+            &mut |uri| Err(format!("no store answers for {uri}")),
         )
         .unwrap_err();
-        assert!(e.contains("s3://b/k") && e.contains("file://"), "{e}");
+        assert!(e.contains("line 1 (task s): s3://b/k: no store"), "{e}");
         let e = arrivals(
             &format!(
                 r#"{{"id":"m","cmd":"true","inputs":["file://{}/none"],"compute_s":1}}"#,
