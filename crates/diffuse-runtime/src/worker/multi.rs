@@ -13,8 +13,10 @@
 //!
 //! While it lasts, the fetch serves the chunks that have landed to other workers reading the
 //! same object (`relay`), and a source may itself be such a partial copy: it answers 409 with
-//! the chunks it has, and its reader asks only for those, polling as more land. A partial
-//! source that gives nothing new for [`STALL`] is dropped like one that stalls.
+//! the chunks it has, and its reader asks only for those, polling as more land. A source
+//! answering 404 in its first second (a relay whose own fetch has not started yet) is asked
+//! again; later, it is dropped (a holder that lost its copy). A partial source that gives
+//! nothing new for [`STALL`] is dropped like one that stalls.
 
 use super::stage::{commit, Failed};
 use super::Ctx;
@@ -34,6 +36,9 @@ pub(super) const CHUNK: u64 = 4 << 20;
 
 /// A source that sends nothing for this long is dropped.
 const STALL: Duration = Duration::from_secs(10);
+
+/// How long a source answering 404 is asked again, as a relay whose fetch is starting.
+const RELAY_START: Duration = Duration::from_secs(1);
 
 /// How often a partial source with nothing wanted is asked again.
 const POLL: Duration = Duration::from_millis(100);
@@ -348,11 +353,13 @@ fn io_failed(e: std::io::Error) -> Failed {
 /// (a partial copy) is asked next for one of those it said it has, and, when none of them is
 /// wanted, again every [`POLL`].
 async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
-    // The source said it is a partial copy.
+    // The source said it is a partial copy (a 409; a later 404 means its fetch ended without
+    // a copy).
     let mut partial = false;
     // What it has, as it said in its last answer (None: ask for the next chunk wanted).
     let mut have: Option<Vec<bool>> = None;
     let mut last_read = Instant::now();
+    let began_reading = Instant::now();
     loop {
         let pick = shared
             .board
@@ -376,33 +383,52 @@ async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
             continue;
         };
         let began = Instant::now();
-        let read = read_chunk(&shared, &url, i).await;
-        let mut tally = shared.tally.lock().expect("tally lock");
-        let mine = &mut tally[k];
-        match read {
-            Ok(Read::Sent(n)) => {
-                mine.seconds += began.elapsed().as_secs_f64();
-                mine.bytes += n;
-                last_read = Instant::now();
-                have = None;
-                if n > 0 {
-                    shared.board.lock().expect("board lock").landed(i);
-                    shared.progress.notify_all();
+        let read = match read_chunk(&shared, &url, i).await {
+            // A relay is named as its own fetch is sent: in its first second it may not have
+            // started yet. Later, or from a relay whose fetch has ended, 404 means no copy.
+            Ok(Read::Missing) if !partial && began_reading.elapsed() < RELAY_START => {
+                Ok(Read::Missing)
+            }
+            Ok(Read::Missing) => Err(Failed::Other("status 404 Not Found".into())),
+            r => r,
+        };
+        let pause = {
+            let mut tally = shared.tally.lock().expect("tally lock");
+            let mine = &mut tally[k];
+            match read {
+                Ok(Read::Sent(n)) => {
+                    mine.seconds += began.elapsed().as_secs_f64();
+                    mine.bytes += n;
+                    last_read = Instant::now();
+                    have = None;
+                    if n > 0 {
+                        shared.board.lock().expect("board lock").landed(i);
+                        shared.progress.notify_all();
+                    }
+                    false
+                }
+                Ok(Read::Missing) => {
+                    shared.board.lock().expect("board lock").dropped(i);
+                    true
+                }
+                Ok(Read::NotYet(h)) => {
+                    let mut board = shared.board.lock().expect("board lock");
+                    board.dropped(i);
+                    board.partial_source = true;
+                    drop(board);
+                    have = Some(h);
+                    partial = true;
+                    false
+                }
+                Err(error) => {
+                    mine.error = Some(error);
+                    shared.board.lock().expect("board lock").dropped(i);
+                    return;
                 }
             }
-            Ok(Read::NotYet(h)) => {
-                let mut board = shared.board.lock().expect("board lock");
-                board.dropped(i);
-                board.partial_source = true;
-                drop(board);
-                have = Some(h);
-                partial = true;
-            }
-            Err(error) => {
-                mine.error = Some(error);
-                shared.board.lock().expect("board lock").dropped(i);
-                return;
-            }
+        };
+        if pause {
+            tokio::time::sleep(POLL).await;
         }
     }
 }
@@ -413,6 +439,8 @@ enum Read {
     Sent(u64),
     /// It is a partial copy without that chunk yet; the chunks it has.
     NotYet(Vec<bool>),
+    /// It has no copy: a holder that dropped it, or a relay whose own fetch has not started.
+    Missing,
 }
 
 /// Read chunk `i` from `url` and write it at its offset.
@@ -440,6 +468,9 @@ async fn read_chunk(shared: &Arc<Shared>, url: &str, i: usize) -> Result<Read, F
             .and_then(|h| super::relay::decode(h, chunks))
             .map(Read::NotYet)
             .ok_or_else(|| Failed::Other("a partial copy without a valid x-diffuse-have".into()));
+    }
+    if resp.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(Read::Missing);
     }
     if resp.status() != reqwest::StatusCode::PARTIAL_CONTENT {
         return Err(Failed::Other(format!("status {}", resp.status())));
