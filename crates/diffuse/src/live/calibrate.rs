@@ -15,7 +15,8 @@
 //!
 //! The node start-up time is not measured (that would need the resource manager to start one):
 //! `--node-startup`. The probe files are written under `--scratch`, a directory every worker
-//! reads at the same path (the shared file system the tasks read), and removed at the end.
+//! reads at the same path (the shared file system the tasks read), or that a web server serves
+//! at `--scratch-url` (the HTTP store the tasks read), and removed at the end.
 
 use super::client::{Client, ClientArgs};
 use super::runtime;
@@ -32,6 +33,10 @@ pub struct CalibrateArgs {
     /// read from), for the probe files; they are removed at the end.
     #[arg(long, value_name = "DIR")]
     scratch: PathBuf,
+    /// The URL at which --scratch is served, when the tasks read an HTTP store (a web server
+    /// over that directory): the probes are read from there instead of as files.
+    #[arg(long, value_name = "URL")]
+    scratch_url: Option<String>,
     /// Size of each worker's probe file: large enough that a read takes well over its
     /// latency (e.g. 256MB).
     #[arg(long, default_value = "64MB", value_parser = crate::size::parse_size)]
@@ -96,10 +101,17 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
         a.probe_size / 1_000_000,
         dir.display()
     );
+    let dir_name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
     let probe = |name: &str, size: u64| -> Result<String> {
         let p = dir.join(name);
         write_probe(&p, size)?;
-        Ok(format!("file://{}", p.display()))
+        Ok(match &a.scratch_url {
+            Some(url) => format!("{}/{dir_name}/{name}", url.trim_end_matches('/')),
+            None => format!("file://{}", p.display()),
+        })
     };
     let n = workers.len();
     let mut big = Vec::new();
@@ -232,6 +244,10 @@ impl Session<'_> {
             .zip(&ids)
             .map(|(mut t, id)| {
                 t["id"] = json!(id);
+                // Its own job, under GCC whatever the dispatcher's policy (FA would read every
+                // probe from storage): what is measured is the pool, not a policy.
+                t["job"] = json!(self.prefix);
+                t["job_policy"] = json!("gcc");
                 format!("{t}\n")
             })
             .collect();
