@@ -1,10 +1,15 @@
 //! Data transfers as fluid flows over shared resources (persistent storage, NICs, local disks).
 //!
-//! A flow crosses up to three resources. Each resource's capacity is split equally among the
-//! flows crossing it, and a flow moves at the smallest share it gets on any of its resources
-//! ("equal share at the bottleneck"). This is not full max-min fairness: bandwidth a flow cannot
-//! use on one resource is not handed to the others. Rates are recomputed whenever a flow starts
-//! or ends; with at most one flow per slot and input, that is O(flows) per change.
+//! A flow crosses up to four resources. Each resource's capacity is split among the flows
+//! crossing it in proportion to their weights (equally by default), and a flow moves at the
+//! smallest share it gets on any of its resources ("weighted share at the bottleneck"). This
+//! is not full max-min fairness: bandwidth a flow cannot use on one resource is not handed to
+//! the others. Rates are recomputed whenever a flow starts or ends; with at most one flow per
+//! slot and input, that is O(flows) per change.
+//!
+//! Weights model what equal shares miss: concurrent TCP readers of one server do not get equal
+//! rates, and the spread keeps identical tasks from moving in lockstep (docs/simulation.md,
+//! "Simulated and measured").
 
 /// A resource's index in the network.
 pub type ResourceId = u32;
@@ -14,10 +19,15 @@ pub type ResourceId = u32;
 /// and NIC.
 const MAX_PATH: usize = 4;
 
+/// The drivers' clock resolution (`Time` counts nanoseconds), seconds.
+const CLOCK_STEP_S: f64 = 1e-9;
+
 #[derive(Clone, Debug)]
 struct Resource {
     capacity: f64,
     flows: u32,
+    /// Sum of the weights of the flows crossing it.
+    weight: f64,
 }
 
 /// A flow in progress.
@@ -31,6 +41,8 @@ pub struct Flow<T> {
     remaining: f64,
     /// Bytes per second at the current allocation.
     rate: f64,
+    /// Its share of each resource is `weight / (sum of the weights there)`.
+    weight: f64,
     /// Total bytes of the flow.
     pub bytes: u64,
 }
@@ -58,7 +70,11 @@ impl<T: Clone> FlowNet<T> {
 
     /// Add a resource of `capacity` bytes/s.
     pub fn add_resource(&mut self, capacity: f64) -> ResourceId {
-        self.resources.push(Resource { capacity, flows: 0 });
+        self.resources.push(Resource {
+            capacity,
+            flows: 0,
+            weight: 0.0,
+        });
         self.resources.len() as ResourceId - 1
     }
 
@@ -79,12 +95,28 @@ impl<T: Clone> FlowNet<T> {
 
     /// Start a flow of `bytes` over `resources` at time `now` (call `advance(now)` first).
     pub fn start(&mut self, now: f64, bytes: u64, resources: &[ResourceId], tag: T) {
+        self.start_weighted(now, bytes, resources, 1.0, tag);
+    }
+
+    /// [`FlowNet::start`] a flow of `weight` (positive): it gets that many shares of each
+    /// resource to a flow of weight 1.
+    pub fn start_weighted(
+        &mut self,
+        now: f64,
+        bytes: u64,
+        resources: &[ResourceId],
+        weight: f64,
+        tag: T,
+    ) {
         debug_assert!(!resources.is_empty() && resources.len() <= MAX_PATH);
         debug_assert!((now - self.now).abs() < 1e-9, "advance before start");
+        debug_assert!(weight > 0.0, "a flow's weight is positive");
         let mut rs = [0; MAX_PATH];
         rs[..resources.len()].copy_from_slice(resources);
         for r in resources {
-            self.resources[*r as usize].flows += 1;
+            let r = &mut self.resources[*r as usize];
+            r.flows += 1;
+            r.weight += weight;
         }
         self.flows.push(Flow {
             tag,
@@ -92,8 +124,23 @@ impl<T: Clone> FlowNet<T> {
             used: resources.len(),
             remaining: bytes as f64,
             rate: 0.0,
+            weight,
             bytes,
         });
+        self.dirty = true;
+    }
+
+    /// A flow leaves: its resources no longer count it.
+    fn release(&mut self, f: &Flow<T>) {
+        for r in &f.resources[..f.used] {
+            let r = &mut self.resources[*r as usize];
+            r.flows -= 1;
+            r.weight = if r.flows == 0 {
+                0.0
+            } else {
+                r.weight - f.weight
+            };
+        }
         self.dirty = true;
     }
 
@@ -106,7 +153,7 @@ impl<T: Clone> FlowNet<T> {
                 .iter()
                 .map(|r| {
                     let r = &self.resources[*r as usize];
-                    r.capacity / r.flows as f64
+                    r.capacity * f.weight / r.weight
                 })
                 .fold(f64::INFINITY, f64::min);
         }
@@ -130,10 +177,7 @@ impl<T: Clone> FlowNet<T> {
         while i < self.flows.len() {
             if cut(&self.flows[i].tag) {
                 let f = self.flows.swap_remove(i);
-                for r in &f.resources[..f.used] {
-                    self.resources[*r as usize].flows -= 1;
-                }
-                self.dirty = true;
+                self.release(&f);
                 out.push(f);
             } else {
                 i += 1;
@@ -155,13 +199,14 @@ impl<T: Clone> FlowNet<T> {
         self.now = self.now.max(t);
         let mut i = 0;
         while i < self.flows.len() {
-            // Half a byte of slack absorbs floating-point error in `now + remaining / rate`.
-            if self.flows[i].remaining <= 0.5 {
+            // Half a byte of slack absorbs floating-point error in `now + remaining / rate`;
+            // a flow due within a nanosecond, the drivers' clock step, is done too (else a
+            // fast flow a fraction of a byte over the slack is due at a time that rounds to
+            // `now`, and the clock never moves).
+            let f = &self.flows[i];
+            if f.remaining <= 0.5 || f.remaining <= f.rate * CLOCK_STEP_S {
                 let f = self.flows.swap_remove(i);
-                for r in &f.resources[..f.used] {
-                    self.resources[*r as usize].flows -= 1;
-                }
-                self.dirty = true;
+                self.release(&f);
                 done.push(f);
             } else {
                 i += 1;
@@ -208,5 +253,31 @@ mod tests {
         assert_eq!(net.load(nic), 1);
         // b moved 50 bytes at 50 B/s and now has the whole 100 B/s for its other 50.
         assert_eq!(net.next_completion(), Some(1.5));
+    }
+
+    #[test]
+    fn weights_split_a_resource_in_proportion() {
+        let mut net = FlowNet::new();
+        let storage = net.add_resource(90.0);
+        net.start_weighted(0.0, 60, &[storage], 2.0, "heavy");
+        net.start(0.0, 60, &[storage], "light");
+        // 60 and 30 B/s: the heavy flow ends at 1 s, having left the light one 30 bytes.
+        assert_eq!(net.next_completion(), Some(1.0));
+        let done = net.advance(1.0);
+        assert_eq!(done[0].tag, "heavy");
+        // Alone, the light flow takes the whole 90 B/s.
+        let t = net.next_completion().unwrap();
+        assert!((t - (1.0 + 30.0 / 90.0)).abs() < 1e-9, "{t}");
+    }
+
+    #[test]
+    fn a_fast_flow_due_within_a_nanosecond_is_done() {
+        let mut net = FlowNet::new();
+        let disk = net.add_resource(2e9);
+        net.start(0.0, 1_000_000, &[disk], "read");
+        // 0.4 ns before its end, at 2 GB/s: 0.8 bytes left, more than the half-byte slack.
+        let t = 1_000_000.0 / 2e9 - 0.4e-9;
+        let done = net.advance(t);
+        assert_eq!(done.len(), 1, "a clock in nanoseconds cannot reach its end");
     }
 }

@@ -27,7 +27,7 @@ pub mod staging;
 pub mod testbed;
 pub mod workload;
 
-pub use engine::{simulate, DynamicSettings, SimConfig, SimError};
+pub use engine::{simulate, DynamicSettings, SimConfig, SimError, Simulation, TaskTrace};
 pub use report::{HandoffReport, Sample, SeriesRow, Summary};
 pub use testbed::Testbed;
 pub use workload::{Arrival, Workload};

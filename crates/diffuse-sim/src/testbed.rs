@@ -56,6 +56,29 @@ pub struct Testbed {
     /// crosses both racks' uplinks; a storage read crosses its reader's.
     #[serde(rename = "rack_uplink_bytes_per_s")]
     pub rack_uplink_bw: f64,
+    /// How unequally concurrent storage readers share its bandwidth: the coefficient of
+    /// variation of their weights (0, the default: equal shares). Each storage read gets a
+    /// weight drawn uniformly around 1 with this spread, from the run's seed. `diffuse
+    /// calibrate` measures it from readers reading at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub storage_share_spread: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+/// The widest `storage_share_spread`: weights uniform on (0, 2), a coefficient of variation
+/// of 1/sqrt(3).
+pub const MAX_SHARE_SPREAD: f64 = 0.577;
+
+impl Testbed {
+    /// A storage read's weight: uniform around 1 with `storage_share_spread` as its
+    /// coefficient of variation, from `u` uniform on [0, 1).
+    pub fn storage_weight(&self, u: f64) -> f64 {
+        let half = self.storage_share_spread * 3f64.sqrt();
+        (1.0 + half * (2.0 * u - 1.0)).max(0.01)
+    }
 }
 
 /// A byte count written as an integer or as a float with no fraction (`2e9`).
@@ -87,6 +110,7 @@ impl Testbed {
             node_startup_s: 30.0,
             rack_size: 0,
             rack_uplink_bw: 0.0,
+            storage_share_spread: 0.0,
         }
     }
 
@@ -121,6 +145,7 @@ impl Testbed {
             node_startup_s: 0.015,
             rack_size: 0,
             rack_uplink_bw: 0.0,
+            storage_share_spread: 0.0,
         }
     }
 
@@ -144,6 +169,7 @@ impl Testbed {
             node_startup_s: 0.0,
             rack_size: 0,
             rack_uplink_bw: 0.0,
+            storage_share_spread: 0.0,
         }
     }
 
@@ -167,6 +193,7 @@ impl Testbed {
             node_startup_s: 30.0,
             rack_size: 0,
             rack_uplink_bw: 0.0,
+            storage_share_spread: 0.0,
         }
     }
 
@@ -229,6 +256,12 @@ impl Testbed {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("`{k}` must be a number, 0 or more, not {v}"));
             }
+        }
+        if !(0.0..=MAX_SHARE_SPREAD).contains(&self.storage_share_spread) {
+            return Err(format!(
+                "`storage_share_spread` must be from 0 to {MAX_SHARE_SPREAD:.2}, not {}",
+                self.storage_share_spread
+            ));
         }
         Ok(())
     }

@@ -39,6 +39,7 @@ fn testbed(nodes: u32, slots: u32) -> Testbed {
         node_startup_s: 0.0,
         rack_size: 0,
         rack_uplink_bw: 0.0,
+        storage_share_spread: 0.0,
     }
 }
 
@@ -811,6 +812,7 @@ fn small_teragrid() -> Testbed {
         node_startup_s: 2.0,
         rack_size: 0,
         rack_uplink_bw: 0.0,
+        storage_share_spread: 0.0,
     }
 }
 

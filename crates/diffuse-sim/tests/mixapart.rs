@@ -22,6 +22,7 @@ fn testbed(rack_uplink_bw: f64) -> Testbed {
         node_startup_s: 0.0,
         rack_size: 2,
         rack_uplink_bw,
+        storage_share_spread: 0.0,
     }
 }
 

@@ -21,6 +21,7 @@ fn testbed(nodes: u32) -> Testbed {
         node_startup_s: 0.0,
         rack_size: 0,
         rack_uplink_bw: 0.0,
+        storage_share_spread: 0.0,
     }
 }
 

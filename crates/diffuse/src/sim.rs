@@ -8,8 +8,10 @@ use diffuse_sim::paper;
 use diffuse_sim::plot::plot;
 use diffuse_sim::report::{series, write_csv};
 use diffuse_sim::workload::read_arrivals;
-use diffuse_sim::{simulate, Arrival, DynamicSettings, SimConfig, Summary, Testbed, Workload};
-use std::path::PathBuf;
+use diffuse_sim::{
+    Arrival, DynamicSettings, SimConfig, Simulation, Summary, TaskTrace, Testbed, Workload,
+};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -271,6 +273,12 @@ pub struct SimArgs {
     /// Draw the time series as SVG to this file.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Write each task as it ran to this file, JSON Lines in order of completion: its `task`
+    /// (position in the workload; for `run`, also its `id`), `node` (by order of joining),
+    /// `started_s`, `staged_s` (inputs in), `finished_s`, and its inputs read from the
+    /// node's cache (`local`), a `peer` and `storage`, as a live task's report tells them.
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// `paper` only: directory for each experiment's plot and series.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -414,6 +422,7 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    let mut ids = Vec::new();
     let custom = if a.workload == WorkloadArg::Run {
         let Some(path) = &a.tasks else {
             eprintln!("error: `diffuse sim run` needs a task file: diffuse sim run TASKS.jsonl");
@@ -426,7 +435,10 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
             tmp_size: a.tmp_size,
         };
         match crate::sim_tasks::arrivals(&text, fill) {
-            Ok(list) => Some(list),
+            Ok(list) => {
+                ids = crate::sim_tasks::ids(&text);
+                Some(list)
+            }
             Err(e) => {
                 eprintln!("error: {}: {e}", path.display());
                 return Ok(ExitCode::from(2));
@@ -454,8 +466,12 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         }
         _ => None,
     };
-    let cfg = config(&a, custom);
-    let (summary, samples) = simulate(cfg)?;
+    let mut cfg = config(&a, custom);
+    cfg.trace = a.trace.is_some();
+    let (summary, samples, trace) = Simulation::new(cfg).run_traced()?;
+    if let Some(path) = &a.trace {
+        write_trace(path, &trace, &ids).with_context(|| format!("--trace: {}", path.display()))?;
+    }
     let rows = series(&samples, a.series_step as usize);
     if let Some(path) = &a.series {
         let f = std::fs::File::create(path)
@@ -474,6 +490,21 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         print_summary(&summary);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The tasks as they ran, a JSON object a line; `ids` names them by position (a task file's).
+fn write_trace(path: &Path, trace: &[TaskTrace], ids: &[String]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for t in trace {
+        let mut v = serde_json::to_value(t)?;
+        if let Some(id) = ids.get(t.task as usize) {
+            v["id"] = id.as_str().into();
+        }
+        writeln!(f, "{v}")?;
+    }
+    f.flush()?;
+    Ok(())
 }
 
 fn title(s: &Summary) -> String {

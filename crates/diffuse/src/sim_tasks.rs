@@ -40,6 +40,13 @@ pub fn arrivals(text: &str, fill: Fill) -> Result<Vec<Arrival>, String> {
     })
 }
 
+/// The ids of the tasks in `text`, in the order of [`arrivals`] (empty if it does not parse).
+pub fn ids(text: &str) -> Vec<String> {
+    diffuse_runtime::spec::parse_numbered(text)
+        .map(|tasks| tasks.into_iter().map(|(_, t)| t.id).collect())
+        .unwrap_or_default()
+}
+
 /// [`arrivals`] with the sizes of non-`tmp://` inputs from `size`.
 fn arrivals_sized(
     text: &str,

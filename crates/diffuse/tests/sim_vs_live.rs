@@ -24,6 +24,17 @@ struct Row {
     compute_s: f64,
 }
 
+impl Row {
+    /// A name for its artefacts: `gcc-100MB-ap6`.
+    fn tag(&self) -> String {
+        let shape = match self.shape {
+            Shape::Reads { files, reads } => format!("mi{files}x{reads}"),
+            Shape::Pairs { n } => format!("ap{n}"),
+        };
+        format!("{}-{}-{shape}", self.policy, self.cache)
+    }
+}
+
 /// What the tasks read.
 #[derive(Clone, Copy)]
 enum Shape {
@@ -50,34 +61,25 @@ struct Bed {
     h: Hosts,
     www: std::path::PathBuf,
     store: String,
+    /// The row's name, for its artefacts.
+    tag: String,
 }
 
 fn bed(workers: usize, policy: &str, cache: &str, storage_rate: &str) -> Option<Bed> {
     let mut h = Hosts::up(2 + workers, &["--policy", policy])?;
     let www = h.path("www");
-    std::fs::create_dir_all(&www).unwrap();
-    let mut server = h.bed.command(1, "python3");
-    server
-        .args(["-m", "http.server", "8000", "--bind", &h.bed.addr(1)])
-        .arg("--directory")
-        .arg(&www);
-    let log = h.path("storage.log");
-    h.procs
-        .push(Proc::spawn("storage (host 1)", &mut server, log));
-    let store = format!("http://{}:8000", h.bed.addr(1));
-    poll("the storage server", || {
-        h.http
-            .get(format!("{store}/"))
-            .send()
-            .ok()
-            .filter(|r| r.status().is_success())
-    });
+    let store = h.http_store(1, &www);
     for w in 0..workers {
         h.worker_with(2 + w, &format!("w{w}"), &["--cache-size", cache]);
     }
     h.wait_workers(workers as u64);
     h.bed.shape(1, storage_rate, None);
-    Some(Bed { h, www, store })
+    Some(Bed {
+        h,
+        www,
+        store,
+        tag: String::new(),
+    })
 }
 
 /// The row's task file: its files of `file_mb` MB on the store, read as its shape says by
@@ -138,17 +140,27 @@ fn live(b: &Bed, tasks: &str) -> Outcome {
             .unwrap();
     assert!(r.status().is_success(), "{}", r.text().unwrap_or_default());
     let (mut end, mut reads) = (0.0f64, [0u64; 3]);
+    let mut trace = String::new();
     for line in tasks.lines() {
         let t: Value = serde_json::from_str(line).unwrap();
         let done = b.h.done(t["id"].as_str().unwrap());
         assert_eq!(done["state"], "succeeded", "{done}");
         let rep = report(&done);
+        trace.push_str(&format!(
+            "{}\n",
+            json!({"id": t["id"], "node": done["node"],
+                   "started_s": rep["started_at"].as_f64().unwrap() - t0,
+                   "staged_s": rep["staged_at"].as_f64().unwrap() - t0,
+                   "finished_s": rep["finished_at"].as_f64().unwrap() - t0,
+                   "traffic": rep["traffic"]})
+        ));
         end = end.max(rep["finished_at"].as_f64().unwrap());
         let tr = traffic(&rep["traffic"]);
         for k in 0..3 {
             reads[k] += tr[k];
         }
     }
+    keep(b, "live.jsonl", &trace);
     let n = reads.iter().sum::<u64>().max(1) as f64;
     Outcome {
         makespan_s: end - t0,
@@ -156,6 +168,15 @@ fn live(b: &Bed, tasks: &str) -> Outcome {
         peer: reads[1] as f64 / n,
         storage: reads[2] as f64 / n,
         model_s: f64::NAN,
+    }
+}
+
+/// Keep a row's artefact in `$SIM_VS_LIVE_OUT/<row>/` when that is set (the bench's traces).
+fn keep(b: &Bed, name: &str, text: &str) {
+    if let Some(dir) = std::env::var_os("SIM_VS_LIVE_OUT") {
+        let dir = std::path::Path::new(&dir).join(&b.tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), text).unwrap();
     }
 }
 
@@ -189,6 +210,9 @@ fn calibrate(b: &Bed) -> std::path::PathBuf {
 fn simulated(b: &Bed, row: &Row, tasks: &str, testbed: &std::path::Path) -> Outcome {
     let file = b.h.path("tasks.jsonl");
     std::fs::write(&file, tasks).unwrap();
+    let trace = b.h.path("sim.jsonl");
+    keep(b, "tasks.jsonl", tasks);
+    keep(b, "pool.toml", &std::fs::read_to_string(testbed).unwrap());
     let o = run_diffuse(
         &[
             "sim",
@@ -203,12 +227,16 @@ fn simulated(b: &Bed, row: &Row, tasks: &str, testbed: &std::path::Path) -> Outc
             "--cache-size",
             row.cache,
             "--json",
+            "--trace",
+            trace.to_str().unwrap(),
         ],
         None,
         &[],
         Duration::from_secs(300),
     );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
+    keep(b, "sim.jsonl", &std::fs::read_to_string(&trace).unwrap());
+    keep(b, "sim.json", &o.stdout);
     let s: Value = serde_json::from_str(&o.stdout).unwrap();
     Outcome {
         makespan_s: s["makespan_s"].as_f64().unwrap(),
@@ -253,7 +281,8 @@ fn line(row: &Row, live: &Outcome, sim: &Outcome) -> String {
 /// Run `row` live on a fresh pool of 4 workers with storage at 80 Mbit/s, calibrate it, and
 /// simulate the same tasks.
 fn measure(row: &Row) -> Option<(Outcome, Outcome)> {
-    let b = bed(4, row.policy, row.cache, "80mbit")?;
+    let mut b = bed(4, row.policy, row.cache, "80mbit")?;
+    b.tag = row.tag();
     let testbed = calibrate(&b);
     let tasks = task_file(&b, row, row.policy);
     let live = live(&b, &tasks);
@@ -315,8 +344,11 @@ fn bench_simulated_against_measured() {
         ap("gcc", "100MB"),
         ap("gcc", "10MB"),
     ];
+    // SIM_VS_LIVE_ROWS=a,b runs only the rows whose tag contains one of them.
+    let only = std::env::var("SIM_VS_LIVE_ROWS").unwrap_or_default();
+    let wanted = |r: &Row| only.is_empty() || only.split(',').any(|w| r.tag().contains(w));
     let mut lines = Vec::new();
-    for row in &rows {
+    for row in rows.iter().filter(|r| wanted(r)) {
         let Some((live, sim)) = measure(row) else {
             return skip("network namespaces need root and iproute2");
         };

@@ -115,23 +115,7 @@ fn bench_stage_schedules_on_the_shaped_testbed() {
     };
     // Storage: Python's HTTP file server on host 1.
     let www = h.path("www");
-    std::fs::create_dir_all(&www).unwrap();
-    let mut server = h.bed.command(1, "python3");
-    server
-        .args(["-m", "http.server", "8000", "--bind", &h.bed.addr(1)])
-        .arg("--directory")
-        .arg(&www);
-    let log = h.path("storage.log");
-    h.procs
-        .push(Proc::spawn("storage (host 1)", &mut server, log));
-    let storage = format!("http://{}:8000", h.bed.addr(1));
-    poll("the storage server", || {
-        h.http
-            .get(format!("{storage}/"))
-            .send()
-            .ok()
-            .filter(|r| r.status().is_success())
-    });
+    let storage = h.http_store(1, &www);
     let big = ["--cache-size", "8GB"];
     let names = ["F1", "F2", "S1", "S2", "D1", "D2", "D3"];
     for (i, name) in names.iter().enumerate() {

@@ -16,6 +16,8 @@ use diffuse_core::{
     HandoffConfig, Input, JobId, JobOrder, NodeCache, NodeId, ObjectId, Outcome, PolicyKind,
     PrefetchConfig, Provisioning, Resources, Source, StepPolicy, TaskId, TaskSpec, Time,
 };
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -74,6 +76,30 @@ pub struct SimConfig {
     /// 2Mark decides what every node evicts (`CoreConfig::two_mark`); the nodes' caches then
     /// never evict on their own.
     pub two_mark: bool,
+    /// Keep a [`TaskTrace`] of every task that succeeds ([`Simulation::run_traced`]).
+    pub trace: bool,
+}
+
+/// One task as it ran in the simulation: where, when, and where its inputs came from, as a
+/// live task's report tells it (for comparing the two, `diffuse sim run --trace`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TaskTrace {
+    /// Its position in the workload (a task file's line order), from 0.
+    pub task: u64,
+    /// The node it ran on, by order of joining from 0.
+    pub node: u32,
+    /// When its dispatch reached the node (its staging began), seconds.
+    pub started_s: f64,
+    /// When its inputs were all in and it started computing.
+    pub staged_s: f64,
+    /// When it ended.
+    pub finished_s: f64,
+    /// Inputs read from its node's cache (or a fetch already under way there).
+    pub local: u32,
+    /// Inputs read from a peer.
+    pub peer: u32,
+    /// Inputs read from storage.
+    pub storage: u32,
 }
 
 /// Dynamic provisioning settings of a simulation.
@@ -120,6 +146,7 @@ impl SimConfig {
             storage_cap: None,
             prefetch: None,
             two_mark: false,
+            trace: false,
         }
     }
 }
@@ -241,6 +268,8 @@ struct Running {
     requested: Vec<f64>,
     pending: u32,
     delivered: f64,
+    /// When its last input was in (its program starts).
+    staged: f64,
 }
 
 /// The simulator state.
@@ -298,6 +327,10 @@ pub struct Simulation {
     peak_queue: u64,
     cpu_seconds: f64,
     nodes_acquired: u64,
+    /// Tasks as they ran, if `cfg.trace`.
+    trace: Vec<TaskTrace>,
+    /// Draws storage reads' weights (`Testbed::storage_share_spread`).
+    shares: ChaCha8Rng,
 }
 
 fn secs(t: Time) -> f64 {
@@ -379,6 +412,9 @@ impl Simulation {
             peak_queue: 0,
             cpu_seconds: 0.0,
             nodes_acquired: 0,
+            trace: Vec::new(),
+            // Apart from the workload's draws, so a spread changes no file choice.
+            shares: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_5ba2e),
             cfg,
         };
         if sim.cfg.dynamic.is_none() {
@@ -393,6 +429,15 @@ impl Simulation {
         }
         sim.push(Time::from_secs_f64(1.0), Ev::Sample);
         sim
+    }
+
+    /// The weight of a storage read starting now (1 unless the testbed spreads shares).
+    fn storage_weight(&mut self) -> f64 {
+        let tb = &self.cfg.testbed;
+        if tb.storage_share_spread == 0.0 {
+            return 1.0;
+        }
+        tb.storage_weight(self.shares.random())
     }
 
     fn new_node_id(&mut self) -> NodeId {
@@ -411,7 +456,14 @@ impl Simulation {
     }
 
     /// Run to completion and summarise.
-    pub fn run(mut self) -> Result<(Summary, Vec<Sample>), SimError> {
+    pub fn run(self) -> Result<(Summary, Vec<Sample>), SimError> {
+        self.run_traced()
+            .map(|(summary, samples, _)| (summary, samples))
+    }
+
+    /// Run to completion: the summary, the time series, and the tasks as they ran (empty
+    /// unless `SimConfig::trace`), in order of completion.
+    pub fn run_traced(mut self) -> Result<(Summary, Vec<Sample>, Vec<TaskTrace>), SimError> {
         let wall = std::time::Instant::now();
         while !self.done() {
             let t_event = self.heap.peek().map(|Reverse((t, _, _))| *t);
@@ -451,7 +503,7 @@ impl Simulation {
         }
         self.close_sample();
         let summary = self.summarise(wall.elapsed().as_secs_f64());
-        Ok((summary, self.samples))
+        Ok((summary, self.samples, self.trace))
     }
 
     fn unfinished(&self) -> u64 {
@@ -593,7 +645,12 @@ impl Simulation {
                 let (resources, _) = &r.plan[i as usize];
                 let size = r.inputs[i as usize].1;
                 let resources = resources.clone();
-                self.net.start(t, size, &resources, Tag::Input(task, i));
+                let weight = match r.plan[i as usize].1 {
+                    Used::Storage => self.storage_weight(),
+                    _ => 1.0,
+                };
+                self.net
+                    .start_weighted(t, size, &resources, weight, Tag::Input(task, i));
             }
             Ev::ComputeDone(task) => {
                 let r = self.running.remove(&task).expect("running task");
@@ -633,6 +690,19 @@ impl Simulation {
                 self.response_sum += t - a.time;
                 self.exec_sum += t - r.delivered;
                 self.last_done = t;
+                if self.cfg.trace {
+                    let count = |u: Used| r.plan.iter().filter(|p| p.1 == u).count() as u32;
+                    self.trace.push(TaskTrace {
+                        task: task.0,
+                        node: r.node.0,
+                        started_s: r.delivered,
+                        staged_s: r.staged,
+                        finished_s: t,
+                        local: count(Used::Local),
+                        peer: count(Used::Peer),
+                        storage: count(Used::Storage),
+                    });
+                }
             }
             Ev::NodeUp(node) => {
                 let tb = &self.cfg.testbed;
@@ -748,6 +818,7 @@ impl Simulation {
                         requested: Vec::new(),
                         pending: 0,
                         delivered: 0.0,
+                        staged: 0.0,
                     },
                 );
                 let at = self.now + Duration::from_secs_f64(self.cfg.testbed.dispatch_latency_s);

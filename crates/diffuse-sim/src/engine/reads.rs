@@ -79,6 +79,7 @@ impl Simulation {
         let compute = self.arrival(task).compute_s;
         self.running.insert(task, r);
         if starts.is_empty() && joined == 0 {
+            self.running.get_mut(&task).expect("running task").staged = t;
             self.push(
                 self.now + Duration::from_secs_f64(compute),
                 Ev::ComputeDone(task),
@@ -130,6 +131,7 @@ impl Simulation {
             }
         }
         if ready {
+            self.running.get_mut(&task).expect("running task").staged = secs(self.now);
             let compute = self.arrival(task).compute_s;
             self.push(
                 self.now + Duration::from_secs_f64(compute),
@@ -159,6 +161,7 @@ impl Simulation {
         self.access_time[Used::Local as usize] += t - requested;
         self.current.bytes_local += size as f64;
         if ready {
+            r.staged = t;
             let compute = self.arrival(task).compute_s;
             self.push(
                 self.now + Duration::from_secs_f64(compute),

@@ -72,7 +72,9 @@ impl Simulation {
             return;
         };
         let path = self.storage_path(n);
-        self.net.start(t, size, &path, Tag::Prefetch(id));
+        let weight = self.storage_weight();
+        self.net
+            .start_weighted(t, size, &path, weight, Tag::Prefetch(id));
     }
 
     /// A prefetch landed: cache it on its node (reporting evictions), report it, and hand it to

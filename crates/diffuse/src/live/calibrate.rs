@@ -5,7 +5,9 @@
 //! reads the times the workers report (`started_at`, `staged_at`, `finished_at`; durations
 //! only, so the hosts' clocks need not agree):
 //! 1. every worker reads its own fresh probe file from storage at once: the storage rate each
-//!    read got, and all of them together (the aggregate a shared file system gives);
+//!    read got, and all of them together (the aggregate a shared file system gives); from the
+//!    order and times in which they finished, how unequally storage shared itself among them
+//!    (the weights of [`share_weights`]);
 //! 2. each reads it again, now cached: the local read rate (a `cat` of the cached copy);
 //! 3. each reads its neighbour's probe from the neighbour: the peer rate (the NIC, in the
 //!    model); with one worker there is no peer, and the NIC is taken as the storage rate;
@@ -143,10 +145,17 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
     let single: Vec<f64> = from_storage.iter().map(|r| size / r.staging).collect();
     let slowest = from_storage.iter().map(|r| r.staging).fold(0.0, f64::max);
     let aggregate = size * n as f64 / slowest;
+    let weights = share_weights(&from_storage.iter().map(|r| r.staging).collect::<Vec<_>>());
+    let spread = coefficient_of_variation(&weights).min(diffuse_sim::testbed::MAX_SHARE_SPREAD);
     eprintln!(
-        "storage: {} each, {} together",
+        "storage: {} each, {} together; shares {} (spread {spread:.2})",
         rates(&single),
-        mb(aggregate)
+        mb(aggregate),
+        weights
+            .iter()
+            .map(|w| format!("{w:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let local = read("local", &own, &big)?;
     check_traffic(&local, 0, "local")?;
@@ -200,11 +209,13 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
         node_startup_s: a.node_startup,
         rack_size: 0,
         rack_uplink_bw: 0.0,
+        storage_share_spread: spread,
     };
     testbed.check().map_err(anyhow::Error::msg)?;
     let text = format!(
         "# Measured by `diffuse calibrate` on {} ({} workers, {slots} slots, {} MB probes).\n\
          # storage_bytes_per_s: {n} fresh reads at once, bytes over the slowest read's time;\n\
+         # storage_share_spread: how unequally those reads shared it (0: equally);\n\
          # nic_bytes_per_s: the median peer read; disk_bytes_per_s: the median cached read;\n\
          # latencies: the median one-byte read; dispatch_latency_s: an empty task's cost to a\n\
          # slot; node_startup_s: given (--node-startup), not measured.\n{}",
@@ -333,6 +344,39 @@ fn write_probe(path: &Path, size: u64) -> Result<()> {
     Ok(())
 }
 
+/// The shares storage gave `times.len()` readers of equal files that started together and took
+/// `times` seconds each, as weights summing to 1, in the order given. Storage is taken as
+/// busy until the last ends and each reader's rate as its weight's share of it, as the
+/// simulator models it: between two completions the readers left split the rate in
+/// proportion to their weights, so the k-th to finish, having moved its file by `T_k`, had
+/// `w_k = T_n / (n * sum_{j<=k} (T_j - T_{j-1}) / W_j)`, where `W_j` is the weight of the
+/// readers still reading in the j-th interval.
+pub fn share_weights(times: &[f64]) -> Vec<f64> {
+    let n = times.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|a, b| times[*a].total_cmp(&times[*b]));
+    let last = order.last().map_or(0.0, |i| times[*i]);
+    let mut w = vec![0.0; n];
+    let (mut left, mut prev, mut integral) = (1.0f64, 0.0, 0.0);
+    for &i in &order {
+        integral += (times[i] - prev) / left.max(1e-9);
+        prev = times[i];
+        w[i] = (last / (n as f64 * integral)).min(left);
+        left -= w[i];
+    }
+    w
+}
+
+/// Standard deviation over mean (0 for fewer than two values).
+fn coefficient_of_variation(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
+    var.sqrt() / mean
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
@@ -352,5 +396,53 @@ struct Cleanup(PathBuf);
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Readers of 1-unit files sharing a unit rate in proportion to `w` (summing to 1): when
+    /// each ends.
+    fn finish_times(w: &[f64]) -> Vec<f64> {
+        let mut left = vec![1.0; w.len()];
+        let mut done = vec![f64::NAN; w.len()];
+        let mut now = 0.0;
+        while done.iter().any(|d| d.is_nan()) {
+            let active: Vec<usize> = (0..w.len()).filter(|i| done[*i].is_nan()).collect();
+            let total: f64 = active.iter().map(|i| w[*i]).sum();
+            let (next, dt) = active
+                .iter()
+                .map(|i| (*i, left[*i] * total / w[*i]))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .unwrap();
+            for i in &active {
+                left[*i] -= dt * w[*i] / total;
+            }
+            now += dt;
+            done[next] = now;
+        }
+        done
+    }
+
+    #[test]
+    fn shares_are_recovered_from_when_equal_reads_ended() {
+        for w in [
+            vec![0.25, 0.25, 0.25, 0.25],
+            vec![0.4, 0.2, 0.3, 0.1],
+            vec![0.5, 0.5],
+            vec![0.1, 0.6, 0.3],
+        ] {
+            let got = share_weights(&finish_times(&w));
+            for (g, e) in got.iter().zip(&w) {
+                assert!((g - e).abs() < 1e-9, "{got:?} against {w:?}");
+            }
+        }
+        assert_eq!(share_weights(&[3.0]), [1.0]);
+        let equal = share_weights(&[2.0, 2.0, 2.0]);
+        assert!(coefficient_of_variation(&equal) < 1e-9, "{equal:?}");
+        let cv = coefficient_of_variation(&[0.4, 0.2, 0.3, 0.1]);
+        assert!((cv - 0.447).abs() < 1e-3, "{cv}");
     }
 }

@@ -50,6 +50,34 @@ impl Hosts {
         Some(h)
     }
 
+    /// An HTTP store on `host` serving `dir` at port 8000 (Python's threaded file server with
+    /// a listen backlog of 1024: `http.server`'s own is 5, and a worker's burst of lookups
+    /// overflowed it, each dropped connection costing a second's SYN retry). Its URL.
+    pub fn http_store(&mut self, host: usize, dir: &std::path::Path) -> String {
+        std::fs::create_dir_all(dir).unwrap();
+        let code = "import functools, http.server, sys\n\
+                    class S(http.server.ThreadingHTTPServer):\n    request_queue_size = 1024\n\
+                    h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[2])\n\
+                    S((sys.argv[1], 8000), h).serve_forever()\n";
+        let mut server = self.bed.command(host, "python3");
+        server.args(["-c", code, &self.bed.addr(host)]).arg(dir);
+        let log = self.path(&format!("store-{host}.log"));
+        self.procs.push(Proc::spawn(
+            &format!("store (host {host})"),
+            &mut server,
+            log,
+        ));
+        let url = format!("http://{}:8000", self.bed.addr(host));
+        poll("the HTTP store", || {
+            self.http
+                .get(format!("{url}/"))
+                .send()
+                .ok()
+                .filter(|r| r.status().is_success())
+        });
+        url
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }

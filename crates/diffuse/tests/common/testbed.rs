@@ -93,6 +93,25 @@ impl Testbed {
     }
 }
 
+/// A `tbf` bucket for `rate` (tc's `80mbit`, `1gbit`): 4 ms at the rate, at least 128 KB (two
+/// of the 64 KB segments a veth hands over at once), so a link passes its rate but no
+/// burst a real NIC would not (a bucket of 1 MB sent the first 1 MB of a read after a pause
+/// at once, a tenth of a second early at 80 Mbit/s). The queue holds what 100 ms at the rate
+/// sends.
+fn burst(rate: &str) -> String {
+    let digits = rate.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let n: f64 = digits.parse().unwrap_or_else(|_| panic!("rate {rate}"));
+    let bits = n * match &rate[digits.len()..] {
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        "bit" => 1.0,
+        unit => panic!("rate {rate}: unit {unit}"),
+    };
+    let bytes = (bits / 8.0 * 0.004).max(128.0 * 1024.0);
+    format!("{}b", bytes as u64)
+}
+
 impl Testbed {
     /// Shape what host `i` sends (its NIC's egress) to `rate` in tc's units (`100mbit`,
     /// `880mbit`), after `delay` (`10ms`) if given: the link of a host whose NIC is the
@@ -111,9 +130,8 @@ impl Testbed {
             .args(["qdisc", "del", "dev", "eth0", "root"])
             .stderr(std::process::Stdio::null())
             .status();
-        // A bucket of 1 MB lets a fast rate through at a 250 Hz kernel tick; the queue holds
-        // what 100 ms at the rate sends.
-        let tbf = ["tbf", "rate", rate, "burst", "1mb", "latency", "100ms"];
+        let burst = burst(rate);
+        let tbf = ["tbf", "rate", rate, "burst", &burst, "latency", "100ms"];
         match delay {
             None => tc(&[&["qdisc", "add", "dev", "eth0", "root"], &tbf[..]].concat()),
             Some(d) => {
@@ -141,7 +159,7 @@ impl Testbed {
             .status();
         let ok = Command::new("tc")
             .args(["qdisc", "add", "dev", &outer, "root", "tbf", "rate", rate])
-            .args(["burst", "1mb", "latency", "100ms"])
+            .args(["burst", &burst(rate), "latency", "100ms"])
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "tc on {outer} (towards host {i})");
