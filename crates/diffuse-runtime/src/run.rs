@@ -649,7 +649,7 @@ fn elastic_pool(
             max_nodes: max,
             slots_per_node: cfg.slots_per_worker,
             idle_timeout: cfg.idle_release,
-            check_interval: Duration::from_millis(500),
+            check_interval: crate::provisioner::CHECK_INTERVAL,
         }),
         handoff: Some(diffuse_core::HandoffConfig {
             budget: 4 << 30,

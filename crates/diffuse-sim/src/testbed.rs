@@ -259,7 +259,7 @@ impl Testbed {
         }
         if !(0.0..=MAX_SHARE_SPREAD).contains(&self.storage_share_spread) {
             return Err(format!(
-                "`storage_share_spread` must be from 0 to {MAX_SHARE_SPREAD:.2}, not {}",
+                "`storage_share_spread` must be from 0 to {MAX_SHARE_SPREAD}, not {}",
                 self.storage_share_spread
             ));
         }

@@ -539,6 +539,7 @@ fn dynamic(step: StepPolicy, idle_timeout_s: f64) -> Option<DynamicSettings> {
         step,
         idle_timeout_s,
         min_nodes: 0,
+        check_interval_s: 1.0,
     })
 }
 
@@ -1029,4 +1030,45 @@ fn an_intermediate_object_outlasts_a_scan_through_its_nodes_cache() {
     assert_eq!(s.tasks, 4);
     assert_eq!((s.bytes_storage, s.bytes_local), (800, 400));
     close(s.makespan_s, 12.4, "makespan");
+}
+
+// ----- unequal storage shares -----
+
+/// 4 one-slot nodes, FA: 48 tasks, each reading its own 100-byte object from storage and then
+/// computing 0.5 s.
+fn lockstep_workload(spread: f64, seed: u64) -> Summary {
+    let mut tb = testbed(4, 1);
+    tb.storage_share_spread = spread;
+    let arrivals = (0..48).map(|k| at(0.0, &[(k, 100)], 0.5)).collect();
+    let mut cfg = config(tb, arrivals, 10_000);
+    cfg.policy = PolicyKind::Fa;
+    cfg.seed = seed;
+    run(cfg).0
+}
+
+#[test]
+fn equal_shares_keep_identical_tasks_in_lockstep_and_a_spread_breaks_it() {
+    // Equal shares: the four read together (4 x 100 B at 100 B/s: 4 s), then compute together
+    // (0.5 s) while storage idles: 12 rounds of 4.5 s.
+    let equal = lockstep_workload(0.0, 1);
+    assert!(
+        (equal.makespan_s - 54.0).abs() < EPS,
+        "{}",
+        equal.makespan_s
+    );
+    // Unequal shares: one read ends first, its node computes while the others still read, and
+    // the nodes drift apart, so storage idles less. Storage alone needs 48 s (4,800 B at
+    // 100 B/s), plus at least the last task's compute (less the flows' half-byte slack, 5 ms
+    // a read at 100 B/s).
+    for seed in [1, 2, 3] {
+        let spread = lockstep_workload(0.3, seed);
+        assert!(
+            spread.makespan_s >= 48.5 - 0.01 && spread.makespan_s < 0.97 * equal.makespan_s,
+            "seed {seed}: {} s against {} s in lockstep",
+            spread.makespan_s,
+            equal.makespan_s
+        );
+        // The same seed gives the same run.
+        assert_eq!(lockstep_workload(0.3, seed).makespan_s, spread.makespan_s);
+    }
 }

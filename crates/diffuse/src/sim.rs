@@ -371,6 +371,12 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
             step,
             idle_timeout_s: a.idle_timeout,
             min_nodes: a.min_nodes,
+            // A task file is simulated as the live dispatcher runs it.
+            check_interval_s: if a.workload == WorkloadArg::Run {
+                diffuse_runtime::provisioner::CHECK_INTERVAL.as_secs_f64()
+            } else {
+                DynamicSettings::default().check_interval_s
+            },
         });
         cfg.handoff = a.handoff.0.map(|budget| HandoffConfig {
             budget,

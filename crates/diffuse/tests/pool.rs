@@ -188,6 +188,22 @@ fn a_local_pool_grows_with_the_queue_and_shrinks_when_idle() {
         "--max-workers 3, yet {max} workers were counted at once"
     );
     assert!(max >= 2, "the pool never grew past {max} worker(s)");
+    // Each worker's start-up, from asking for it to its joining, is measured (what `diffuse
+    // calibrate` writes as a testbed's node_startup_s).
+    let startup = &c.status()["pool"]["startup_seconds"];
+    let (count, sum) = (
+        startup["count"].as_u64().unwrap(),
+        startup["sum"].as_f64().unwrap(),
+    );
+    assert!(count >= 2, "{startup}");
+    assert!(sum > 0.0 && sum / (count as f64) < 30.0, "{startup}");
+    let metrics = c.metrics();
+    assert!(
+        metrics.contains(&format!(
+            "diffuse_pool_worker_startup_seconds_count {count}"
+        )),
+        "{metrics}"
+    );
     stop_dispatcher(&mut c);
 }
 

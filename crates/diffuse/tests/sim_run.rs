@@ -127,6 +127,11 @@ fn bad_testbed_files_and_task_files_are_refused_with_the_reason() {
             good.replace("slots_per_node = 1\n", ""),
             "slots_per_node",
         ),
+        (
+            "spread",
+            format!("{good}storage_share_spread = 0.9\n"),
+            "`storage_share_spread` must be from 0 to 0.577",
+        ),
     ] {
         let path = dir.path().join(format!("{name}.toml"));
         std::fs::write(&path, text).unwrap();

@@ -67,6 +67,13 @@ pub fn metrics_text(s: &Status) -> String {
         "Seconds an attempt spent staging its inputs before its process started.",
         &mut histograms,
     );
+    if let Some(p) = &s.pool {
+        p.startup_seconds.text(
+            "diffuse_pool_worker_startup_seconds",
+            "Seconds from asking the resource manager for a worker to its joining.",
+            &mut histograms,
+        );
+    }
     let mut out = String::new();
     let mut metric = |name: &str, help: &str, kind: &str, samples: &[(&str, f64)]| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));

@@ -29,6 +29,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
+/// How often the live dispatcher's core reviews the pool (asks for workers, releases idle
+/// ones): `DynamicConfig::check_interval` of every elastic pool, and of the simulation of a
+/// task file (`diffuse sim run`), which follows the live dispatcher.
+pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Which resource manager workers come from.
 #[derive(Clone, Debug)]
 pub enum Backend {
@@ -219,6 +224,14 @@ pub enum PoolEvent {
     },
     /// A resource-manager call failed (shown in status until a later one succeeds).
     Error(Option<String>),
+    /// A request's worker connected for the first time, this long after it was asked for
+    /// (the resource manager's queue wait and the worker's start).
+    Started {
+        /// Request name.
+        request: String,
+        /// Seconds from asking to joining.
+        seconds: f64,
+    },
 }
 
 struct Request {
@@ -226,6 +239,8 @@ struct Request {
     state: RequestState,
     since: Instant,
     joined_ever: bool,
+    /// When this pool asked for it (None: adopted from an earlier run).
+    asked: Option<Instant>,
     /// When it was last told to stop (released or lost), and whether it was killed since.
     stopping: Option<(Instant, bool)>,
 }
@@ -336,6 +351,12 @@ impl Pool {
             }
             PoolCmd::Joined(r) => {
                 if let Some(req) = self.requests.get_mut(&r) {
+                    if let (false, Some(asked)) = (req.joined_ever, req.asked) {
+                        let _ = self.events.send(Cmd::Pool(PoolEvent::Started {
+                            request: r.clone(),
+                            seconds: asked.elapsed().as_secs_f64(),
+                        }));
+                    }
                     req.joined_ever = true;
                     req.stopping = None;
                     if req.state != RequestState::Releasing {
@@ -387,6 +408,9 @@ impl Pool {
             let request = format!("{}-{}", self.cfg.prefix, self.next);
             self.next += 1;
             self.set(&request, None, RequestState::Requested);
+            if let Some(r) = self.requests.get_mut(&request) {
+                r.asked = Some(Instant::now());
+            }
             let launch = self.cfg.launch(&request);
             let submitted = match &mut self.rm {
                 Rm::Local(l) => {
@@ -577,6 +601,7 @@ impl Pool {
             state,
             since: Instant::now(),
             joined_ever: false,
+            asked: None,
             stopping: None,
         });
         if job.is_some() {

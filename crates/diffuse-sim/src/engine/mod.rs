@@ -111,6 +111,8 @@ pub struct DynamicSettings {
     pub idle_timeout_s: f64,
     /// Nodes kept even when idle.
     pub min_nodes: u32,
+    /// How often the core reviews the pool, seconds (1; the live dispatcher's is 0.5).
+    pub check_interval_s: f64,
 }
 
 impl Default for DynamicSettings {
@@ -119,6 +121,7 @@ impl Default for DynamicSettings {
             step: StepPolicy::Exponential,
             idle_timeout_s: 30.0,
             min_nodes: 0,
+            check_interval_s: 1.0,
         }
     }
 }
@@ -348,7 +351,7 @@ impl Simulation {
                 max_nodes: cfg.nodes,
                 slots_per_node: cfg.testbed.slots_per_node,
                 idle_timeout: Duration::from_secs_f64(d.idle_timeout_s),
-                check_interval: Duration::from_secs(1),
+                check_interval: Duration::from_secs_f64(d.check_interval_s),
             }),
         };
         let core = Core::new(CoreConfig {

@@ -3,6 +3,7 @@
 //! and the bytes booked to each second of the time series.
 
 use super::*;
+use diffuse_core::bandwidth::Endpoint;
 
 impl Simulation {
     /// The dispatch reached its node: decide where each input really comes from and start reading.
@@ -107,11 +108,21 @@ impl Simulation {
     ) -> Result<(), SimError> {
         let caching = self.core.caches_for(task);
         let r = self.running.get_mut(&task).expect("running task");
-        let (object, size, _) = r.inputs[i];
+        let (object, size, planned) = r.inputs[i];
         let used = r.plan[i].1;
         let node = r.node;
         self.bytes[used as usize] += bytes;
         let requested = r.requested[i];
+        // The predictor learns the rate, as from a live worker's transfer report.
+        let from = match (used, planned) {
+            (Used::Peer, Source::Peer(p)) => Some(Endpoint::Node(p)),
+            (Used::Storage, _) => Some(Endpoint::Storage),
+            _ => None,
+        };
+        if let Some(from) = from {
+            let secs = secs(self.now) - requested;
+            self.core.handle_transfer(from, node, bytes, secs);
+        }
         self.access_time[used as usize] += secs(self.now) - requested;
         r.pending -= 1;
         let ready = r.pending == 0;

@@ -15,7 +15,9 @@
 //! 5. ten empty tasks a slot, all at once: what a task costs beyond its compute (submission,
 //!    dispatch, start, report), the model's dispatch latency.
 //!
-//! The node start-up time is not measured (that would need the resource manager to start one):
+//! The node start-up time is the mean time the dispatcher's elastic pool took from asking its
+//! resource manager for a worker to the worker joining, over the workers it has started
+//! (`pool.startup_seconds` in its status); a static pool, or one that has started none, takes
 //! `--node-startup`. The probe files are written under `--scratch`, a directory every worker
 //! reads at the same path (the shared file system the tasks read), or that a web server serves
 //! at `--scratch-url` (the HTTP store the tasks read), and removed at the end.
@@ -43,7 +45,8 @@ pub struct CalibrateArgs {
     /// latency (e.g. 256MB).
     #[arg(long, default_value = "64MB", value_parser = crate::size::parse_size)]
     probe_size: u64,
-    /// Seconds from asking the resource manager for a node to the node joining (not measured).
+    /// Seconds from asking the resource manager for a node to the node joining, when the pool
+    /// has not measured it (a static pool, or an elastic one that has started no worker yet).
     #[arg(long, default_value_t = 30.0)]
     node_startup: f64,
     /// The testbed's name in the file.
@@ -84,6 +87,11 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
     if workers.is_empty() {
         bail!("no worker is connected to {}: start the pool first", c.url);
     }
+    let startup = &status["pool"]["startup_seconds"];
+    let measured_startup = match (startup["sum"].as_f64(), startup["count"].as_u64()) {
+        (Some(sum), Some(count)) if count > 0 => Some((sum / count as f64, count)),
+        _ => None,
+    };
     let slots = status["slots"]
         .as_u64()
         .unwrap_or(workers.len() as u64)
@@ -206,19 +214,26 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
         disk_bw: median(disk),
         peer_latency_s: peer_latency,
         dispatch_latency_s: per_task,
-        node_startup_s: a.node_startup,
+        node_startup_s: measured_startup.map_or(a.node_startup, |m| m.0),
         rack_size: 0,
         rack_uplink_bw: 0.0,
         storage_share_spread: spread,
     };
     testbed.check().map_err(anyhow::Error::msg)?;
+    let startup_note = match measured_startup {
+        Some((mean, count)) => {
+            eprintln!("worker start-up: {mean:.2} s (mean of {count} the pool started)");
+            format!("the mean of the {count} workers the pool started")
+        }
+        None => "given (--node-startup), not measured".into(),
+    };
     let text = format!(
         "# Measured by `diffuse calibrate` on {} ({} workers, {slots} slots, {} MB probes).\n\
          # storage_bytes_per_s: {n} fresh reads at once, bytes over the slowest read's time;\n\
          # storage_share_spread: how unequally those reads shared it (0: equally);\n\
          # nic_bytes_per_s: the median peer read; disk_bytes_per_s: the median cached read;\n\
          # latencies: the median one-byte read; dispatch_latency_s: an empty task's cost to a\n\
-         # slot; node_startup_s: given (--node-startup), not measured.\n{}",
+         # slot; node_startup_s: {startup_note}.\n{}",
         c.url,
         n,
         a.probe_size / 1_000_000,

@@ -261,7 +261,7 @@ impl PoolArgs {
             max_nodes: max,
             slots_per_node: self.worker_cores,
             idle_timeout: self.idle_release,
-            check_interval: Duration::from_millis(500),
+            check_interval: diffuse_runtime::provisioner::CHECK_INTERVAL,
         };
         let handoff = self.handoff.0.map(|budget| HandoffConfig {
             budget,

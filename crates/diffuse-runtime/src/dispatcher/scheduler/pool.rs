@@ -5,6 +5,7 @@
 //! fetching from it as from any peer, and it leaves once they have their copies.
 
 use super::{Scheduler, Session};
+use crate::dispatcher::metrics::Histogram;
 use crate::proto::{AssignedInput, InputSource, ToWorker};
 use crate::provisioner::{PoolCmd, PoolEvent, RequestState};
 use diffuse_core::{Handoff, NodeId, ObjectId};
@@ -30,6 +31,8 @@ pub struct PoolLink {
     handing: Vec<Handing>,
     /// Objects handed off and bytes, since the start.
     handed: (u64, u64),
+    /// Seconds from asking for each worker to its joining.
+    startup: Histogram,
 }
 
 /// A released worker whose objects are being pushed to the survivors: it is shut down once
@@ -54,6 +57,7 @@ impl PoolLink {
             never_joined: 0,
             handing: Vec::new(),
             handed: (0, 0),
+            startup: Histogram::default(),
         }
     }
 }
@@ -97,6 +101,11 @@ pub struct PoolView {
     /// The last resource-manager error, until a call succeeds again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Seconds from asking the resource manager for a worker to its joining, over the workers
+    /// this dispatcher started (queue wait and start-up; what `diffuse calibrate` writes as
+    /// the testbed's `node_startup_s`).
+    #[serde(default)]
+    pub startup_seconds: Histogram,
 }
 
 /// The states a worker is counted in, in the order `status` lists them.
@@ -246,6 +255,10 @@ impl Scheduler {
                 self.core.handle_provision_failed(1, now);
             }
             PoolEvent::Error(e) => p.last_error = e,
+            PoolEvent::Started { request, seconds } => {
+                tracing::info!(request, seconds, "worker joined");
+                p.startup.observe(seconds);
+            }
         }
     }
 
@@ -331,6 +344,7 @@ impl Scheduler {
             handed_off: p.handed.0,
             handed_off_bytes: p.handed.1,
             last_error: p.last_error.clone(),
+            startup_seconds: p.startup.clone(),
         };
         (views, Some(view))
     }
