@@ -66,6 +66,8 @@ enum Shape {
 #[derive(Debug)]
 struct Outcome {
     makespan_s: f64,
+    /// Bytes read from storage.
+    storage_bytes: u64,
     local: f64,
     peer: f64,
     storage: f64,
@@ -274,7 +276,7 @@ fn live(b: &Bed, tasks: &str) -> Outcome {
             .send()
             .unwrap();
     assert!(r.status().is_success(), "{}", r.text().unwrap_or_default());
-    let (mut end, mut reads) = (0.0f64, [0u64; 3]);
+    let (mut end, mut reads, mut storage_bytes) = (0.0f64, [0u64; 3], 0);
     let mut trace = String::new();
     for line in tasks.lines() {
         let t: Value = serde_json::from_str(line).unwrap();
@@ -294,11 +296,13 @@ fn live(b: &Bed, tasks: &str) -> Outcome {
         for k in 0..3 {
             reads[k] += tr[k];
         }
+        storage_bytes += tr[5];
     }
     keep(b, "live.jsonl", &trace);
     let n = reads.iter().sum::<u64>().max(1) as f64;
     Outcome {
         makespan_s: end - t0,
+        storage_bytes,
         local: reads[0] as f64 / n,
         peer: reads[1] as f64 / n,
         storage: reads[2] as f64 / n,
@@ -425,6 +429,7 @@ fn simulated(b: &Bed, row: &Row, tasks: &str, testbed: &Path) -> Outcome {
     let s: Value = serde_json::from_str(&o.stdout).unwrap();
     Outcome {
         makespan_s: s["makespan_s"].as_f64().unwrap(),
+        storage_bytes: s["bytes_storage"].as_u64().unwrap(),
         local: s["hit_local"].as_f64().unwrap(),
         peer: s["hit_peer"].as_f64().unwrap(),
         storage: s["miss"].as_f64().unwrap(),
@@ -448,7 +453,7 @@ fn line(row: &Row, live: &Outcome, sim: &Outcome) -> String {
         Shape::Pairs { n } => format!("AP-like: {n} x {n} pairs"),
     };
     format!(
-        "| {} | {} | {} | {shape}, {} MB, {} s | {:.1} s | {:.1} s ({:+.0}%) | {:.1} s ({:+.0}%) | {} | {} |",
+        "| {} | {} | {} | {shape}, {} MB, {} s | {:.1} s | {:.1} s ({:+.0}%) | {:.1} s ({:+.0}%) | {} | {} | {} / {} |",
         row.policy,
         row.cache,
         if row.dynamic { "dynamic" } else { "static" },
@@ -460,7 +465,9 @@ fn line(row: &Row, live: &Outcome, sim: &Outcome) -> String {
         sim.model_s,
         100.0 * (sim.model_s / live.makespan_s - 1.0),
         pct(live),
-        pct(sim)
+        pct(sim),
+        live.storage_bytes / 1_000_000,
+        sim.storage_bytes / 1_000_000
     )
 }
 
@@ -545,8 +552,8 @@ fn bench_simulated_against_measured() {
         };
         lines.push(line(row, &live, &sim));
     }
-    println!("| policy | cache a worker | pool | tasks | measured | simulated | abstract model | measured local / peer / storage % | simulated |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| policy | cache a worker | pool | tasks | measured | simulated | abstract model | measured local / peer / storage % | simulated | MB from storage, measured / simulated |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for l in lines {
         println!("{l}");
     }
