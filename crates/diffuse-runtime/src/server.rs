@@ -36,6 +36,10 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// A request's body must arrive within this.
     pub body_timeout: Duration,
+    /// Send every write at once (TCP_NODELAY): for a server of bulk responses read one after
+    /// another (a worker's peer data), where Nagle's algorithm holds each response's last
+    /// segment until what is in flight is acknowledged.
+    pub nodelay: bool,
 }
 
 impl Limits {
@@ -45,6 +49,7 @@ impl Limits {
             max_connections: default_max_connections(),
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(120),
+            nodelay: false,
         }
     }
 }
@@ -117,9 +122,12 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        // Nagle's algorithm stays on: a worker's session carries many small messages, and
-        // sending each at once (TCP_NODELAY) cost 9% of `true` tasks per second
+        // Nagle's algorithm stays on for the dispatcher: a worker's session carries many small
+        // messages, and sending each at once (TCP_NODELAY) cost 9% of `true` tasks per second
         // (bench/true_vs_xargs.sh).
+        if limits.nodelay {
+            let _ = stream.set_nodelay(true);
+        }
         let service = service.clone();
         let watcher = graceful.watcher();
         let limits = limits.clone();

@@ -19,6 +19,7 @@ async fn start(tls: Option<&Pki>) -> (std::net::SocketAddr, tokio::sync::oneshot
         max_connections: 16,
         header_timeout: HEADER_TIMEOUT,
         body_timeout: Duration::from_secs(5),
+        nodelay: false,
     };
     let tls = tls.map(|p| server_config(&p.cert, &p.key).expect("server config"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -383,10 +383,14 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         .with_state(ctx.clone());
     tokio::spawn(prune_logs(logs, cfg.log_retention, cfg.log_max));
     let (stop_peer, peer_stopped) = tokio::sync::oneshot::channel::<()>();
+    let peer_limits = crate::server::Limits {
+        nodelay: true,
+        ..cfg.limits.clone()
+    };
     let peer_server = tokio::spawn(crate::server::serve(
         listener,
         peer_router,
-        cfg.limits.clone(),
+        peer_limits,
         cfg.tls.clone(),
         async {
             let _ = peer_stopped.await;

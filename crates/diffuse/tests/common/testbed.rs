@@ -135,10 +135,11 @@ impl Testbed {
             .status();
         // A bucket of 1 MB: at 80 Mbit/s the first 1 MB after a pause goes at once, a tenth of
         // a second early, which flattered the simulator's comparison (hence `shape_fair`'s
-        // tight bucket). Peer transfers were measured with it (docs/transfers.md), and with a
-        // 4 ms bucket diffuse's chunked peer reads at 80 Mbit/s lost a fifth of the link (48 MiB
-        // in 6.75 s where one `curl` of 50 MB takes 5.2 s; cause not found), so it stays. The
-        // queue holds what 100 ms at the rate sends.
+        // tight bucket). Peer transfers were measured with it (docs/transfers.md). With a 4 ms
+        // bucket, diffuse's chunked peer reads at 80 Mbit/s lost a fifth of the link (48 MiB in
+        // 6.75 s where one `curl` of 50 MB takes 5.2 s): TCP_NODELAY on the peer server won
+        // back a third of that (the relay test's two copies: 6.8 s to 6.3 s); the rest is not
+        // found yet, so the bucket stays. The queue holds what 100 ms at the rate sends.
         let tbf = ["tbf", "rate", rate, "burst", "1mb", "latency", "100ms"];
         match delay {
             None => tc(&[&["qdisc", "add", "dev", "eth0", "root"], &tbf[..]].concat()),
