@@ -120,19 +120,8 @@ impl Testbed {
     /// `880mbit`), after `delay` (`10ms`) if given: the link of a host whose NIC is the
     /// bottleneck, as on a cluster. Replaces any earlier shaping of that host.
     pub fn shape(&self, i: usize, rate: &str, delay: Option<&str>) {
-        let tc = |args: &[&str]| {
-            let ok = self
-                .command(i, "tc")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "tc {args:?} on host {i}");
-        };
-        let _ = self
-            .command(i, "tc")
-            .args(["qdisc", "del", "dev", "eth0", "root"])
-            .stderr(std::process::Stdio::null())
-            .status();
+        self.unshape(i);
+        let tc = |args: &[&str]| self.tc(i, args);
         // A bucket of 1 MB: at 80 Mbit/s the first 1 MB after a pause goes at once, a tenth of
         // a second early, which flattered the simulator's comparison (hence `shape_fair`'s
         // tight bucket). Peer transfers were measured with it (docs/transfers.md). With a 4 ms
@@ -166,19 +155,8 @@ impl Testbed {
     /// and 0.83 s, not 0.83 s each); this kernel has no fair-queueing qdisc (`fq_codel`,
     /// `sfq`) to put under the `tbf`.
     pub fn shape_fair(&self, i: usize, rate: &str, readers: &[usize]) {
-        let tc = |args: &[&str]| {
-            let ok = self
-                .command(i, "tc")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "tc {args:?} on host {i}");
-        };
-        let _ = self
-            .command(i, "tc")
-            .args(["qdisc", "del", "dev", "eth0", "root"])
-            .stderr(std::process::Stdio::null())
-            .status();
+        self.unshape(i);
+        let tc = |args: &[&str]| self.tc(i, args);
         let burst = burst(rate);
         let class = |id: &str, parent: &str, guaranteed: &str| {
             tc(&[
@@ -237,7 +215,18 @@ impl Testbed {
         let _ = self
             .command(i, "tc")
             .args(["qdisc", "del", "dev", "eth0", "root"])
+            .stderr(std::process::Stdio::null())
             .status();
+    }
+
+    /// Run `tc args` on host `i`; it must succeed.
+    fn tc(&self, i: usize, args: &[&str]) {
+        let ok = self
+            .command(i, "tc")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "tc {args:?} on host {i}");
     }
 }
 
