@@ -442,7 +442,8 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         };
         match crate::sim_tasks::arrivals(&text, fill) {
             Ok(list) => {
-                ids = crate::sim_tasks::ids(&text);
+                let (named, list): (Vec<String>, Vec<Arrival>) = list.into_iter().unzip();
+                ids = named;
                 Some(list)
             }
             Err(e) => {

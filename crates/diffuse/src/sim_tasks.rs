@@ -25,9 +25,10 @@ pub struct Fill {
     pub tmp_size: Option<u64>,
 }
 
-/// The arrivals of the tasks in `text` (JSON Lines or a JSON array, as `diffuse run` reads),
-/// each input sized by asking its store. Errors name the line and the task.
-pub fn arrivals(text: &str, fill: Fill) -> Result<Vec<Arrival>, String> {
+/// Each task in `text` (JSON Lines or a JSON array, as `diffuse run` reads) as its id and its
+/// arrival, in file order, each input sized by asking its store. Errors name the line and the
+/// task.
+pub fn arrivals(text: &str, fill: Fill) -> Result<Vec<(String, Arrival)>, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -40,19 +41,12 @@ pub fn arrivals(text: &str, fill: Fill) -> Result<Vec<Arrival>, String> {
     })
 }
 
-/// The ids of the tasks in `text`, in the order of [`arrivals`] (empty if it does not parse).
-pub fn ids(text: &str) -> Vec<String> {
-    diffuse_runtime::spec::parse_numbered(text)
-        .map(|tasks| tasks.into_iter().map(|(_, t)| t.id).collect())
-        .unwrap_or_default()
-}
-
 /// [`arrivals`] with the sizes of non-`tmp://` inputs from `size`.
 fn arrivals_sized(
     text: &str,
     fill: Fill,
     size: &mut dyn FnMut(&str) -> Result<u64, String>,
-) -> Result<Vec<Arrival>, String> {
+) -> Result<Vec<(String, Arrival)>, String> {
     let tasks = diffuse_runtime::spec::parse_numbered(text).map_err(|e| e.to_string())?;
     let position: FxHashMap<&str, u64> = tasks
         .iter()
@@ -103,16 +97,19 @@ fn arrivals_sized(
         }
         let next_job = jobs.len() as u32;
         let job = *jobs.entry(t.job().to_string()).or_insert(next_job);
-        out.push(Arrival {
-            time: 0.0,
-            inputs,
-            compute_s,
-            cores: more.cores.unwrap_or(1),
-            produces,
-            after,
-            job,
-            priority: more.priority,
-        });
+        out.push((
+            t.id.clone(),
+            Arrival {
+                time: 0.0,
+                inputs,
+                compute_s,
+                cores: more.cores.unwrap_or(1),
+                produces,
+                after,
+                job,
+                priority: more.priority,
+            },
+        ));
     }
     Ok(out)
 }
@@ -143,7 +140,9 @@ mod tests {
             compute_s: Some(1.0),
             tmp_size: Some(77),
         };
-        let v = arrivals(&text, fill).unwrap();
+        let (ids, v): (Vec<String>, Vec<Arrival>) =
+            arrivals(&text, fill).unwrap().into_iter().unzip();
+        assert_eq!(ids, ["x", "y", "z"]);
         assert_eq!(v.len(), 3);
         assert_eq!(v[0].inputs, [(ObjectId(0), 1000)]);
         assert_eq!(v[0].produces, [(ObjectId(1), 77)]);

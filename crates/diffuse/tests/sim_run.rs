@@ -105,6 +105,63 @@ rack_uplink_bytes_per_s = 0
 }
 
 #[test]
+fn a_trace_tells_each_task_as_it_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = task_file(dir.path());
+    let trace = dir.path().join("trace.jsonl");
+    let s = summary(&[
+        "run",
+        tasks.to_str().unwrap(),
+        "--provisioning",
+        "static",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    let lines: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 40, "one line a task");
+    let mut ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 40, "each task once, by its id");
+    let mut reads = [0u64; 3];
+    let mut last_end = 0.0f64;
+    for l in &lines {
+        let at = |k: &str| l[k].as_f64().unwrap();
+        // Each read one input, then computed its 0.1 s.
+        assert!(at("started_s") <= at("staged_s"), "{l}");
+        assert!(
+            (at("finished_s") - at("staged_s") - 0.1).abs() < 1e-6,
+            "{l}"
+        );
+        assert!(
+            at("finished_s") >= last_end - 1e-9,
+            "in order of completion: {l}"
+        );
+        last_end = at("finished_s");
+        for (k, key) in ["local", "peer", "storage"].iter().enumerate() {
+            reads[k] += l[key].as_u64().unwrap();
+        }
+        let id = l["id"].as_str().unwrap();
+        assert_eq!(l["task"], id[1..].parse::<u64>().unwrap(), "{l}");
+    }
+    assert_eq!(reads.iter().sum::<u64>(), 40, "one input each");
+    // The trace agrees with the summary.
+    assert!(
+        (last_end - s["makespan_s"].as_f64().unwrap()).abs() < 1e-6,
+        "{s}"
+    );
+    assert!(
+        (reads[2] as f64 / 40.0 - s["miss"].as_f64().unwrap()).abs() < 1e-9,
+        "{s}"
+    );
+}
+
+#[test]
 fn bad_testbed_files_and_task_files_are_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let tasks = task_file(dir.path());

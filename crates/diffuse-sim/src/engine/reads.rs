@@ -113,6 +113,7 @@ impl Simulation {
         let node = r.node;
         self.bytes[used as usize] += bytes;
         let requested = r.requested[i];
+        let took = secs(self.now) - requested;
         // The predictor learns the rate, as from a live worker's transfer report.
         let from = match (used, planned) {
             (Used::Peer, Source::Peer(p)) => Some(Endpoint::Node(p)),
@@ -120,10 +121,9 @@ impl Simulation {
             _ => None,
         };
         if let Some(from) = from {
-            let secs = secs(self.now) - requested;
-            self.core.handle_transfer(from, node, bytes, secs);
+            self.core.handle_transfer(from, node, bytes, took);
         }
-        self.access_time[used as usize] += secs(self.now) - requested;
+        self.access_time[used as usize] += took;
         r.pending -= 1;
         let ready = r.pending == 0;
         self.book_bytes(requested, secs(self.now), bytes, used);

@@ -127,7 +127,8 @@ impl Testbed {
         // tight bucket). Peer transfers were measured with it (docs/transfers.md). With a 4 ms
         // bucket, diffuse's chunked peer reads at 80 Mbit/s lost a fifth of the link (48 MiB in
         // 6.75 s where one `curl` of 50 MB takes 5.2 s): TCP_NODELAY on the peer server won
-        // back a third of that (the relay test's two copies: 6.8 s to 6.3 s); the rest is not
+        // back a third of that (the relay test's two copies: 6.8 s to 6.3 s; one-off runs with
+        // this bucket swapped in by hand, docs/simulation.md); the rest is not
         // found yet, so the bucket stays. The queue holds what 100 ms at the rate sends.
         let tbf = ["tbf", "rate", rate, "burst", "1mb", "latency", "100ms"];
         match delay {
