@@ -2,7 +2,8 @@
 //! back when idle, through local processes, a real Slurm (`scripts/slurm.sh`: munged, slurmctld
 //! and slurmd on this host) or the user's commands. Limits are sampled throughout; a worker
 //! killed under a running task (SIGKILL, `scancel`) loses no task; a hung `sbatch` stalls no
-//! dispatch; bad options are refused before anything starts.
+//! dispatch; a frozen controller leaves no second job for one request; bad options are refused
+//! before anything starts.
 
 mod common;
 
@@ -392,7 +393,8 @@ fn live_jobs(slurm: &Slurm) -> Vec<(String, String)> {
 }
 
 /// A dispatcher whose pool is this Slurm's (`SLURM_CONF` and `extra_env` in its environment),
-/// with at most `max` workers, caches under `dir`, squeue asked every second.
+/// with at most `max` workers, caches under `dir`, squeue asked every second (unless `more`
+/// says `--rm-poll`).
 fn slurm_dispatcher(
     slurm: &Slurm,
     dir: &tempfile::TempDir,
@@ -402,7 +404,10 @@ fn slurm_dispatcher(
 ) -> Cluster {
     let conf = slurm.conf.to_str().unwrap().to_string();
     let cache = format!("{}/cache-{{request}}", dir.path().display());
-    let mut args = vec!["--worker-cache-dir", &cache, "--rm-poll", "1s"];
+    let mut args = vec!["--worker-cache-dir", cache.as_str()];
+    if !more.contains(&"--rm-poll") {
+        args.extend(["--rm-poll", "1s"]);
+    }
     args.extend_from_slice(more);
     let mut env = vec![("SLURM_CONF", conf.as_str())];
     env.extend_from_slice(extra_env);
@@ -530,6 +535,115 @@ fn a_hung_sbatch_times_out_and_stalls_no_dispatch() {
     });
     assert!(live_jobs(&slurm).is_empty(), "no job was submitted: {s}");
     assert!(std::fs::read_to_string(&calls).unwrap().lines().count() >= 2);
+    stop_dispatcher(&mut c);
+}
+
+#[test]
+fn a_frozen_controller_leaves_no_second_job_for_one_request() {
+    let Some((dir, slurm)) = slurm_or_skip("frozen controller", 8) else {
+        return;
+    };
+    // squeue asked every 10 s: a look at the jobs that the freeze catches would hold the pool
+    // (its own retries) until the controller is back, and the submissions would come after.
+    let mut c = slurm_dispatcher(&slurm, &dir, "2", &["--rm-poll", "10s"], &[]);
+    std::thread::sleep(Duration::from_secs(1)); // its first look at the jobs is over
+    let conf = slurm.conf.to_str().unwrap().to_string();
+    // Jobs of the pool squeue shows, every 0.5 s (while the controller is frozen squeue fails
+    // after about 10 s and counts nothing; the jobs it would show are counted once it answers).
+    let jobs_sampled = Sampler::start(move || {
+        let out = Command::new("squeue")
+            .args(["--noheader", "--format", "%j %T"])
+            .env("SLURM_CONF", &conf)
+            .output();
+        std::thread::sleep(Duration::from_millis(400));
+        out.map_or(0, |o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with("dfs-"))
+                .count() as u64
+        })
+    });
+    // Frozen for longer than sbatch's own time-out (about 10 s), and than a lookup's.
+    let ctld = slurm.daemon_pid("slurmctld");
+    common::send_signal(ctld, false, Signal::STOP);
+    let tasks = sleep_tasks("f", 30, 1.0);
+    c.submit(&tasks);
+    std::thread::sleep(Duration::from_secs(25));
+    common::send_signal(ctld, false, Signal::CONT);
+    let ids: Vec<String> = tasks
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().into())
+        .collect();
+    all_succeeded(&c, &ids);
+    poll(
+        "the pool's jobs gone from squeue after the idle release",
+        || (live_jobs(&slurm).is_empty() && pool_size(&c.status()) == 0).then_some(()),
+    );
+    let max = jobs_sampled.max();
+    drop(jobs_sampled);
+    let all = slurm.jobs_named("dfs-");
+    let log = c.dispatcher.as_ref().expect("dispatcher").log_text();
+    assert!(
+        max <= 2,
+        "--max-workers 2, yet squeue showed {max} jobs of the pool at once: {all:?}\n{log}"
+    );
+    assert!(
+        log.contains("looking the request up"),
+        "the failed sbatch was not looked up: {log}"
+    );
+    // No request's name was given to two jobs that ran.
+    let ran: Vec<String> = slurm
+        .cmd("squeue", &["-h", "-t", "all", "-o", "%j %T"])
+        .lines()
+        .filter(|l| l.starts_with("dfs-") && l.ends_with(" COMPLETED"))
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect();
+    let mut unique = ran.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        ran.len(),
+        unique.len(),
+        "two jobs ran for one request: {all:?}"
+    );
+
+    // A job under the pool's names that no request owns, made by hand while nothing is queued:
+    // cancelled at once, and said so in status.
+    let name = &all[0].2;
+    let prefix = name.rsplit_once('-').unwrap().0;
+    let stray = slurm
+        .cmd(
+            "sbatch",
+            &[
+                "--parsable",
+                "--output",
+                "/dev/null",
+                "--job-name",
+                &format!("{prefix}-99"),
+                "--wrap",
+                "sleep 300",
+            ],
+        )
+        .trim()
+        .to_string();
+    let s = poll("the stray job cancelled and shown in status", || {
+        let s = c.status();
+        (s["pool"]["extra_jobs_cancelled"].as_u64() == Some(1)).then_some(s)
+    });
+    assert!(
+        s["pool"]["last_extra_job"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("cancelled worker job {stray}"))),
+        "{s}"
+    );
+    poll("the stray job gone", || {
+        slurm
+            .jobs(prefix)
+            .iter()
+            .any(|(j, st)| *j == stray && st == "CANCELLED")
+            .then_some(())
+    });
+    assert!(live_jobs(&slurm).is_empty());
     stop_dispatcher(&mut c);
 }
 

@@ -124,6 +124,15 @@ pub fn metrics_text(s: &Status) -> String {
             "counter",
             &[("", p.failed_requests as f64)],
         );
+        metric(
+            "diffuse_pool_extra_jobs_total",
+            "Jobs under the pool's names that no request owned (a failed submission that was made after all), by what was done: adopted or cancelled.",
+            "counter",
+            &[
+                ("{action=\"adopted\"}", p.extra_jobs_adopted as f64),
+                ("{action=\"cancelled\"}", p.extra_jobs_cancelled as f64),
+            ],
+        );
     }
     metric(
         "diffuse_tasks",

@@ -14,10 +14,13 @@
 //! Limits hold whatever the order of events: a request counts against `--max-workers` from
 //! the moment it is made until the resource manager shows its job gone (a released worker's
 //! job still counts while it ends), and against `--max-pending` until its job runs.
-//! Acquisitions beyond either wait in `wanted` and go out as room appears.
+//! Acquisitions beyond either wait in `wanted` and go out as room appears. A job under the
+//! pool's names that is not a request's own (a failed `sbatch` that submitted after all) is
+//! adopted or cancelled as soon as the resource manager shows it ([`reconcile`]).
 
 pub mod command;
 pub mod local;
+pub mod reconcile;
 pub mod rm;
 pub mod slurm;
 
@@ -224,6 +227,18 @@ pub enum PoolEvent {
     },
     /// A resource-manager call failed (shown in status until a later one succeeds).
     Error(Option<String>),
+    /// A job under the pool's names that was not a request's own: adopted as a worker, or
+    /// cancelled.
+    Extra {
+        /// Its job id.
+        job: String,
+        /// Its name.
+        name: String,
+        /// Adopted (else cancelled).
+        adopted: bool,
+        /// What was done and why, as logged.
+        message: String,
+    },
     /// A request's worker connected for the first time, this long after it was asked for
     /// (the resource manager's queue wait and the worker's start).
     Started {
@@ -321,26 +336,56 @@ impl Pool {
     }
 
     /// Jobs of this dispatcher left by an earlier run of it (Slurm only): counted and followed,
-    /// their workers welcome.
+    /// their workers welcome (one job per name: a second is cancelled).
     async fn adopt(&mut self) {
         let Rm::Slurm(s) = &self.rm else { return };
         let Ok(jobs) = s.poll().await else { return };
-        for (request, (job, state)) in jobs {
-            let state = match state {
-                RmState::Pending => RequestState::Pending,
-                RmState::Running => RequestState::Starting,
-                RmState::Ended(_) => continue,
-            };
-            if let Some(n) = request
-                .strip_prefix(&self.cfg.prefix)
-                .and_then(|r| r.strip_prefix('-'))
-                .and_then(|n| n.parse::<u64>().ok())
-            {
-                self.next = self.next.max(n + 1);
+        let extras = reconcile::reconcile(&BTreeMap::new(), &jobs, u32::MAX);
+        self.carry_out(extras, "of an earlier run").await;
+    }
+
+    /// Adopt or cancel extra jobs, saying so in the log and to the scheduler (`diffuse status`).
+    async fn carry_out(&mut self, extras: Vec<reconcile::Extra>, whose: &str) {
+        for extra in extras {
+            match extra {
+                reconcile::Extra::Adopt { job, name, state } => {
+                    let state = match state {
+                        RmState::Pending => RequestState::Pending,
+                        _ => RequestState::Starting,
+                    };
+                    if let Some(n) = name
+                        .strip_prefix(&self.cfg.prefix)
+                        .and_then(|r| r.strip_prefix('-'))
+                        .and_then(|n| n.parse::<u64>().ok())
+                    {
+                        self.next = self.next.max(n + 1);
+                    }
+                    self.wanted = self.wanted.saturating_sub(1);
+                    let message = format!("adopted worker job {job} ({name}) {whose}");
+                    tracing::warn!(request = name, job, "{message}");
+                    self.set(&name, Some(job.clone()), state);
+                    self.extra(job, name, true, message);
+                }
+                reconcile::Extra::Cancel { job, name, why } => {
+                    let Rm::Slurm(s) = &self.rm else { continue };
+                    let message = match s.cancel(&job).await {
+                        Ok(()) => format!("cancelled worker job {job}: {why}"),
+                        Err(e) => format!("cannot cancel worker job {job} ({why}): {e}"),
+                    };
+                    tracing::warn!(request = name, job, "{message}");
+                    self.extra(job, name, false, message);
+                }
             }
-            tracing::info!(request, job, "adopted a worker job of an earlier run");
-            self.set(&request, Some(job), state);
         }
+    }
+
+    fn extra(&self, job: String, name: String, adopted: bool, message: String) {
+        let _ = self.events.send(Cmd::Pool(PoolEvent::Extra {
+            job,
+            name,
+            adopted,
+            message,
+        }));
     }
 
     async fn on_cmd(&mut self, c: PoolCmd) {
@@ -531,16 +576,28 @@ impl Pool {
                     return;
                 }
                 self.last_poll = Some(Instant::now());
-                match s.poll().await {
-                    Ok(jobs) => jobs
-                        .into_iter()
-                        .map(|(r, (j, s))| (r, (Some(j), s)))
-                        .collect(),
+                let jobs = match s.poll().await {
+                    Ok(jobs) => jobs,
                     Err(e) => {
                         self.error(Some(format!("cannot follow worker jobs: {e}")));
                         return;
                     }
-                }
+                };
+                let own: BTreeMap<String, Option<String>> = self
+                    .requests
+                    .iter()
+                    .filter(|(_, r)| r.state != RequestState::Gone)
+                    .map(|(n, r)| (n.clone(), r.job.clone()))
+                    .collect();
+                let room = self
+                    .wanted
+                    .min(self.cfg.max_workers.saturating_sub(self.alive()));
+                let extras = reconcile::reconcile(&own, &jobs, room);
+                self.carry_out(extras, "that the pool did not know").await;
+                reconcile::own_states(&own, &jobs)
+                    .into_iter()
+                    .map(|(r, (j, s))| (r, (Some(j), s)))
+                    .collect()
             }
             Rm::Command(_) => return,
         };

@@ -1,14 +1,24 @@
 //! The Slurm backend: one worker per batch job, submitted with `sbatch`, followed with
 //! `squeue`, released with `scancel`.
 //!
-//! Each request is a job named after it (`<prefix>-<n>`). A timed-out `sbatch` may still have
-//! submitted its job (measured on Slurm 22.05: the controller queued it and ran it once it
-//! answered again), so before any retry the name is looked up with `squeue`, and a job found
-//! is adopted instead of submitting a second one: `--max-workers` holds even then.
+//! Each request is a job named after it (`<prefix>-<n>`). A failed `sbatch` does not prove that
+//! no job was made: a timed-out `sbatch` may still have submitted its job (measured on Slurm
+//! 22.05 with a frozen slurmctld: the controller queued it and ran it once it answered again),
+//! and a lost connection or our own time limit tells nothing either. So every failure is
+//! ambiguous until the name has been looked up with `squeue`:
+//!
+//! * a lookup that itself fails (squeue also times out while the controller is frozen) is not an
+//!   answer: it is asked again, with a growing pause, for as long as it takes;
+//! * a job found is adopted instead of submitting a second one;
+//! * a lookup that finds none is asked once more after [`SETTLE`], so that a submission still
+//!   being handled when the controller came back shows up, and only then is `sbatch` retried.
+//!
+//! What slips past this (a submission that Slurm handles after both lookups) is caught by the
+//! pool's reconciliation ([`super::reconcile`]): every job under this dispatcher's names that is
+//! not a request's own is cancelled or adopted as soon as `squeue` shows it.
 
 use super::rm::{Call, RmPolicy};
 use super::{Launch, RmState};
-use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -80,7 +90,8 @@ impl Slurm {
         })
     }
 
-    /// Submit one job for `request`; its job id.
+    /// Submit one job for `request`; its job id. An error means that Slurm has no job of that
+    /// name: it said so when asked after the last failure, and again [`SETTLE`] later.
     pub async fn submit(&self, request: &str, launch: &Launch) -> Result<String, String> {
         let mut call = Call::new("sbatch")
             .args(["--parsable", "--job-name", request])
@@ -110,66 +121,85 @@ impl Slurm {
             if attempt > 0 {
                 tokio::time::sleep(pause).await;
                 pause = pause.saturating_mul(2);
-                // The failed sbatch may have submitted it after all.
-                if let Ok(Some(job)) = self.find(request).await {
-                    tracing::warn!(request, job, "sbatch failed but its job exists: adopted");
-                    return Ok(job);
-                }
             }
             match call.once(self.policy.timeout).await {
                 Ok(out) => {
                     let job = out.trim().split(';').next().unwrap_or("").to_string();
-                    if job.is_empty() {
-                        return Err(format!("`sbatch --parsable` printed no job id: {out:?}"));
+                    if !job.is_empty() {
+                        return Ok(job);
                     }
-                    return Ok(job);
+                    // It answered without an id: whether a job exists, the lookup settles.
+                    last = format!("`sbatch --parsable` printed no job id: {out:?}");
                 }
                 Err(e) if e.contains("is not installed") => return Err(e),
                 Err(e) => {
-                    tracing::warn!("{e} (try {} of {})", attempt + 1, self.policy.retries + 1);
+                    tracing::warn!(
+                        request,
+                        "{e} (try {} of {}); looking the request up before anything else",
+                        attempt + 1,
+                        self.policy.retries + 1
+                    );
                     last = e;
                 }
             }
-        }
-        if let Ok(Some(job)) = self.find(request).await {
-            return Ok(job);
+            // Ambiguous: did Slurm take it? Ask until it answers, then once more after a pause.
+            if let Some(job) = self.settle(request).await {
+                tracing::warn!(request, job, "sbatch failed but its job exists: adopted");
+                return Ok(job);
+            }
         }
         Err(last)
     }
 
-    /// The job named `request`, if Slurm has it.
+    /// After a failed `sbatch`: the job named `request` if Slurm has one, asked until `squeue`
+    /// answers, and asked again [`SETTLE`] after an answer of none.
+    async fn settle(&self, request: &str) -> Option<String> {
+        if let Some(job) = self.find_answered(request).await {
+            return Some(job);
+        }
+        tokio::time::sleep(SETTLE).await;
+        self.find_answered(request).await
+    }
+
+    /// The job named `request`: `squeue` asked until it answers (a failed lookup is not "no
+    /// job"), with a pause that doubles up to [`LOOKUP_PAUSE_MAX`].
+    async fn find_answered(&self, request: &str) -> Option<String> {
+        let mut pause = self.policy.backoff.max(Duration::from_millis(100));
+        loop {
+            match self.find(request).await {
+                Ok(job) => return job,
+                Err(e) => {
+                    tracing::warn!(
+                        request,
+                        "cannot tell whether its sbatch made a job ({e}); asking again in {pause:?}"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = pause.saturating_mul(2).min(LOOKUP_PAUSE_MAX);
+                }
+            }
+        }
+    }
+
+    /// The job named `request`, if Slurm has one (the lowest id when it has several: the
+    /// reconciliation cancels the others).
     async fn find(&self, request: &str) -> Result<Option<String>, String> {
         let out = Call::new("squeue")
             .args(["--noheader", "--name", request, "--format", "%i"])
             .once(self.policy.timeout)
             .await?;
-        Ok(out.split_whitespace().next().map(str::to_string))
+        Ok(out
+            .split_whitespace()
+            .min_by_key(|id| id.parse::<u64>().unwrap_or(u64::MAX))
+            .map(str::to_string))
     }
 
-    /// The state of every job of this dispatcher Slurm still shows, by job name.
-    pub async fn poll(&self) -> Result<FxHashMap<String, (String, RmState)>, String> {
+    /// Every job of this dispatcher Slurm still shows (several may share a name).
+    pub async fn poll(&self) -> Result<Vec<Job>, String> {
         let out = Call::new("squeue")
             .args(["--noheader", "--states", "all", "--format", "%i|%j|%T"])
             .run(&self.policy)
             .await?;
-        let mut jobs = FxHashMap::default();
-        for line in out.lines() {
-            let mut f = line.trim().splitn(3, '|');
-            let (Some(id), Some(name), Some(state)) = (f.next(), f.next(), f.next()) else {
-                continue;
-            };
-            if !name.starts_with(&self.prefix) {
-                continue;
-            }
-            let state = match state {
-                "PENDING" | "CONFIGURING" | "REQUEUED" | "REQUEUE_HOLD" | "RESIZING"
-                | "SUSPENDED" => RmState::Pending,
-                "RUNNING" | "COMPLETING" | "STAGE_OUT" | "SIGNALING" => RmState::Running,
-                other => RmState::Ended(format!("Slurm job {id} {other}")),
-            };
-            jobs.insert(name.to_string(), (id.to_string(), state));
-        }
-        Ok(jobs)
+        Ok(parse_jobs(&out, &self.prefix))
     }
 
     /// Cancel a job.
@@ -181,6 +211,53 @@ impl Slurm {
             .map(drop)
     }
 }
+
+/// One job as `squeue` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    /// Its id.
+    pub id: String,
+    /// Its name: the request it was submitted for.
+    pub name: String,
+    /// Where it stands.
+    pub state: RmState,
+}
+
+/// The jobs in `squeue --format %i|%j|%T` output whose name starts with `prefix`.
+fn parse_jobs(out: &str, prefix: &str) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for line in out.lines() {
+        let mut f = line.trim().splitn(3, '|');
+        let (Some(id), Some(name), Some(state)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let state = match state {
+            "PENDING" | "CONFIGURING" | "REQUEUED" | "REQUEUE_HOLD" | "RESIZING" | "SUSPENDED" => {
+                RmState::Pending
+            }
+            "RUNNING" | "COMPLETING" | "STAGE_OUT" | "SIGNALING" => RmState::Running,
+            other => RmState::Ended(format!("Slurm job {id} {other}")),
+        };
+        jobs.push(Job {
+            id: id.to_string(),
+            name: name.to_string(),
+            state,
+        });
+    }
+    jobs
+}
+
+/// After a failed `sbatch` and a lookup that found no job: how long to wait before asking
+/// again, and only then submitting again. A controller that has just come back may still be
+/// handling the submission that timed out.
+pub const SETTLE: Duration = Duration::from_secs(2);
+
+/// The longest pause between two lookups of a request whose `sbatch` failed, while `squeue`
+/// itself fails.
+pub const LOOKUP_PAUSE_MAX: Duration = Duration::from_secs(10);
 
 /// Slurm's time left (`squeue -o %L`): `MM:SS`, `HH:MM:SS` or `D-HH:MM:SS`; None for
 /// `UNLIMITED`, `NOT_SET` or anything else.

@@ -478,6 +478,16 @@ fn print_workers(s: &Value) {
         if let Some(e) = pool["last_error"].as_str() {
             println!("pool error: {e}");
         }
+        let (adopted, cancelled) = (
+            pool["extra_jobs_adopted"].as_u64().unwrap_or(0),
+            pool["extra_jobs_cancelled"].as_u64().unwrap_or(0),
+        );
+        if adopted + cancelled > 0 {
+            println!(
+                "pool: {adopted} job(s) no request owned adopted, {cancelled} cancelled; last: {}",
+                pool["last_extra_job"].as_str().unwrap_or("")
+            );
+        }
     } else if !by_state.is_empty() {
         println!("workers: {}", by_state.join(", "));
     }

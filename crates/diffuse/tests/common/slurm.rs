@@ -79,16 +79,36 @@ impl Slurm {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The pid of one of its daemons (`munged`, `slurmctld`, `slurmd`), as `up` recorded it.
+    pub fn daemon_pid(&self, daemon: &str) -> u32 {
+        let pids = std::fs::read_to_string(self.dir.join("pids")).expect("DIR/pids");
+        pids.lines()
+            .find_map(|l| {
+                let (name, pid) = l.split_once(' ')?;
+                (name == daemon).then(|| pid.trim().parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no {daemon} in {pids:?}"))
+    }
+
     /// (job id, state) of each job in `squeue -t all` (pending, running, and ended in the last
     /// 5 minutes: COMPLETED, CANCELLED, FAILED, TIMEOUT, ...) whose name starts with `name_prefix`.
     pub fn jobs(&self, name_prefix: &str) -> Vec<(String, String)> {
+        self.jobs_named(name_prefix)
+            .into_iter()
+            .map(|(id, state, _)| (id, state))
+            .collect()
+    }
+
+    /// (job id, state, name) of each job in `squeue -t all` whose name starts with
+    /// `name_prefix`.
+    pub fn jobs_named(&self, name_prefix: &str) -> Vec<(String, String, String)> {
         self.cmd("squeue", &["-h", "-t", "all", "-o", "%i %T %j"])
             .lines()
             .filter_map(|line| {
                 let mut fields = line.splitn(3, ' ');
                 let (id, state, name) = (fields.next()?, fields.next()?, fields.next()?);
                 name.starts_with(name_prefix)
-                    .then(|| (id.to_string(), state.to_string()))
+                    .then(|| (id.to_string(), state.to_string(), name.to_string()))
             })
             .collect()
     }

@@ -27,6 +27,8 @@ pub struct PoolLink {
     rows: BTreeMap<String, (Option<String>, RequestState)>,
     last_error: Option<String>,
     never_joined: u64,
+    /// Extra jobs (not a request's own) adopted and cancelled, and the last one's message.
+    extra: (u64, u64, Option<String>),
     /// Released workers still handing their cache off.
     handing: Vec<Handing>,
     /// Objects handed off and bytes, since the start.
@@ -55,6 +57,7 @@ impl PoolLink {
             rows: BTreeMap::new(),
             last_error: None,
             never_joined: 0,
+            extra: (0, 0, None),
             handing: Vec::new(),
             handed: (0, 0),
             startup: Histogram::default(),
@@ -101,6 +104,16 @@ pub struct PoolView {
     /// The last resource-manager error, until a call succeeds again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Jobs under the pool's names that no request owned (a failed `sbatch` that submitted
+    /// after all), adopted as workers since the start.
+    #[serde(default)]
+    pub extra_jobs_adopted: u64,
+    /// Such jobs cancelled since the start.
+    #[serde(default)]
+    pub extra_jobs_cancelled: u64,
+    /// What was done with the last such job, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_extra_job: Option<String>,
     /// Seconds from asking the resource manager for a worker to its joining, over the workers
     /// this dispatcher started (queue wait and start-up; what `diffuse calibrate` writes as
     /// the testbed's `node_startup_s`).
@@ -255,6 +268,16 @@ impl Scheduler {
                 self.core.handle_provision_failed(1, now);
             }
             PoolEvent::Error(e) => p.last_error = e,
+            PoolEvent::Extra {
+                adopted, message, ..
+            } => {
+                if adopted {
+                    p.extra.0 += 1;
+                } else {
+                    p.extra.1 += 1;
+                }
+                p.extra.2 = Some(message);
+            }
             PoolEvent::Started { request, seconds } => {
                 tracing::info!(request, seconds, "worker joined");
                 p.startup.observe(seconds);
@@ -344,6 +367,9 @@ impl Scheduler {
             handed_off: p.handed.0,
             handed_off_bytes: p.handed.1,
             last_error: p.last_error.clone(),
+            extra_jobs_adopted: p.extra.0,
+            extra_jobs_cancelled: p.extra.1,
+            last_extra_job: p.extra.2.clone(),
             startup_seconds: p.startup.clone(),
         };
         (views, Some(view))
