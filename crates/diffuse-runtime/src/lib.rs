@@ -5,15 +5,23 @@
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | [`dispatcher`] | `diffuse dispatcher`: the scheduler thread driving the core, the HTTP API, worker sessions, metrics and dashboard |
+//! | [`worker`] | `diffuse worker`: runs tasks as processes, keeps a cache directory, serves it to peers |
+//! | [`run`] | `diffuse run`: the embedded default, a dispatcher in-process and local worker processes |
+//! | [`demo`] | `diffuse demo`: a generated dataset and workload run with FA and with GCC |
 //! | [`spec`] | task files (JSON Lines / JSON array): parsing and validation |
 //! | [`proto`] | dispatcher <-> worker messages (JSON over WebSocket) |
 //! | [`storage`] | persistent storage via `object_store`: file, S3, HTTP; source versions |
+//! | [`gateway`] | shared-storage emulation: a `file://` tree served at a fixed aggregate bandwidth |
 //! | [`journal`] | the dispatcher's durable journal (embedded SQLite) |
 //! | [`cache_dir`] | a worker's on-disk cache: quota, eviction, verification |
+//! | [`cache_pool`] | `diffuse run`'s worker caches kept between runs, each claimed by `flock` |
 //! | [`uri`] | input and output URIs: schemes, canonical form, file paths |
 //! | [`provisioner`] | the elastic pool: workers from local processes, Slurm or commands |
 //! | [`server`], [`tls`] | HTTP serving with connection limits; TLS (rustls) for servers and clients |
+//! | [`auth`] | bearer tokens: how every server checks the `Authorization` header |
 //! | [`placeholder`] | `{inputs[i]}`/`{outputs[i]}` in commands: checked, expanded, shell-quoted |
+//! | [`size`] | byte sizes on the command line (`2GB`, `512MiB`) |
 
 pub mod auth;
 pub mod cache_dir;

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`engine`] | the event loop: [`simulate`] |
 //! | [`flows`] | transfers as fluid flows over shared resources |
+//! | [`flow_bound`] | GDS's lower bound on a staging batch's makespan, as a linear program |
 //! | [`workload`] | the paper's MI, SW and AP workloads, and custom lists |
 //! | [`testbed`] | cluster models of the paper's testbeds |
 //! | [`report`] | summary, per-second samples, time series, CSV |

@@ -358,9 +358,10 @@ fn damaged(what: &str) -> JournalError {
 
 impl Journal {
     /// Open or create. Sets WAL mode, synchronous=FULL, checks a `meta`
-    /// table holding magic "diffuse-journal" and schema version 1 (creates it
-    /// when new; Version error if it differs), and runs a quick integrity
-    /// check.
+    /// table holding magic "diffuse-journal" and the schema version
+    /// ([`SCHEMA_VERSION`]; creates it when new, upgrades a journal of an
+    /// older version in place, Version error for anything else), and runs a
+    /// quick integrity check.
     ///
     /// Errors: [`JournalError::Open`] if the file cannot be opened,
     /// [`JournalError::Corrupt`] if it is damaged or not a database,
