@@ -1,7 +1,9 @@
 //! The docs name what the code has: every subcommand of `diffuse --help` is in the README's
-//! command table and in docs/architecture.md's crate table, and every public module of a
-//! library crate is in its `lib.rs` module map. A command or module added without its doc line
-//! fails here.
+//! command table and in docs/architecture.md's crate table, every public module of a library
+//! crate is in its `lib.rs` module map, every module a file with a `//! | module |` table
+//! declares is in that table, and every `handle_*`/`poll_*` call of the core and every `Action`
+//! variant is in docs/architecture.md's API block. A command, module, handler or action added
+//! without its doc line fails here.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,5 +88,109 @@ fn every_public_module_is_in_its_crates_module_map() {
     assert!(
         missing.is_empty(),
         "modules missing from a lib.rs map: {missing:?}"
+    );
+}
+
+/// The `.rs` files under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_declared_module_is_in_its_files_module_table() {
+    let mut files = Vec::new();
+    for krate in ["diffuse-core", "diffuse-sim", "diffuse-runtime", "diffuse"] {
+        rust_files(&repo().join("crates").join(krate).join("src"), &mut files);
+    }
+    let mut missing = Vec::new();
+    let mut tables = 0;
+    for file in files {
+        let src = std::fs::read_to_string(&file).expect("read a source file");
+        if !src.lines().any(|l| l.starts_with("//! | module |")) {
+            continue;
+        }
+        tables += 1;
+        let table: String = src
+            .lines()
+            .filter(|l| l.starts_with("//! |"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        // Top-level `mod x;` declarations (test modules are inline `mod x {`, not counted).
+        for module in src.lines().filter_map(|l| {
+            let decl = l
+                .strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("pub(crate) mod "))
+                .or_else(|| l.strip_prefix("mod "))?;
+            decl.strip_suffix(';')
+        }) {
+            if !table.contains(&format!("`{module}`")) {
+                missing.push(format!("{}: {module}", file.display()));
+            }
+        }
+    }
+    assert!(tables >= 5, "found only {tables} files with a module table");
+    assert!(
+        missing.is_empty(),
+        "modules missing from their file's module table: {missing:#?}"
+    );
+}
+
+#[test]
+fn every_core_call_and_action_is_in_the_architecture_api_block() {
+    let arch = read("docs/architecture.md");
+    let block = arch
+        .split("## The core's API")
+        .nth(1)
+        .and_then(|s| s.split("```").nth(1))
+        .expect("docs/architecture.md has an API block under ## The core's API");
+    let mut files = vec![repo().join("crates/diffuse-core/src/core.rs")];
+    rust_files(&repo().join("crates/diffuse-core/src/core"), &mut files);
+    let mut missing = Vec::new();
+    let mut calls = 0;
+    for file in files {
+        let src = std::fs::read_to_string(&file).expect("read a core source file");
+        for name in src.lines().filter_map(|l| {
+            let f = l.trim_start().strip_prefix("pub fn ")?;
+            let name = f.split(['(', '<']).next()?;
+            (name.starts_with("handle_") || name.starts_with("poll_")).then_some(name)
+        }) {
+            calls += 1;
+            if !block.contains(&format!("{name}(")) {
+                missing.push(format!("Core::{name}"));
+            }
+        }
+    }
+    assert!(
+        calls >= 30,
+        "found only {calls} handle_/poll_ calls in the core"
+    );
+    let action = read("crates/diffuse-core/src/action.rs");
+    let body = action
+        .split("pub enum Action {")
+        .nth(1)
+        .and_then(|s| s.split("\n}").next())
+        .expect("action.rs has enum Action");
+    let variants: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("    ") && !l.starts_with("     "))
+        .filter_map(|l| l.trim().split(['(', ' ', ',', '{']).next())
+        .filter(|v| v.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
+        .collect();
+    assert!(variants.len() >= 9, "{variants:?}");
+    for v in variants {
+        if !block.contains(&format!("{v}{{")) && !block.contains(&format!("{v}(")) {
+            missing.push(format!("Action::{v}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "missing from docs/architecture.md's API block: {missing:#?}"
     );
 }

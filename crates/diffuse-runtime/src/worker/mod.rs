@@ -23,8 +23,12 @@
 //! | `task` | one assignment: task directory, staged inputs, outputs |
 //! | [`process`] | the task's process group, its environment and user |
 //! | [`guard`] | the worker's parent process, which kills what its tasks left if it dies |
+//! | [`cgroup`] | memory limits: a memory cgroup per task where the worker may make one |
+//! | `output` | captured stdout and stderr: files, the cap, the tail kept for a failure |
 //! | `stage` | inputs: local hits, single-flight fetches from peers or storage |
-//! | `peer` | the peer data server |
+//! | `multi` | multi-source fetch: a large object read in chunks from several peers at once |
+//! | `relay` | chunk-level relay: the chunks of an object still being read, served onward |
+//! | `peer` | the peer data server (`/v1/cache/{key}`) and captured output (`/v1/logs/{name}`) |
 
 pub mod cgroup;
 pub mod guard;

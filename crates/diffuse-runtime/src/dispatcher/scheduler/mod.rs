@@ -20,8 +20,13 @@
 //! | [`tasks`] | the task table: phases, the index by state, batches |
 //! | `dataflow` | a batch's dependencies checked and ordered; abandoned tasks; released objects |
 //! | [`lookup`] | input lookups asked of workers |
+//! | [`jobs`] | jobs: their counters, cancelling one whole, a job's own dispatch policy |
+//! | [`objects`] | Hercules' locate and place (`GET /v1/objects/{uri}`, its placement) |
+//! | `placement` | placement hints: workers' names to the core, strict hints checked at submission |
+//! | `transfers` | MixApart: racks, prefetches carried out, the storage cap shared by demand |
 //! | [`pool`] | the elastic pool: provisioning decisions out, workers by state in |
 //! | [`stage`] | batches staged to workers (`diffuse stage`, GDS) |
+//! | [`series`] | the dashboard's samples (`GET /v1/series`) and the last failures |
 //! | [`writer`] | the journal writer thread |
 
 mod dataflow;
