@@ -7,9 +7,13 @@
 //! * a **header timeout**: a request's head must arrive within it, and an idle keep-alive
 //!   connection is closed after it (hyper starts the timer whenever it waits for a head);
 //! * a **body timeout**: a request body must arrive within it;
-//! * a place under a **connection limit**: past it, a new connection is closed at once, so the
-//!   process keeps file descriptors for its journal, its cache and the connections it has. A
-//!   WebSocket session, once upgraded (after its token was checked), no longer counts.
+//! * a place under a **connection limit**, so the process keeps file descriptors for its
+//!   journal, its cache and the connections it has. When no place is free, the oldest connection
+//!   that has not shown a valid token and is idle (or whose request showed none) gives way to the
+//!   new one; only when every place is held by a proven or busy connection is the new one closed
+//!   at once ([`places`]: a router marks a connection with [`Connection::prove`] and
+//!   [`Connection::showed_no_token`]). A WebSocket session, once upgraded (after its token was
+//!   checked), no longer counts.
 //!
 //! With TLS ([`crate::tls::server_config`]) each connection is wrapped in a rustls session; the
 //! handshake, like the first byte, must be done within the header timeout, so a stalled
@@ -18,6 +22,10 @@
 //!
 //! [`raise_open_files_limit`] lifts the soft `RLIMIT_NOFILE` to the hard limit at start-up; the
 //! default connection limit is derived from it ([`default_max_connections`]).
+
+mod places;
+
+pub use places::{Connection, ConnectionStats};
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -88,14 +96,29 @@ pub async fn serve(
     tls: Option<crate::tls::ServerTls>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let stats = Arc::new(ConnectionStats::default());
+    serve_with(listener, router, limits, tls, stats, shutdown).await
+}
+
+/// [`serve`], counting evicted and refused connections in `stats`.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    limits: Limits,
+    tls: Option<crate::tls::ServerTls>,
+    stats: Arc<ConnectionStats>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let service = tower::ServiceBuilder::new()
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             limits.body_timeout,
         ))
         .service(router);
     let places = Arc::new(Semaphore::new(limits.max_connections));
+    let registry = places::Registry::default();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut last_warning: Option<Instant> = None;
+    let mut last_eviction_log: Option<Instant> = None;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -111,10 +134,34 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Ok(place) = places.clone().try_acquire_owned() else {
+        let place = match places.clone().try_acquire_owned() {
+            Ok(place) => Some(place),
+            Err(_) => match registry.evict_oldest() {
+                Some(victim) => {
+                    let n = stats.count_eviction();
+                    if last_eviction_log.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
+                        tracing::warn!(
+                            "{} connections open (the limit): closed the oldest idle or \
+                             tokenless one (from {victim}) for a new one from {peer}; {n} so far",
+                            limits.max_connections
+                        );
+                        last_eviction_log = Some(Instant::now());
+                    }
+                    // The evicted connection's task drops its place as soon as it wakes.
+                    tokio::time::timeout(Duration::from_secs(1), places.clone().acquire_owned())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                }
+                None => None,
+            },
+        };
+        let Some(place) = place else {
+            stats.count_refusal();
             if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
                 tracing::warn!(
-                    "{} connections open (the limit): closing new ones, such as from {peer}",
+                    "{} connections open (the limit), all of them authorised or busy: closing \
+                     new ones, such as from {peer}",
                     limits.max_connections
                 );
                 last_warning = Some(Instant::now());
@@ -122,6 +169,7 @@ pub async fn serve(
             drop(stream);
             continue;
         };
+        let (connection, registered) = registry.register(peer);
         // Nagle's algorithm stays on for the dispatcher: a worker's session carries many small
         // messages, and sending each at once (TCP_NODELAY) cost 9% of `true` tasks per second
         // (bench/true_vs_xargs.sh).
@@ -133,46 +181,111 @@ pub async fn serve(
         let limits = limits.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            // The first byte, and with TLS the whole handshake and the first byte of the
-            // request, must come within the header timeout (hyper's version detection reads the
-            // first bytes with no timeout). hyper's own header timeout then bounds each request
-            // head.
-            let deadline = tokio::time::Instant::now() + limits.header_timeout;
-            let mut first = [0u8; 1];
-            match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => return,
+            // Dropped last: the connection's socket is closed before its place is given back.
+            let _place = place;
+            let _registered = registered;
+            let service = Tracked {
+                inner: service,
+                connection: connection.clone(),
+            };
+            tokio::select! {
+                () = connection.evicted() => {}
+                () = serve_connection(stream, peer, service, watcher, limits, tls) => {}
             }
-            // HTTP/1.1 only: the automatic HTTP/2 detection reads the connection's first bytes
-            // with no timeout of its own.
-            let mut builder = Builder::new(TokioExecutor::new()).http1_only();
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout);
-            let service = TowerToHyperService::new(service);
-            match tls {
-                None => {
-                    let conn =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    let _ = watcher.watch(conn.into_owned()).await;
-                }
-                Some(_) if first[0] != TLS_HANDSHAKE => refuse_plain(stream).await,
-                Some(tls) => {
-                    let Some(stream) = accept_tls(stream, tls, deadline, peer).await else {
-                        return;
-                    };
-                    let conn =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    let _ = watcher.watch(conn.into_owned()).await;
-                }
-            }
-            drop(place);
         });
     }
     drop(listener);
     let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
     Ok(())
+}
+
+/// The service of every connection: the router under the request body timeout.
+type Inner = tower_http::timeout::RequestBodyTimeout<Router>;
+
+/// The service of one connection: each request carries the [`Connection`] in its extensions
+/// and is in flight, for the connection limit, until its response body is sent.
+#[derive(Clone)]
+struct Tracked {
+    inner: Inner,
+    connection: Connection,
+}
+
+impl<B> tower::Service<axum::http::Request<B>> for Tracked
+where
+    Inner: tower::Service<
+        axum::http::Request<B>,
+        Response = axum::http::Response<axum::body::Body>,
+        Error = std::convert::Infallible,
+    >,
+    <Inner as tower::Service<axum::http::Request<B>>>::Future: Send + 'static,
+{
+    type Response = axum::http::Response<axum::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = futures_util::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        tower::Service::<axum::http::Request<B>>::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, mut request: axum::http::Request<B>) -> Self::Future {
+        let in_flight = self.connection.start_request();
+        request.extensions_mut().insert(self.connection.clone());
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            Ok(response.map(|body| {
+                axum::body::Body::new(places::Guarded {
+                    body,
+                    _in_flight: in_flight,
+                })
+            }))
+        })
+    }
+}
+
+/// Serve one accepted connection until it ends.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    service: Tracked,
+    watcher: hyper_util::server::graceful::Watcher,
+    limits: Limits,
+    tls: Option<crate::tls::ServerTls>,
+) {
+    // The first byte, and with TLS the whole handshake and the first byte of the request, must
+    // come within the header timeout (hyper's version detection reads the first bytes with no
+    // timeout). hyper's own header timeout then bounds each request head.
+    let deadline = tokio::time::Instant::now() + limits.header_timeout;
+    let mut first = [0u8; 1];
+    match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        _ => return,
+    }
+    // HTTP/1.1 only: the automatic HTTP/2 detection reads the connection's first bytes with no
+    // timeout of its own.
+    let mut builder = Builder::new(TokioExecutor::new()).http1_only();
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let service = TowerToHyperService::new(service);
+    match tls {
+        None => {
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let _ = watcher.watch(conn.into_owned()).await;
+        }
+        Some(_) if first[0] != TLS_HANDSHAKE => refuse_plain(stream).await,
+        Some(tls) => {
+            let Some(stream) = accept_tls(stream, tls, deadline, peer).await else {
+                return;
+            };
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let _ = watcher.watch(conn.into_owned()).await;
+        }
+    }
 }
 
 /// A TLS connection whose handshake and first byte of request arrived by `deadline`: hyper's

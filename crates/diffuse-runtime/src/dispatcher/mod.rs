@@ -119,6 +119,8 @@ pub struct Handle {
     /// The elastic pool, until `serve` starts it; and its command channel.
     pool: Arc<Mutex<Option<PoolTask>>>,
     pool_tx: Option<tokio::sync::mpsc::UnboundedSender<crate::provisioner::PoolCmd>>,
+    /// The API server's evicted and refused connections (in `/metrics`).
+    connections: Arc<crate::server::ConnectionStats>,
 }
 
 type PoolTask = (
@@ -253,6 +255,7 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
             .build()?,
         pool: Arc::new(Mutex::new(pool_task)),
         pool_tx,
+        connections: Arc::default(),
     };
     Ok((handle, thread))
 }
@@ -383,6 +386,7 @@ impl Handle {
 
 /// The dispatcher's routes.
 pub fn router(handle: Handle) -> Router {
+    let tokens = handle.tokens.clone();
     let gateway = match handle.gateway.clone() {
         Some(g) => Router::new()
             .route("/v1/storage/{*path}", get(crate::gateway::serve))
@@ -412,6 +416,30 @@ pub fn router(handle: Handle) -> Router {
         .merge(stage_api::routes())
         .with_state(handle)
         .merge(gateway)
+        .layer(axum::middleware::from_fn_with_state(tokens, prove))
+}
+
+/// Tell the server whether a request's connection showed one of the dispatcher's tokens: a
+/// proven connection keeps its place under the connection limit, another one gives way to new
+/// connections when places run out (docs/security.md, "Connections from strangers"). Each route
+/// still checks the token its role needs.
+async fn prove(
+    State(tokens): State<Arc<Tokens>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(connection) = request.extensions().get::<crate::server::Connection>() {
+        let h = request.headers();
+        let valid = crate::auth::authorized(h, &tokens.client)
+            || crate::auth::authorized(h, &tokens.worker)
+            || (tokens.metrics.as_ref()).is_some_and(|m| crate::auth::authorized(h, m));
+        if valid {
+            connection.prove();
+        } else {
+            connection.showed_no_token();
+        }
+    }
+    next.run(request).await
 }
 
 /// Serve the API on `listener` under `limits`, over TLS if `tls` is given, until `shutdown`
@@ -428,7 +456,9 @@ pub async fn serve(
         tokio::spawn(pool.run(rx));
     }
     let pool_tx = handle.pool_tx.clone();
-    let served = crate::server::serve(listener, router(handle), limits, tls, shutdown).await;
+    let stats = handle.connections.clone();
+    let served =
+        crate::server::serve_with(listener, router(handle), limits, tls, stats, shutdown).await;
     if let Some(tx) = pool_tx {
         // Give every worker of the pool back before exiting.
         let (done, wait) = oneshot::channel();
@@ -782,11 +812,21 @@ async fn metrics(
     h.reader_token(&headers)?;
     q?;
     let s = h.status().await?;
-    Ok((
-        [("content-type", "text/plain; version=0.0.4")],
-        metrics_text(&s),
-    )
-        .into_response())
+    let mut text = metrics_text(&s);
+    let c = &h.connections;
+    text.push_str(&format!(
+        "# HELP diffuse_connections_evicted_total Connections that showed no valid token, closed \
+         to make room for a new one at the connection limit.\n\
+         # TYPE diffuse_connections_evicted_total counter\n\
+         diffuse_connections_evicted_total {}\n\
+         # HELP diffuse_connections_refused_total New connections closed at once: every place was \
+         held by an authorised or busy one.\n\
+         # TYPE diffuse_connections_refused_total counter\n\
+         diffuse_connections_refused_total {}\n",
+        c.evicted(),
+        c.refused()
+    ));
+    Ok(([("content-type", "text/plain; version=0.0.4")], text).into_response())
 }
 
 async fn connect(
