@@ -19,8 +19,9 @@ use std::time::Duration;
 /// Connection limits shared by `dispatcher` and `worker`.
 #[derive(Args, Debug, Clone)]
 pub struct LimitArgs {
-    /// Most HTTP connections open at once; more are closed as they come [default: the
-    /// open-files limit less 256, at most 16384].
+    /// Most HTTP connections open at once; past it, the oldest idle one that showed no token
+    /// is closed for a new one, else new ones are closed as they come [default: the open-files
+    /// limit less 256, at most 16384].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_hyphen_values = true)]
     max_connections: Option<u64>,
     /// Seconds a client has to send a request's headers; an idle connection is closed after
