@@ -85,10 +85,12 @@ pub async fn serve(
     let Ok(real) = PathBuf::from("/").join(&path).canonicalize() else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    if !real.starts_with(&g.root) || !real.is_file() {
+    if !real.starts_with(&g.root) {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let Ok(file) = std::fs::File::open(&real) else {
+    // A regular file on an ordinary file system, as a worker reads it (never /proc, /sys, /dev).
+    let uri = format!("file://{}", real.display());
+    let Ok(file) = crate::storage::file::FileAccess::open_to_all().open_path(&uri, &real) else {
         return StatusCode::NOT_FOUND.into_response();
     };
     let Ok(meta) = file.metadata() else {

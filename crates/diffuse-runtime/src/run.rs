@@ -706,6 +706,9 @@ fn start_worker(
         .args(["--eviction", &cfg.eviction.to_string()])
         .args(["--listen", "127.0.0.1:0"])
         .env("DIFFUSE_WORKER_TOKEN", token)
+        // A worker needs neither, so it holds neither (docs/security.md).
+        .env_remove("DIFFUSE_CLIENT_TOKEN")
+        .env_remove("DIFFUSE_METRICS_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);

@@ -12,8 +12,15 @@
 //!   on every directory of its real path and read permission on the file, by the owner, group
 //!   and other bits, for the task user's uid and primary gid (tasks run without supplementary
 //!   groups). Access control lists are not consulted.
+//!
+//! And one rule that always holds: no file on a special file system (`/proc`, `/sys`, `/dev`...:
+//! [`super::special`]) is read for a task or written for it, decided on the opened file. A path
+//! is resolved first without opening the file (`O_PATH`, never through a `/proc` magic link), so
+//! a device or a FIFO is never opened; the file is then opened through that descriptor. A task's
+//! output is copied by [`write_output`], through a temporary file created new.
 
 use super::{SourceInfo, StorageError};
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -62,41 +69,24 @@ impl FileAccess {
     }
 
     /// Open `path` (the path of `uri`) for reading, if the rules allow.
+    ///
+    /// The path is first resolved without opening the file (`O_PATH`, and never through a
+    /// `/proc` magic link), so a device or a FIFO is never opened; the file must be a regular
+    /// file on an ordinary file system ([`super::special`]) and pass the rules; only then is it
+    /// opened for reading, through the resolved descriptor.
     pub fn open_path(&self, uri: &str, path: &Path) -> Result<std::fs::File, StorageError> {
-        let io = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::NotFound => StorageError::NotFound(uri.to_string()),
-            _ => StorageError::Other {
-                uri: uri.to_string(),
-                message: e.to_string(),
-            },
-        };
-        let file = if self.roots.is_empty() {
-            std::fs::File::open(path).map_err(io)?
+        let resolved = if self.roots.is_empty() {
+            resolve(path, OFlags::PATH).map_err(Denied::Io)
         } else {
-            self.open_beneath(path).map_err(|e| match e {
-                Beneath::Outside => StorageError::Refused {
-                    uri: uri.to_string(),
-                    why: format!(
-                        "outside the input roots ({})",
-                        self.roots
-                            .iter()
-                            .map(|(g, _)| g.display().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                },
-                Beneath::Io(e) => io(e),
-            })?
+            self.open_beneath(path, OFlags::PATH)
+                .map_err(|e| self.beneath_denied(e))
         };
-        let meta = file.metadata().map_err(io)?;
-        if !meta.is_file() {
-            return Err(StorageError::Other {
-                uri: uri.to_string(),
-                message: "not a regular file".into(),
-            });
-        }
+        let handle = resolved.map_err(|d| d.error(uri, "the file"))?;
+        let meta = check(&handle).map_err(|d| d.error(uri, "the file"))?;
         if let Some((uid, gid, name)) = &self.reader {
-            let real = path.canonicalize().map_err(io)?;
+            let real = path
+                .canonicalize()
+                .map_err(|e| Denied::Io(e).error(uri, "the file"))?;
             if !may_read(&real, &meta, *uid, *gid) {
                 return Err(StorageError::Refused {
                     uri: uri.to_string(),
@@ -104,13 +94,35 @@ impl FileAccess {
                 });
             }
         }
-        Ok(file)
+        reopen(&handle, &meta, || {
+            if self.roots.is_empty() {
+                resolve(path, OFlags::RDONLY).map_err(Denied::Io)
+            } else {
+                self.open_beneath(path, OFlags::RDONLY)
+                    .map_err(|e| self.beneath_denied(e))
+            }
+        })
+        .map_err(|d| d.error(uri, "the file"))
     }
 
-    /// Open `path` beneath one of the roots. First as written; if that leaves every root (an
-    /// absolute symbolic link, which `RESOLVE_BENEATH` never follows) or names none, by its real
-    /// path, which must be inside a root and is again opened beneath it.
-    fn open_beneath(&self, path: &Path) -> Result<std::fs::File, Beneath> {
+    fn beneath_denied(&self, e: Beneath) -> Denied {
+        match e {
+            Beneath::Outside => Denied::Outside(
+                self.roots
+                    .iter()
+                    .map(|(g, _)| g.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            Beneath::Io(e) => Denied::Io(e),
+        }
+    }
+
+    /// Open `path` beneath one of the roots (with `flags`: `O_PATH` or `O_RDONLY`). First as
+    /// written; if that leaves every root (an absolute symbolic link, which `RESOLVE_BENEATH`
+    /// never follows) or names none, by its real path, which must be inside a root and is again
+    /// opened beneath it.
+    fn open_beneath(&self, path: &Path, flags: OFlags) -> Result<std::fs::File, Beneath> {
         let mut inside = false;
         for (given, real) in &self.roots {
             let rel = match (path.strip_prefix(given), path.strip_prefix(real)) {
@@ -118,7 +130,7 @@ impl FileAccess {
                 _ => continue,
             };
             inside = true;
-            match open_under(real, rel)? {
+            match open_under(real, rel, flags)? {
                 Some(f) => return Ok(f),
                 None => break,
             }
@@ -131,7 +143,7 @@ impl FileAccess {
         };
         for (_, real) in &self.roots {
             if let Ok(rel) = resolved.strip_prefix(real) {
-                if let Some(f) = open_under(real, rel)? {
+                if let Some(f) = open_under(real, rel, flags)? {
                     return Ok(f);
                 }
             }
@@ -165,6 +177,11 @@ impl FileAccess {
                 None => break,
             }
         }
+        // A destination on /proc or /sys is refused for what it is, before its permissions.
+        let handle = resolve(target, OFlags::PATH).map_err(|e| refused(e.to_string()))?;
+        if let Some(fs) = super::special::special_fs(&handle).map_err(|e| refused(e.to_string()))? {
+            return Err(Denied::Special(fs).error(uri, "the destination"));
+        }
         let real = target.canonicalize().map_err(|e| refused(e.to_string()))?;
         let meta = std::fs::metadata(&real).map_err(|e| refused(e.to_string()))?;
         if !may(&real, &meta, *uid, *gid, 0o2) {
@@ -192,18 +209,17 @@ enum Beneath {
     Io(std::io::Error),
 }
 
-/// Open `rel` beneath the directory `root` with `openat2(RESOLVE_BENEATH)`; `None` if the path
-/// leads out of it. Without `openat2` (Linux before 5.6): the real path must be inside `root`,
-/// and a final symbolic link is not followed.
-fn open_under(root: &Path, rel: &Path) -> Result<Option<std::fs::File>, Beneath> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
+/// Open `rel` beneath the directory `root` with `openat2(RESOLVE_BENEATH)` and `flags`; `None`
+/// if the path leads out of it. Without `openat2` (Linux before 5.6): the real path must be
+/// inside `root`, and a final symbolic link is not followed.
+fn open_under(root: &Path, rel: &Path, flags: OFlags) -> Result<Option<std::fs::File>, Beneath> {
     let dir = std::fs::File::open(root).map_err(Beneath::Io)?;
     let rel = if rel.as_os_str().is_empty() {
         Path::new(".")
     } else {
         rel
     };
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    let flags = with_cloexec(flags);
     match rustix::fs::openat2(
         &dir,
         rel,
@@ -225,6 +241,188 @@ fn open_under(root: &Path, rel: &Path) -> Result<Option<std::fs::File>, Beneath>
         }
         Err(e) => Err(Beneath::Io(e.into())),
     }
+}
+
+/// `flags` and `O_CLOEXEC`, and `O_NOCTTY` unless `O_PATH` (which `openat2` takes only with
+/// `O_DIRECTORY`, `O_NOFOLLOW` and `O_CLOEXEC`).
+fn with_cloexec(flags: OFlags) -> OFlags {
+    if flags.contains(OFlags::PATH) {
+        flags | OFlags::CLOEXEC
+    } else {
+        flags | OFlags::CLOEXEC | OFlags::NOCTTY
+    }
+}
+
+/// Open the absolute `path` with `flags`, following symbolic links but not `/proc`'s magic links
+/// (`/proc/<pid>/root`, `/cwd`, `/exe`, `/fd/N`: they would lead anywhere the worker's own
+/// descriptors lead). Without `openat2` (Linux before 5.6) magic links are followed.
+fn resolve(path: &Path, flags: OFlags) -> std::io::Result<std::fs::File> {
+    let flags = with_cloexec(flags);
+    match rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        flags,
+        Mode::empty(),
+        ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => Ok(std::fs::File::from(fd)),
+        Err(rustix::io::Errno::NOSYS) => rustix::fs::open(path, flags, Mode::empty())
+            .map(std::fs::File::from)
+            .map_err(Into::into),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Why a file is not read or written for a task.
+#[derive(Debug)]
+enum Denied {
+    /// Outside every input root (the roots, as given).
+    Outside(String),
+    /// On this special file system.
+    Special(&'static str),
+    /// Not a regular file.
+    NotRegular,
+    /// Opened as another file than the one checked.
+    Changed,
+    /// The error of a system call.
+    Io(std::io::Error),
+}
+
+impl Denied {
+    /// The error for `uri`; `what` names the file in messages ("the file", "the task's output").
+    fn error(self, uri: &str, what: &str) -> StorageError {
+        let refused = |why: String| StorageError::Refused {
+            uri: uri.to_string(),
+            why,
+        };
+        let other = |message: String| StorageError::Other {
+            uri: uri.to_string(),
+            message,
+        };
+        match self {
+            Denied::Outside(roots) => refused(format!("outside the input roots ({roots})")),
+            Denied::Special(fs) => refused(format!(
+                "{what} is on {fs}, a special file system (the kernel's or a process's state, \
+                 such as /proc, /sys or /dev): never read or written for a task"
+            )),
+            Denied::NotRegular => other(format!("{what} is not a regular file")),
+            Denied::Changed => other(format!("{what} changed while it was being opened")),
+            Denied::Io(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+                refused(format!(
+                    "{what}: its path goes through a /proc magic link (such as /proc/self/root \
+                     or /proc/self/fd/N) or too many symbolic links"
+                ))
+            }
+            Denied::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                StorageError::NotFound(uri.to_string())
+            }
+            Denied::Io(e) => other(e.to_string()),
+        }
+    }
+}
+
+/// The metadata of the resolved file `handle`, if it is a regular file on an ordinary file
+/// system.
+fn check(handle: &std::fs::File) -> Result<std::fs::Metadata, Denied> {
+    if let Some(fs) = super::special::special_fs(handle).map_err(Denied::Io)? {
+        return Err(Denied::Special(fs));
+    }
+    let meta = handle.metadata().map_err(Denied::Io)?;
+    if !meta.is_file() {
+        return Err(Denied::NotRegular);
+    }
+    Ok(meta)
+}
+
+/// Where this process's descriptors are files.
+const OWN_FDS: &str = "/proc/self/fd";
+
+/// Open for reading the file that the `O_PATH` descriptor `handle` (with metadata `meta`)
+/// resolved to: through `/proc/self/fd/N`, which is that file whatever became of its path;
+/// without `/proc`, by `again` (the path resolved a second time), which must give the same file.
+fn reopen(
+    handle: &std::fs::File,
+    meta: &std::fs::Metadata,
+    again: impl FnOnce() -> Result<std::fs::File, Denied>,
+) -> Result<std::fs::File, Denied> {
+    reopen_in(Path::new(OWN_FDS), handle, meta, again)
+}
+
+/// [`reopen`] with the descriptors' directory `fds`.
+fn reopen_in(
+    fds: &Path,
+    handle: &std::fs::File,
+    meta: &std::fs::Metadata,
+    again: impl FnOnce() -> Result<std::fs::File, Denied>,
+) -> Result<std::fs::File, Denied> {
+    use std::os::fd::AsRawFd;
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let via = fds.join(handle.as_raw_fd().to_string());
+    let file = match rustix::fs::open(&via, flags, Mode::empty()) {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(rustix::io::Errno::NOENT) => again()?,
+        Err(e) => return Err(Denied::Io(e.into())),
+    };
+    let now = file.metadata().map_err(Denied::Io)?;
+    if (now.dev(), now.ino()) != (meta.dev(), meta.ino()) {
+        return Err(Denied::Changed);
+    }
+    Ok(file)
+}
+
+/// Open `path` for reading if it is a regular file on an ordinary file system (the source of a
+/// task's output: a symbolic link the task made is followed, but not into `/proc` or `/sys`).
+fn open_checked(path: &Path) -> Result<std::fs::File, Denied> {
+    let handle = resolve(path, OFlags::PATH).map_err(Denied::Io)?;
+    let meta = check(&handle)?;
+    reopen(&handle, &meta, || {
+        resolve(path, OFlags::RDONLY).map_err(Denied::Io)
+    })
+}
+
+/// Copy a task's output `src` to the `file://` destination `dest` (of `uri`): through a
+/// temporary name beside it, renamed over it at the end, so readers never see a partial output.
+/// Neither the source nor the destination may be on a special file system; the temporary file
+/// is created new (`O_EXCL`), so a link a task planted at its name is removed, never written
+/// through.
+pub fn write_output(uri: &str, src: &Path, dest: &Path) -> Result<(), StorageError> {
+    let io = |e: std::io::Error| StorageError::Other {
+        uri: uri.to_string(),
+        message: e.to_string(),
+    };
+    let mut input = open_checked(src).map_err(|d| d.error(uri, "the task's output"))?;
+    let dir = dest.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let dir_handle = resolve(dir, OFlags::PATH | OFlags::DIRECTORY)
+        .map_err(|e| Denied::Io(e).error(uri, "the destination"))?;
+    if let Some(fs) = super::special::special_fs(&dir_handle).map_err(io)? {
+        return Err(Denied::Special(fs).error(uri, "the destination"));
+    }
+    let tmp = dest.with_extension(format!("diffuse-tmp-{}", std::process::id()));
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(io)?;
+    let written = (|| {
+        if let Some(fs) = super::special::special_fs(&out).map_err(io)? {
+            return Err(Denied::Special(fs).error(uri, "the destination"));
+        }
+        std::io::copy(&mut input, &mut out).map_err(io)?;
+        let mode = input.metadata().map_err(io)?.permissions();
+        out.set_permissions(mode).map_err(io)?;
+        drop(out);
+        std::fs::rename(&tmp, dest).map_err(io)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// Size and version of an opened file: `size:inode-mtime-size` (hex; mtime in microseconds),
@@ -285,6 +483,7 @@ fn may(real: &Path, file: &std::fs::Metadata, uid: u32, gid: u32, bit: u32) -> b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     fn uri(p: &Path) -> String {
         crate::uri::canonical(&format!("file://{}", p.display())).unwrap()
@@ -328,6 +527,111 @@ mod tests {
             a.open(&uri(&root.join("missing"))),
             Err(StorageError::NotFound(_))
         ));
+    }
+
+    /// The reason `open` refused `path`, or a panic if it did not.
+    #[track_caller]
+    fn refusal(a: &FileAccess, path: &str) -> String {
+        match a.open(&format!("file://{path}")) {
+            Err(StorageError::Refused { why, .. }) => why,
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn special_files_are_refused_by_the_file_system_of_the_opened_file() {
+        let d = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/proc/self/environ", d.path().join("env")).unwrap();
+        std::os::unix::fs::symlink("/proc", d.path().join("proc")).unwrap();
+        let all = FileAccess::open_to_all();
+        let rooted = FileAccess::confined(&[d.path().to_path_buf()], None).unwrap();
+        let env = d.path().join("env").display().to_string();
+        let via_dir = format!("{}/proc/self/status", d.path().display());
+        for (a, path, why) in [
+            (
+                &all,
+                "/proc/self/environ",
+                "on procfs, a special file system",
+            ),
+            (&all, env.as_str(), "on procfs"),
+            (&all, via_dir.as_str(), "on procfs"),
+            (&all, "/sys/kernel/uevent_seqnum", "on sysfs"),
+            (&all, "/dev/null", "on devtmpfs"),
+            (&all, "/proc/self/root/etc/passwd", "/proc magic link"),
+            (&all, "/proc/self/cwd", "/proc magic link"),
+            (&rooted, env.as_str(), "outside the input roots"),
+        ] {
+            let got = refusal(a, path);
+            assert!(got.contains(why), "{path}: {got}");
+        }
+        // The FIFO is never opened (opening it would wait for a writer).
+        let fifo = d.path().join("fifo");
+        assert!(Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let uri = uri(&fifo);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(FileAccess::open_to_all().open(&uri).map(drop)));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert!(
+            matches!(&got, Ok(Err(StorageError::Other { message, .. })) if message.contains("not a regular file")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn reopening_without_proc_needs_the_same_file() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::write(&a, b"a").unwrap();
+        std::fs::write(&b, b"b").unwrap();
+        let handle = resolve(&a, OFlags::PATH).unwrap();
+        let meta = handle.metadata().unwrap();
+        let no_proc = d.path().join("no-proc");
+        let same = reopen_in(&no_proc, &handle, &meta, || {
+            Ok(std::fs::File::open(&a).unwrap())
+        });
+        assert!(same.is_ok());
+        let other = reopen_in(&no_proc, &handle, &meta, || {
+            Ok(std::fs::File::open(&b).unwrap())
+        });
+        assert!(matches!(other, Err(Denied::Changed)));
+        let mut via_proc = reopen(&handle, &meta, || panic!("/proc is there")).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut via_proc, &mut text).unwrap();
+        assert_eq!(text, "a");
+    }
+
+    #[test]
+    fn outputs_never_come_from_or_go_to_special_files_nor_through_a_planted_link() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::write(&src, b"result").unwrap();
+        let leak = d.path().join("leak");
+        std::os::unix::fs::symlink("/proc/self/environ", &leak).unwrap();
+        let out = d.path().join("out/o.txt");
+        let why = |r: Result<(), StorageError>| match r {
+            Err(StorageError::Refused { why, .. }) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(why(write_output("u", &leak, &out)).contains("the task's output is on procfs"));
+        assert!(!out.exists());
+        for dest in ["/proc/self/comm", "/sys/kernel/diffuse-out"] {
+            let got = why(write_output("u", &src, Path::new(dest)));
+            assert!(got.contains("the destination is on"), "{dest}: {got}");
+        }
+        // A link at the temporary name is replaced, not written through.
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"untouched").unwrap();
+        let tmp = out.with_extension(format!("diffuse-tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        write_output("u", &src, &out).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
+        assert_eq!(std::fs::read(&out).unwrap(), b"result");
+        assert!(!tmp.exists());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 pub mod file;
 pub mod http;
+pub mod special;
 pub mod throttle;
 
 use crate::uri::Scheme;
@@ -376,17 +377,14 @@ impl Storage {
         };
         match crate::uri::scheme(uri) {
             Some(Scheme::File) => {
-                // A shared POSIX path: copy through a temp name and rename, so readers never
-                // see a partial output.
+                // A shared POSIX path: copied through a temp name and renamed, never from or
+                // to a special file system (`file::write_output`).
                 let dest =
                     crate::uri::file_path(uri).ok_or(StorageError::Unsupported(uri.to_string()))?;
-                if let Some(dir) = dest.parent() {
-                    tokio::fs::create_dir_all(dir).await.map_err(io)?;
-                }
-                let tmp = dest.with_extension(format!("diffuse-tmp-{}", std::process::id()));
-                tokio::fs::copy(src, &tmp).await.map_err(io)?;
-                tokio::fs::rename(&tmp, &dest).await.map_err(io)?;
-                Ok(())
+                let (owned, src) = (uri.to_string(), src.to_path_buf());
+                tokio::task::spawn_blocking(move || file::write_output(&owned, &src, &dest))
+                    .await
+                    .map_err(|e| io(std::io::Error::other(e)))?
             }
             Some(Scheme::S3) => {
                 let (store, key) = self.bucket(uri)?;

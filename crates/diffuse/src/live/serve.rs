@@ -390,6 +390,15 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(code));
     }
     logging();
+    for var in ["DIFFUSE_CLIENT_TOKEN", "DIFFUSE_METRICS_TOKEN"] {
+        if std::env::var_os(var).is_some() {
+            tracing::warn!(
+                "{var} is set in this worker's environment: a worker needs only its worker \
+                 token; unset {var} where the worker is started, so that it holds no secret it \
+                 does not need (docs/security.md)"
+            );
+        }
+    }
     a.storage.apply();
     let token = read_token(&a.token_file, "DIFFUSE_WORKER_TOKEN", "--token-file")?;
     let tls = a.tls.server()?;
