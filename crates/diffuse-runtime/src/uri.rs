@@ -144,6 +144,89 @@ pub fn from_path(path: &std::path::Path) -> Option<String> {
     url::Url::from_file_path(path).ok().map(|u| u.to_string())
 }
 
+/// The longest file name most file systems take, in bytes.
+const NAME_MAX: usize = 255;
+
+/// The file name an input is staged under on a worker (`inputs/<i>/<base name>`): the last part
+/// of the URI's path, so that a program that derives an output's name from its input's, knows a
+/// format by its extension, or prints the name of what it read sees the name the user gave.
+///
+/// * `file://`: the path's last component, percent-decoded (`my%20file.txt` is `my file.txt`);
+/// * `s3://bucket/key`: the key's last `/`-separated part, byte for byte (keys are not
+///   percent-encoded);
+/// * `http(s)://`: the URL path's last segment, percent-decoded; the query string is not part of
+///   it (`https://h/get/a.bam?sig=x` is `a.bam`);
+/// * `tmp://NAME`: NAME.
+///
+/// A `/` or NUL left after decoding becomes `_`, bytes that are not UTF-8 become U+FFFD, and a
+/// name longer than 255 bytes is shortened in its stem (its extension kept). A URI whose last
+/// part is empty, `.` or `..` (`https://host/`, `https://host/dir/`) gives `input`.
+pub fn base_name(uri: &str) -> String {
+    let last: String = match scheme(uri) {
+        Some(Scheme::File) => file_path(uri)
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default(),
+        Some(Scheme::S3) => uri.rsplit('/').next().unwrap_or_default().to_string(),
+        Some(Scheme::Http) => url::Url::parse(uri)
+            .ok()
+            .and_then(|u| {
+                let last = u.path_segments()?.next_back()?.to_string();
+                Some(percent_decoded(&last))
+            })
+            .unwrap_or_default(),
+        None => uri.strip_prefix("tmp://").unwrap_or(uri).to_string(),
+    };
+    let name: String = last
+        .chars()
+        .map(|c| if c == '/' || c == '\0' { '_' } else { c })
+        .collect();
+    match name.as_str() {
+        "" | "." | ".." => "input".to_string(),
+        _ => shortened(name),
+    }
+}
+
+/// `s` with each `%XX` replaced by its byte, read as UTF-8 (U+FFFD for what is not).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `name` cut to [`NAME_MAX`] bytes in its stem, its extension (up to 32 bytes) kept.
+fn shortened(name: String) -> String {
+    if name.len() <= NAME_MAX {
+        return name;
+    }
+    let ext = match name.rfind('.') {
+        Some(dot) if dot > 0 && name.len() - dot <= 32 => &name[dot..],
+        _ => "",
+    };
+    let mut end = NAME_MAX - ext.len();
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{ext}", &name[..end])
+}
+
 /// The URI with any password replaced by `***`, for logs and error messages.
 pub fn redacted(uri: &str) -> std::borrow::Cow<'_, str> {
     match url::Url::parse(uri) {
@@ -193,6 +276,42 @@ mod tests {
         ] {
             assert!(canonical(bad).is_err(), "{bad} should be refused");
         }
+    }
+
+    #[test]
+    fn base_names_are_the_last_part_of_the_path() {
+        let b = |u: &str| base_name(&canonical(u).unwrap());
+        assert_eq!(b("file:///data/a.txt"), "a.txt");
+        assert_eq!(b("file:///data/my%20file.txt"), "my file.txt");
+        assert_eq!(b("file:///data/100%25%3F.txt"), "100%?.txt");
+        assert_eq!(b("file:///data/-n.txt"), "-n.txt");
+        // S3 keys are taken byte for byte.
+        assert_eq!(b("s3://bucket/runs/7/reads%201.fq.gz"), "reads%201.fq.gz");
+        assert_eq!(b("s3://bucket/top.bam"), "top.bam");
+        assert_eq!(b("https://h/get/a.bam?sig=x/y.txt"), "a.bam");
+        assert_eq!(b("https://h/d/r%C3%A9sum%C3%A9.pdf"), "résumé.pdf");
+        assert_eq!(b("https://h/d/a%2Fb.txt"), "a_b.txt");
+        assert_eq!(b("https://h/d/a%00b"), "a_b");
+        assert_eq!(b("https://h/d/%FF.txt"), "\u{fffd}.txt");
+        assert_eq!(b("tmp://stage-1.out"), "stage-1.out");
+        for nameless in [
+            "https://h",
+            "https://h/",
+            "https://h/dir/",
+            "https://h/d/%2E%2E",
+            "s3://b/dir/",
+        ] {
+            assert_eq!(b(nameless), "input", "{nameless}");
+        }
+        let long = format!("file:///d/{}.fastq.gz", "x".repeat(300));
+        let short = b(&long);
+        assert_eq!(short.len(), 255);
+        assert!(
+            short.starts_with("xxx") && short.ends_with("x.gz"),
+            "{short}"
+        );
+        let wide = format!("file:///d/{}", "é".repeat(200));
+        assert!(b(&wide).len() <= 255 && b(&wide).chars().all(|c| c == 'é'));
     }
 
     #[test]

@@ -50,25 +50,13 @@ fn blank_report(a: &Assignment, at: f64) -> TaskReport {
     }
 }
 
-/// The file name of input `i` in the task's `inputs/` directory: its number and the last part of
-/// its URI's path (made safe, at most 100 characters), so that a program that prints the names
-/// of its inputs prints something a user recognises (`inputs/0-sample.fastq`).
-fn staged_name(i: usize, uri: &str) -> String {
-    let path = uri.split(['?', '#']).next().unwrap_or(uri);
-    let last = path.rsplit('/').next().unwrap_or_default();
-    let last = percent_decoded(last);
-    let safe: String = safe_name(&last).chars().take(100).collect();
-    if safe.is_empty() {
-        i.to_string()
-    } else {
-        format!("{i}-{safe}")
-    }
-}
-
-fn percent_decoded(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
-        .next()
-        .map_or_else(|| s.to_string(), |(_, v)| v.into_owned())
+/// Where input `i` is staged in the task's `inputs/` directory: a directory of its own, named
+/// by its number, holding it under its own base name ([`crate::uri::base_name`]): a program
+/// that names its output after its input (`gzip`, `samtools index`), knows a format by its
+/// extension or prints what it read sees `inputs/0/sample.fastq`, and two inputs with one base
+/// name still differ.
+fn staged_name(i: usize, uri: &str) -> PathBuf {
+    Path::new(&i.to_string()).join(crate::uri::base_name(uri))
 }
 
 /// The task id with anything but `[A-Za-z0-9._-]` replaced by `_` (and not `.` or `..`): what
@@ -167,22 +155,23 @@ pub(super) async fn run_task(
     // However the attempt ends, its directory goes (a link in it keeps an evicted object's
     // bytes on disk, outside the quota's count).
     let _dir = needs_dir.then(|| RemoveOnDrop(dir.clone()));
-    let made = make_dirs(
-        &dir,
-        needs_dir,
-        (!a.inputs.is_empty()).then_some(&inputs_dir),
-        (!a.outputs.is_empty()).then_some(&outputs_dir),
-        user.map(|u| (u.uid, u.gid)),
-    );
-    if let Err(e) = made {
-        return fail(report, format!("cannot create {}: {e}", dir.display()));
-    }
     let paths: Vec<PathBuf> = a
         .inputs
         .iter()
         .enumerate()
         .map(|(i, input)| inputs_dir.join(staged_name(i, &input.uri)))
         .collect();
+    let made = make_dirs(
+        &dir,
+        needs_dir,
+        (!a.inputs.is_empty()).then_some(&inputs_dir),
+        (!a.outputs.is_empty()).then_some(&outputs_dir),
+        &paths,
+        user.map(|u| (u.uid, u.gid)),
+    );
+    if let Err(e) = made {
+        return fail(report, format!("cannot create {}: {e}", dir.display()));
+    }
     let caching = a.caching;
     let staged =
         futures_util::future::join_all(a.inputs.iter().zip(&paths).map(|(input, dest)| {
@@ -442,27 +431,36 @@ async fn upload_logs(
     Ok(())
 }
 
-/// Create the task's directory and its `inputs/` and `outputs/` as needed, owned by the task
-/// user if there is one.
+/// Create the task's directory, its `inputs/` (with the directory of each staged input in
+/// `staged`) and `outputs/` as needed, owned by the task user if there is one (so that a program
+/// may write next to its input, as `gzip -k` does).
 fn make_dirs(
     dir: &Path,
     needs_dir: bool,
     inputs: Option<&PathBuf>,
     outputs: Option<&PathBuf>,
+    staged: &[PathBuf],
     owner: Option<(u32, u32)>,
 ) -> std::io::Result<()> {
     if !needs_dir {
         return Ok(());
     }
     std::fs::create_dir_all(dir)?;
-    for d in [inputs, outputs].into_iter().flatten() {
+    let each = staged.iter().filter_map(|p| p.parent());
+    let made: Vec<&Path> = std::iter::once(dir)
+        .chain(
+            [inputs, outputs]
+                .into_iter()
+                .flatten()
+                .map(PathBuf::as_path),
+        )
+        .chain(each)
+        .collect();
+    for d in &made[1..] {
         std::fs::create_dir(d)?;
     }
     if let Some((uid, gid)) = owner {
-        for d in [Some(&dir.to_path_buf()), inputs, outputs]
-            .into_iter()
-            .flatten()
-        {
+        for d in made {
             std::os::unix::fs::chown(d, Some(uid), Some(gid))?;
         }
     }

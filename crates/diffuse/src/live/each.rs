@@ -5,7 +5,7 @@
 //!
 //! | string | becomes |
 //! |---|---|
-//! | `{}` | the argument; if it names a file, the task reads it as a `file://` input and `{}` is the staged local path |
+//! | `{}` | the argument; if it names a file, the task reads it as a `file://` input and `{}` is the staged local path (`…/inputs/0/<its base name>`: `basename {}` is `{/}`) |
 //! | `{.}` | the argument without its extension |
 //! | `{/}` | its base name |
 //! | `{//}` | its directory |
