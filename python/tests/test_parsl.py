@@ -96,6 +96,11 @@ def cores_seen(parsl_resource_specification: Dict[str, Any] = {}) -> str:
     return os.environ["DIFFUSE_CORES"]
 
 
+@python_app
+def allocates(mib: int, parsl_resource_specification: Dict[str, Any] = {}) -> int:
+    return len(bytearray(mib * 2**20))
+
+
 def traffic(client: Client) -> Traffic:
     return client.status().traffic
 
@@ -268,3 +273,11 @@ def test_resource_specification(executor: DiffuseParslExecutor, caplog: pytest.L
         assert seen.result(timeout=60) == "2"
     notes = [r for r in caplog.records if "colour" in r.getMessage()]
     assert notes and all(r.levelno < logging.ERROR for r in notes)
+
+
+def test_parsl_memory_is_a_request_not_a_limit(executor: DiffuseParslExecutor) -> None:
+    # Parsl's memory is megabytes and a request: {'memory': 1} is what Parsl's own test_resource
+    # asks for. The Python process running the app uses far more than 1 MB; where workers make
+    # memory cgroups (root here), a limit of 1 MiB would have the kernel kill it.
+    app = allocates(30, parsl_resource_specification={"cores": 1, "memory": 1})
+    assert app.result(timeout=120) == 30 * 2**20

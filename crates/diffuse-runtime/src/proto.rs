@@ -200,9 +200,11 @@ pub struct Assignment {
     /// Cores granted (`DIFFUSE_CORES`).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub cores: u32,
-    /// Memory asked for, bytes (enforced where the worker can).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<u64>,
+    /// Memory limit, bytes, enforced where the worker can make memory cgroups: the task's
+    /// `memory_limit`, else its `memory`; `None` for none. (Named `memory` on the wire, as
+    /// before `memory_limit` existed, when the request was the limit.)
+    #[serde(rename = "memory", default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<u64>,
     /// GPUs granted; the worker picks which.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus: u32,
@@ -358,7 +360,7 @@ pub struct TaskReport {
     /// The attempt was stopped at its time limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
-    /// Its memory cgroup killed it (it used more than it asked for).
+    /// Its memory cgroup killed it (it used more than its memory limit).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub out_of_memory: bool,
     /// The ids of the GPUs it was given (its `CUDA_VISIBLE_DEVICES`).
@@ -431,7 +433,7 @@ mod tests {
             caching: true,
             positions: vec![],
             cores: 1,
-            memory: None,
+            memory_limit: Some(5_000_000),
             gpus: 0,
             timeout_s: None,
             env: Default::default(),
@@ -442,6 +444,12 @@ mod tests {
         let text = serde_json::to_string(&m).unwrap();
         assert!(
             text.contains("\"type\":\"run\"") && text.contains("\"from\":\"peer\""),
+            "{text}"
+        );
+        // The limit keeps the wire name it had when the request was the limit, so workers and
+        // dispatchers of either version agree on it.
+        assert!(
+            text.contains("\"memory\":5000000") && !text.contains("memory_limit"),
             "{text}"
         );
         assert_eq!(serde_json::from_str::<ToWorker>(&text).unwrap(), m);

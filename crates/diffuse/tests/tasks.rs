@@ -308,10 +308,68 @@ fn a_task_over_its_memory_is_killed_where_cgroups_allow() {
     assert_eq!(t["state"], "failed", "{t}");
     let err = t["outcome"]["error"].as_str().unwrap_or_default();
     assert!(
-        err.contains("used more than the 100MB of memory it asked for"),
+        err.contains("used more than its memory limit of 100MB"),
         "{t}"
     );
     c.wait_succeeded("fits");
+}
+
+/// `memory` is what the scheduler packs by; `memory_limit` is what the kernel enforces, and
+/// defaults to `memory` (as Slurm's `--mem`). Parsl's `resource_specification={'memory': 1}`
+/// comes as a 1 MiB request with `memory_limit: "none"` and must not be killed.
+#[test]
+fn memory_is_a_request_and_memory_limit_the_limit_the_kernel_enforces() {
+    if !is_root() {
+        return skip("memory cgroups need root here");
+    }
+    let mut c = Cluster::start(&[]);
+    c.worker("A", 1, "1MB");
+    c.wait_workers(1);
+    let log = c.workers[0].log_text();
+    if !log.contains("memory requests are enforced") {
+        return skip(&format!("this worker cannot make memory cgroups:\n{log}"));
+    }
+    let uses = |mib: u32| -> Value {
+        json!([
+            "python3",
+            "-c",
+            format!("x = bytearray({mib} * 2**20); print(len(x))")
+        ])
+    };
+    c.submit(&[
+        json!({"id": "request-only", "cmd": uses(50), "memory": "1MB", "memory_limit": "none"}),
+        json!({"id": "capped", "cmd": uses(200), "memory": "1MB", "memory_limit": "50MB"}),
+        json!({"id": "request-is-limit", "cmd": uses(200), "memory": "60MB"}),
+        json!({"id": "under-limit", "cmd": uses(20), "memory": "1MB", "memory_limit": "200MB"}),
+    ]);
+    let (_, report) = c.wait_succeeded("request-only");
+    assert_eq!(stdout_of(&report).trim(), (50u64 << 20).to_string());
+    c.wait_succeeded("under-limit");
+    for (id, limit) in [("capped", "50MB"), ("request-is-limit", "60MB")] {
+        let t = c.wait_done(id);
+        assert_eq!(t["state"], "failed", "{t}");
+        let err = t["outcome"]["error"].as_str().unwrap_or_default();
+        assert!(
+            err.contains(&format!(
+                "killed by the kernel: it used more than its memory limit of {limit}"
+            )),
+            "{t}"
+        );
+    }
+    // A limit below the request is refused at submission, saying what to do.
+    let (code, v) = c.post_tasks(
+        &format!(
+            "{}\n",
+            json!({"id": "inverted", "cmd": "true", "memory": "100MB", "memory_limit": "50MB"})
+        ),
+        Some(&c.client_token),
+    );
+    assert_eq!(code, 400, "{v}");
+    let text = v.to_string();
+    assert!(
+        text.contains("memory_limit") && text.contains("below its memory (100MB)"),
+        "{v}"
+    );
 }
 
 // ----- 4. time limits -----

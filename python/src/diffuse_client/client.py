@@ -70,7 +70,9 @@ class Task:
     so the dispatcher's default applies. ``cmd`` is an argv list, run directly, or a string,
     run by ``sh -c``; ``{inputs[i]}`` and ``{outputs[i]}`` in it become local paths. Inputs and
     outputs are URIs; a plain path is turned into a ``file://`` URI (:func:`to_uri`). Sizes
-    (``memory``, ``disk``) are bytes or strings such as ``"4GB"`` or ``"512MiB"``.
+    (``memory``, ``memory_limit``, ``disk``) are bytes or strings such as ``"4GB"`` or
+    ``"512MiB"``. ``memory`` is what the task asks for (the scheduler packs by it);
+    ``memory_limit`` is what the kernel enforces, ``memory`` unless given, ``"none"`` for none.
     """
 
     id: str
@@ -80,6 +82,7 @@ class Task:
     after: List[str] = field(default_factory=list)
     cores: Optional[int] = None
     memory: Optional[Size] = None
+    memory_limit: Optional[Size] = None
     gpus: Optional[int] = None
     disk: Optional[Size] = None
     timeout_s: Optional[float] = None

@@ -65,9 +65,11 @@ def resources_to_fields(spec: Optional[Dict[str, Any]]) -> Tuple[Dict[str, Any],
 
     ``cores``/``cpus`` -> ``cores`` (rounded up); ``memory`` and ``disk`` in MB (as Work Queue
     and TaskVine read them; 1 MB = 1 MiB there) -> ``"<n>MiB"`` (a string such as ``"4GB"`` is
-    passed as it is); ``gpus`` -> ``gpus``; ``running_time_min`` (seconds the task needs on a
-    worker) -> ``walltime_s``, so it goes only to a worker that stays that long; ``priority``
-    -> ``priority`` (rounded, clamped to -32768..32767). Returns the fields and the keys ignored.
+    passed as it is); ``memory`` is a request, what the dispatcher packs tasks by: the executor
+    sends ``memory_limit: "none"`` unless ``task_defaults`` gives a limit; ``gpus`` -> ``gpus``;
+    ``running_time_min`` (seconds the task needs on a worker) -> ``walltime_s``, so it goes only
+    to a worker that stays that long; ``priority`` -> ``priority`` (rounded, clamped to
+    -32768..32767). Returns the fields and the keys ignored.
     """
     fields: Dict[str, Any] = {}
     ignored: List[str] = []
@@ -109,7 +111,9 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         job: the diffuse job of the apps (default ``parsl-<label>-<run id>``); ``shutdown``
             cancels what is left of it.
         task_defaults: task fields for every app (``retries``, ``timeout_s``, ``env``,
-            ``eviction_priority``, ``job_policy``...); resource_specification fields win.
+            ``eviction_priority``, ``job_policy``, ``memory_limit``...); resource_specification
+            fields win. ``memory_limit`` defaults to ``"none"`` here: Parsl's ``memory`` is a
+            request, not a limit.
         poll: seconds between polls for ended tasks.
         batch_size: most tasks per submission.
         working_dir: where Parsl's HTTP and zip staging providers put files (default
@@ -192,7 +196,8 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         self._executor = DiffuseExecutor(
             self._client,
             job=self.job,
-            defaults=self.task_defaults,
+            # Parsl's memory is a request: no limit unless task_defaults gives one
+            defaults={"memory_limit": "none", **(self.task_defaults or {})},
             poll=self.poll,
             batch_size=self.batch_size,
             fetch_stdout=False,

@@ -126,8 +126,11 @@ pub struct TaskMore {
     pub stderr: Option<String>,
     /// Cores held while it runs (default 1).
     pub cores: Option<u32>,
-    /// Memory, bytes (default: none asked).
+    /// Memory asked for, bytes: what the scheduler packs by (default: none asked).
     pub memory: Option<u64>,
+    /// Memory limit the kernel enforces, as written (default: `memory`); see
+    /// [`TaskMore::enforced_memory`].
+    pub memory_limit: Option<MemoryLimit>,
     /// GPUs (default 0).
     pub gpus: Option<u32>,
     /// Scratch disk, bytes (default: none asked).
@@ -150,6 +153,28 @@ pub struct TaskMore {
     /// Ids of tasks that must succeed before it runs (besides the producers of its `tmp://`
     /// inputs, which it waits for anyway).
     pub after: Vec<String>,
+}
+
+/// A task's `memory_limit`: the most memory its processes may use before the kernel kills them
+/// (where the worker can make memory cgroups).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryLimit {
+    /// At most this many bytes (at least the task's `memory`).
+    Bytes(u64),
+    /// `"none"`: no limit of its own; `memory` is a request only.
+    Unlimited,
+}
+
+impl TaskMore {
+    /// The limit the worker enforces, bytes: `memory_limit`, else `memory` (a task that asks
+    /// for 4 GB cannot take 40, as with Slurm's `--mem`); `None` for no limit.
+    pub fn enforced_memory(&self) -> Option<u64> {
+        match self.memory_limit {
+            Some(MemoryLimit::Bytes(b)) => Some(b),
+            Some(MemoryLimit::Unlimited) => None,
+            None => self.memory,
+        }
+    }
 }
 
 impl TaskDef {
@@ -209,6 +234,8 @@ pub struct TaskWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     memory: Option<SizeValue>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    memory_limit: Option<SizeValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     gpus: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     disk: Option<SizeValue>,
@@ -245,6 +272,10 @@ impl From<TaskDef> for TaskWire {
             stderr: m.stderr,
             cores: m.cores,
             memory: m.memory.map(SizeValue::Bytes),
+            memory_limit: m.memory_limit.map(|l| match l {
+                MemoryLimit::Bytes(b) => SizeValue::Bytes(b),
+                MemoryLimit::Unlimited => SizeValue::Text("none".into()),
+            }),
             gpus: m.gpus,
             disk: m.disk.map(SizeValue::Bytes),
             timeout_s: m.timeout_s,
@@ -386,6 +417,8 @@ impl TaskWire {
             }
         };
         let memory = size("memory", w.memory)?;
+        let memory_limit =
+            memory_limit(w.memory_limit, memory).map_err(|e| err("memory_limit", e))?;
         let disk = size("disk", w.disk)?;
         for (field, value) in [("timeout_s", w.timeout_s), ("walltime_s", w.walltime_s)] {
             if value.is_some_and(|t| !t.is_finite() || t <= 0.0 || t > 1e9) {
@@ -440,6 +473,7 @@ impl TaskWire {
             stderr,
             cores: w.cores,
             memory,
+            memory_limit,
             gpus: w.gpus.filter(|g| *g > 0),
             disk,
             timeout_s: w.timeout_s,
@@ -458,4 +492,35 @@ impl TaskWire {
             more: (more != TaskMore::default()).then(|| Box::new(more)),
         })
     }
+}
+
+/// Check a task's `memory_limit` against its `memory` (the request). `"none"` without a request
+/// is the default (no limit), kept as unset.
+fn memory_limit(
+    limit: Option<SizeValue>,
+    memory: Option<u64>,
+) -> Result<Option<MemoryLimit>, String> {
+    let bytes = match limit {
+        None => return Ok(None),
+        Some(SizeValue::Text(t)) if t.trim().eq_ignore_ascii_case("none") => {
+            return Ok(memory.map(|_| MemoryLimit::Unlimited));
+        }
+        Some(SizeValue::Text(t)) => {
+            crate::size::parse_size(&t).map_err(|e| format!("{e}; or \"none\" for no limit"))?
+        }
+        Some(SizeValue::Bytes(b)) => b,
+    };
+    if bytes == 0 {
+        return Err("must be more than 0 bytes (\"none\" for no limit)".into());
+    }
+    if let Some(asked) = memory.filter(|m| bytes < *m) {
+        return Err(format!(
+            "{} is below its memory ({}): the kernel would kill the task before it used what it \
+             asks for; raise memory_limit, lower memory, or leave memory_limit out (the limit is \
+             then memory)",
+            crate::size::format_size(bytes),
+            crate::size::format_size(asked),
+        ));
+    }
+    Ok(Some(MemoryLimit::Bytes(bytes)))
 }

@@ -4,7 +4,7 @@
 
 mod def;
 
-pub use def::{Cmd, Hint, TaskDef, TaskMore};
+pub use def::{Cmd, Hint, MemoryLimit, TaskDef, TaskMore};
 use std::fmt;
 
 /// A malformed task: where, which field, what is wrong.
@@ -274,6 +274,65 @@ mod tests {
         ] {
             let e = parse_tasks(task).unwrap_err();
             assert_eq!(e.field, field, "{task}: {e}");
+        }
+    }
+
+    #[test]
+    fn memory_is_the_request_and_memory_limit_the_limit() {
+        let limit = |task: &str| parse_tasks(task).unwrap()[0].more().enforced_memory();
+        // The limit defaults to the request, as Slurm's --mem (and as task files written
+        // before memory_limit existed).
+        assert_eq!(
+            limit(r#"{"id":"a","cmd":"x","memory":"4GB"}"#),
+            Some(4_000_000_000)
+        );
+        // "none": a request only, no cgroup limit (what the Parsl executor sends).
+        let t = r#"{"id":"a","cmd":"x","memory":"1MiB","memory_limit":"none"}"#;
+        assert_eq!(limit(t), None);
+        assert_eq!(parse_tasks(t).unwrap()[0].more().memory, Some(1 << 20));
+        assert_eq!(
+            limit(r#"{"id":"a","cmd":"x","memory":"1MB","memory_limit":"50MB"}"#),
+            Some(50_000_000)
+        );
+        assert_eq!(
+            limit(r#"{"id":"a","cmd":"x","memory_limit":1000000}"#),
+            Some(1_000_000)
+        );
+        assert_eq!(limit(r#"{"id":"a","cmd":"x"}"#), None);
+        // "none" without a request is the default: nothing kept.
+        let t = parse_tasks(r#"{"id":"a","cmd":"x","memory_limit":"None"}"#).unwrap();
+        assert!(t[0].more.is_none(), "{:?}", t[0].more);
+        // Through the journal's form and back.
+        for task in [
+            r#"{"id":"a","cmd":"x","memory":"1MiB","memory_limit":"none"}"#,
+            r#"{"id":"a","cmd":"x","memory":"1MiB","memory_limit":"2GiB"}"#,
+        ] {
+            let def = parse_tasks(task).unwrap();
+            let json = serde_json::to_string(&def[0]).unwrap();
+            let back: TaskDef = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, def[0], "{json}");
+        }
+        for (task, says) in [
+            (
+                r#"{"id":"a","cmd":"x","memory":"100MB","memory_limit":"50MB"}"#,
+                "50MB is below its memory (100MB)",
+            ),
+            (
+                r#"{"id":"a","cmd":"x","memory_limit":0}"#,
+                "must be more than 0 bytes",
+            ),
+            (
+                r#"{"id":"a","cmd":"x","memory_limit":"lots"}"#,
+                "or \"none\"",
+            ),
+            (
+                r#"{"id":"a","cmd":"x","memory_limit":"4XB"}"#,
+                "unknown unit",
+            ),
+        ] {
+            let e = parse_tasks(task).unwrap_err();
+            assert_eq!(e.field, "memory_limit", "{task}: {e}");
+            assert!(e.message.contains(says), "{task}: {e}");
         }
     }
 

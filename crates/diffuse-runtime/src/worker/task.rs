@@ -262,7 +262,7 @@ pub(super) async fn run_task(
         max_output: ctx.max_output,
         env,
         timeout: a.timeout_s.map(Duration::from_secs_f64),
-        memory: a.memory.zip(ctx.cgroups.as_ref()),
+        memory: a.memory_limit.zip(ctx.cgroups.as_ref()),
         make_room: {
             let ctx = ctx.clone();
             std::sync::Arc::new(move || {
@@ -305,10 +305,13 @@ pub(super) async fn run_task(
     if ended.out_of_memory {
         report.out_of_memory = true;
         report.stderr_tail = ended.stderr.tail_text();
-        let asked = crate::size::format_size(a.memory.unwrap_or_default());
+        let limit = crate::size::format_size(a.memory_limit.unwrap_or_default());
         return fail(
             report,
-            format!("killed by the kernel: it used more than the {asked} of memory it asked for"),
+            format!(
+                "killed by the kernel: it used more than its memory limit of {limit} \
+                 (memory_limit, which defaults to memory)"
+            ),
         );
     }
     if report.exit_code != Some(0) {

@@ -531,7 +531,7 @@ impl Scheduler {
             caching: self.core.caches_for(t),
             positions: positions(&task.def.inputs),
             cores: more.cores.unwrap_or(1),
-            memory: more.memory,
+            memory_limit: more.enforced_memory(),
             gpus: more.gpus.unwrap_or(0),
             timeout_s: more
                 .timeout_s
