@@ -5,6 +5,7 @@
 #     from PyPI's pytest, parsl and mypy (python3-venv is installed from Debian if missing)
 #   - mypy --strict on the diffuse_client package
 #   - pytest python/tests: the client API, DiffuseExecutor (1,000 tasks), the Parsl executor
+#   - with PARSL_SUITE=1, then Parsl's own test suite (scripts/parsl-suite.sh)
 # The tests run the diffuse binary at $DIFFUSE_BIN, else target/release/diffuse (build it first:
 # cargo build --release). PYTHON picks the interpreter (default python3; 3.9 or newer).
 set -euo pipefail
@@ -45,5 +46,10 @@ echo "== mypy --strict (diffuse_client) =="
 (cd python && MYPY_CACHE_DIR=../target/mypy-cache "../$VENV/bin/python" -m mypy --strict src/diffuse_client)
 
 echo "== pytest python/tests =="
-cd python
-exec "../$VENV/bin/python" -m pytest -p no:cacheprovider -q tests "$@"
+(cd python && "../$VENV/bin/python" -m pytest -p no:cacheprovider -q tests "$@")
+
+# Parsl's own suite against the executor: 8 minutes on 2 cores, so only when asked.
+if [ "${PARSL_SUITE:-0}" = 1 ]; then
+    echo "== Parsl's test suite (scripts/parsl-suite.sh) =="
+    exec scripts/parsl-suite.sh
+fi

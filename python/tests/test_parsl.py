@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -24,9 +25,9 @@ FILES = 4  # data files
 READS = 4  # apps reading each file after its first read
 
 
-@pytest.fixture()
-def executor(cluster: Cluster, tmp_path: Path) -> Iterator[DiffuseParslExecutor]:
-    """A DataFlowKernel with one DiffuseParslExecutor; tmp_path stands for shared storage."""
+@contextlib.contextmanager
+def loaded(cluster: Cluster, tmp_path: Path, **kw: Any) -> Iterator[DiffuseParslExecutor]:
+    """A DataFlowKernel with one DiffuseParslExecutor (``kw`` its options)."""
     ex = DiffuseParslExecutor(
         label="diffuse",
         url=cluster.url,
@@ -34,6 +35,7 @@ def executor(cluster: Cluster, tmp_path: Path) -> Iterator[DiffuseParslExecutor]
         staging_dir=str(tmp_path / "staging"),
         # the apps below are module-level functions, serialized by reference to this module
         task_defaults={"env": {"PYTHONPATH": str(Path(__file__).parent)}},
+        **kw,
     )
     dfk = parsl.load(Config(executors=[ex], run_dir=str(tmp_path / "runinfo"), strategy="none"))
     try:
@@ -43,10 +45,29 @@ def executor(cluster: Cluster, tmp_path: Path) -> Iterator[DiffuseParslExecutor]
         parsl.clear()
 
 
+@pytest.fixture()
+def executor(cluster: Cluster, tmp_path: Path) -> Iterator[DiffuseParslExecutor]:
+    """A DataFlowKernel with one DiffuseParslExecutor; tmp_path stands for shared storage."""
+    with loaded(cluster, tmp_path) as ex:
+        yield ex
+
+
 @bash_app
 def count_bytes(inputs: List[File] = [], outputs: List[File] = [], stdout: Optional[str] = None) -> str:
     # prints the path it reads (the worker's staged copy), writes the byte count to its output
     return f"echo {inputs[0]}; wc -c < {inputs[0]} > {outputs[0]}"
+
+
+@bash_app
+def writes_its_name(outputs: List[File] = [], stdout: Any = None) -> str:
+    # the first app of Parsl's test_output_chain_filenames, printing the path it writes to
+    return f"echo {outputs[0]}; echo test > {outputs[0]}"
+
+
+@bash_app
+def echoes_input_name(inputs: List[File] = [], outputs: List[File] = []) -> str:
+    # the second app of Parsl's test_output_chain_filenames
+    return f"echo '{inputs[0]}' > {outputs[0]}"
 
 
 @bash_app
@@ -94,11 +115,6 @@ def cores_seen(parsl_resource_specification: Dict[str, Any] = {}) -> str:
     import os
 
     return os.environ["DIFFUSE_CORES"]
-
-
-@python_app
-def allocates(mib: int, parsl_resource_specification: Dict[str, Any] = {}) -> int:
-    return len(bytearray(mib * 2**20))
 
 
 def traffic(client: Client) -> Traffic:
@@ -275,9 +291,36 @@ def test_resource_specification(executor: DiffuseParslExecutor, caplog: pytest.L
     assert notes and all(r.levelno < logging.ERROR for r in notes)
 
 
-def test_parsl_memory_is_a_request_not_a_limit(executor: DiffuseParslExecutor) -> None:
-    # Parsl's memory is megabytes and a request: {'memory': 1} is what Parsl's own test_resource
-    # asks for. The Python process running the app uses far more than 1 MB; where workers make
-    # memory cgroups (root here), a limit of 1 MiB would have the kernel kill it.
-    app = allocates(30, parsl_resource_specification={"cores": 1, "memory": 1})
-    assert app.result(timeout=120) == 30 * 2**20
+def chain(tmp_path: Path) -> Tuple[str, str]:
+    """Parsl's test_output_chain_filenames: one app's output File is the next one's input.
+    Returns the path the first app wrote to and the name the second app saw for it."""
+    first = tmp_path / "out" / "simple-out.txt"
+    first.parent.mkdir()
+    a = writes_its_name(outputs=[File(str(first))], stdout=str(tmp_path / "first.log"))
+    b = echoes_input_name(inputs=[a.outputs[0]], outputs=[File(str(tmp_path / "out" / "seen.txt"))])
+    assert b.result(timeout=120) == 0
+    assert first.read_text() == "test\n"
+    written = (tmp_path / "first.log").read_text().strip()
+    return written, (tmp_path / "out" / "seen.txt").read_text().strip()
+
+
+def test_apps_see_their_files_under_their_own_base_names(
+    executor: DiffuseParslExecutor, cluster: Cluster, tmp_path: Path
+) -> None:
+    # Default (input_paths="cached"): the app reads the worker's cached copy, which keeps the
+    # file's base name, and writes its output under the output's base name before it is copied.
+    written, seen = chain(tmp_path)
+    assert os.path.basename(written) == "simple-out.txt", written
+    assert os.path.basename(seen) == "simple-out.txt", seen
+    assert seen != str(tmp_path / "out" / "simple-out.txt")
+    assert "/inputs/" in seen and any(seen.startswith(str(c)) for c in cluster.cache_dirs), seen
+
+
+def test_input_paths_original_shows_apps_the_users_paths(cluster: Cluster, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="input_paths='shared'.*'cached', 'original'"):
+        DiffuseParslExecutor(input_paths="shared")
+    with loaded(cluster, tmp_path, input_paths="original"):
+        written, seen = chain(tmp_path)
+    # as Parsl's test_output_chain_filenames expects: the exact path the user gave, both ways
+    assert written == str(tmp_path / "out" / "simple-out.txt")
+    assert seen == written

@@ -12,6 +12,12 @@ paths, and writes the result file, which is the task's one diffuse output.
 The staging directory and the output paths must be on storage the workers can read and
 write (a shared file system), as for Parsl's other executors without a file transfer of
 their own.
+
+What path an app sees (``input_paths``): by default (``"cached"``) the staged copy, which keeps
+the file's base name (``<task>/inputs/3/reads.fq``; an output is written as
+``parsl-outputs/0/out.txt`` and copied to its path). With ``"original"`` every ``File`` is used
+at its own absolute path on the shared file system, as Parsl's HighThroughputExecutor does:
+nothing is staged or cached, and every read goes to shared storage.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ from .errors import DiffuseError, TaskFailed
 from .executor import DiffuseExecutor, TaskFuture
 
 logger = logging.getLogger(__name__)
+
+#: What path an app sees for its files: the cached copy (default) or the file's own path.
+INPUT_PATHS = ("cached", "original")
 
 #: resource_specification keys this executor maps onto task fields.
 RESOURCE_KEYS = ("cores", "cpus", "memory", "disk", "gpus", "running_time_min", "priority")
@@ -121,6 +130,11 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         storage_access: Parsl staging providers (default: Parsl's default list).
         remote_monitoring_radio: how apps report monitoring (default ``FilesystemRadio``).
         shutdown_timeout: seconds ``shutdown`` waits for cancelled tasks to end.
+        input_paths: ``"cached"`` (default): ``File`` inputs are diffuse inputs, placed by and
+            read from the workers' caches; the app sees the staged copy, under the file's own
+            base name. ``"original"``: the app sees each ``File`` at its own absolute path
+            (for programs that need the exact path); nothing is staged, so every read goes to
+            shared storage and placement ignores the files.
     """
 
     def __init__(
@@ -138,8 +152,13 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         storage_access: Optional[List[Staging]] = None,
         remote_monitoring_radio: Optional[RadioConfig] = None,
         shutdown_timeout: float = 30.0,
+        input_paths: str = "cached",
     ) -> None:
         super().__init__()
+        if input_paths not in INPUT_PATHS:
+            raise ValueError(f"DiffuseParslExecutor: input_paths={input_paths!r}: use one of "
+                             f"{', '.join(map(repr, INPUT_PATHS))}")
+        self.input_paths = input_paths
         self.label = label
         self.url = url
         self.token_file = token_file
@@ -252,7 +271,7 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         task_dir = os.path.join(self._tasks_dir, str(n))
         os.makedirs(task_dir)
         fn_path, fn_size = self._stage_function(func)
-        plan = plan_files(args, kwargs)
+        plan = plan_files(args, kwargs, stage=self.input_paths == "cached")
         payload = {"args": args, "kwargs": kwargs, **plan.payload()}
         payload_path = os.path.join(task_dir, "payload")
         data = serialize(payload, buffer_threshold=1024 * 1024)
@@ -335,7 +354,8 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
 class FilePlan:
     """Which ``File`` arguments of a call are staged as inputs, written back, or used in place."""
 
-    def __init__(self) -> None:
+    def __init__(self, stage: bool = True) -> None:
+        self.stage = stage
         self.uris: List[str] = []
         self.inputs: Dict[str, int] = {}
         self.outputs: List[Tuple[str, str]] = []
@@ -350,7 +370,7 @@ class FilePlan:
         key = _key(f)
         if key is None or key in self.inputs:
             return
-        if os.path.isdir(os.path.abspath(key)):
+        if not self.stage or os.path.isdir(os.path.abspath(key)):
             self.paths[key] = os.path.abspath(key)
             return
         uri = _uri(os.path.abspath(key))
@@ -377,17 +397,23 @@ class FilePlan:
                 "std": self.std}
 
 
-def plan_files(args: Sequence[Any], kwargs: Dict[str, Any]) -> FilePlan:
-    """Plans the files of one call (see :class:`FilePlan` and the module's docstring)."""
-    plan = FilePlan()
+def plan_files(args: Sequence[Any], kwargs: Dict[str, Any], stage: bool = True) -> FilePlan:
+    """Plans the files of one call (see :class:`FilePlan` and the module's docstring).
+
+    ``stage=False`` (``input_paths="original"``): every file is used in place, at its absolute
+    path; outputs are written there directly.
+    """
+    plan = FilePlan(stage)
     for f in kwargs.get("inputs") or []:
         if isinstance(f, File):
             plan.add_input(f)
     for f in kwargs.get("outputs") or []:
         if isinstance(f, File):
             key = _key(f)
-            if key is not None:
+            if key is not None and stage:
                 plan.outputs.append((key, os.path.abspath(key)))
+            elif key is not None:
+                plan.paths[key] = os.path.abspath(key)
     for a in args:
         if isinstance(a, File):
             plan.add_other(a)

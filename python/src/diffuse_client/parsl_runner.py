@@ -11,9 +11,11 @@ order of the plan. ``RESULT`` is the task's output: the function's return value,
 exception it raised as a ``RemoteExceptionWrapper``, serialized with ``parsl.serialize``.
 
 As TaskVine's ``exec_parsl_function.py`` does, each ``File`` argument gets its ``local_path``
-set to where its data is here: an input to its staged copy, so a bash app's ``{inputs[0]}``
-reads the cached copy; an output to a scratch path, copied to the ``File``'s own path (shared
-storage) after the function returns; other files to their absolute path. ``stdout``/``stderr``
+set to where its data is here: an input to its staged copy (``<task>/inputs/<i>/<base name>``),
+so a bash app's ``{inputs[0]}`` reads the cached copy; an output to a scratch path with the same
+base name (``parsl-outputs/<j>/<base name>``), copied to the ``File``'s own path (shared
+storage) after the function returns; other files, and every file under
+``input_paths="original"``, to their absolute path. ``stdout``/``stderr``
 of bash apps are opened at their absolute paths, so they append as Parsl expects.
 
 Exit status: 0 once the result file is written (whatever the app did); 1 if the inputs could
@@ -104,7 +106,9 @@ def run(function_path: str, payload_path: str, result_path: str, local_inputs: L
     outputs: List[List[str]] = [list(o) for o in payload.get("outputs", [])]
     os.makedirs(OUTPUT_DIR, exist_ok=True)
     for j, (key, dest) in enumerate(outputs):
-        local = os.path.abspath(os.path.join(OUTPUT_DIR, f"{j}-{os.path.basename(dest)}"))
+        # a directory per output, so the app writes under the output's own base name
+        local = os.path.abspath(os.path.join(OUTPUT_DIR, str(j), os.path.basename(dest)))
+        os.makedirs(os.path.dirname(local), exist_ok=True)
         if key in mapping and os.path.exists(mapping[key]):
             # also an input: the app may read it and write it again (staged copies are read-only)
             shutil.copyfile(mapping[key], local)
