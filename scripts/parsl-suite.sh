@@ -6,7 +6,7 @@
 # conftest needs pytest < 9, and the tests import a few packages parsl does not require.
 # Arguments after -- go to pytest: scripts/parsl-suite.sh -- -x --deselect ... (a second -k
 # replaces "not cleannet").
-# --input-paths original runs the executor with input_paths="original".
+# --input-paths cached|original runs the executor with that input_paths (default: "auto").
 # The diffuse binary is $DIFFUSE_BIN, else target/release/diffuse.
 set -euo pipefail
 cd "$(dirname "$0")/.."

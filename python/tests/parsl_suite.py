@@ -4,8 +4,8 @@ Starts a real dispatcher and two workers (as the pytest fixtures do, helpers.Clu
 Parsl config module whose ``fresh_config()`` is the configuration python/README.md recommends
 (``DiffuseParslExecutor`` with its defaults, the staging directory on the shared file system),
 and runs ``pytest <parsl>/tests -k "not cleannet" --config <module>`` from a scratch directory.
-Extra arguments go to pytest. ``--input-paths original`` runs the executor with
-``input_paths="original"`` instead.
+Extra arguments go to pytest. ``--input-paths cached|original`` runs the executor with that
+``input_paths`` instead of the default ``"auto"``.
 
 Exit status: pytest's.
 """
@@ -48,7 +48,7 @@ config = fresh_config()
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--input-paths", default="cached", choices=["cached", "original"])
+    ap.add_argument("--input-paths", default="auto", choices=["auto", "cached", "original"])
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     ap.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     opts = ap.parse_args()

@@ -117,6 +117,11 @@ def cores_seen(parsl_resource_specification: Dict[str, Any] = {}) -> str:
     return os.environ["DIFFUSE_CORES"]
 
 
+@python_app
+def allocates(mib: int, parsl_resource_specification: Dict[str, Any] = {}) -> int:
+    return len(bytearray(mib * 2**20))
+
+
 def traffic(client: Client) -> Traffic:
     return client.status().traffic
 
@@ -291,6 +296,14 @@ def test_resource_specification(executor: DiffuseParslExecutor, caplog: pytest.L
     assert notes and all(r.levelno < logging.ERROR for r in notes)
 
 
+def test_parsl_memory_is_a_request_not_a_limit(executor: DiffuseParslExecutor) -> None:
+    # Parsl's memory is megabytes and a request: {'memory': 1} is what Parsl's own test_resource
+    # asks for. The Python process running the app uses far more than 1 MB; where workers make
+    # memory cgroups (root here), a limit of 1 MiB would have the kernel kill it.
+    app = allocates(30, parsl_resource_specification={"cores": 1, "memory": 1})
+    assert app.result(timeout=120) == 30 * 2**20
+
+
 def chain(tmp_path: Path) -> Tuple[str, str]:
     """Parsl's test_output_chain_filenames: one app's output File is the next one's input.
     Returns the path the first app wrote to and the name the second app saw for it."""
@@ -305,19 +318,40 @@ def chain(tmp_path: Path) -> Tuple[str, str]:
 
 
 def test_apps_see_their_files_under_their_own_base_names(
-    executor: DiffuseParslExecutor, cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
-    # Default (input_paths="cached"): the app reads the worker's cached copy, which keeps the
-    # file's base name, and writes its output under the output's base name before it is copied.
-    written, seen = chain(tmp_path)
+    # input_paths="cached": the app reads the worker's cached copy, which keeps the file's base
+    # name, and writes its output under the output's base name before it is copied.
+    with loaded(cluster, tmp_path, input_paths="cached"):
+        written, seen = chain(tmp_path)
     assert os.path.basename(written) == "simple-out.txt", written
     assert os.path.basename(seen) == "simple-out.txt", seen
     assert seen != str(tmp_path / "out" / "simple-out.txt")
     assert "/inputs/" in seen and any(seen.startswith(str(c)) for c in cluster.cache_dirs), seen
 
 
+def test_by_default_a_file_an_earlier_app_wrote_keeps_its_path_and_a_dataset_is_cached(
+    executor: DiffuseParslExecutor, cluster: Cluster, tmp_path: Path
+) -> None:
+    # input_paths="auto": one app's output passed to the next is seen at the path it was written
+    # to (Parsl's test_output_chain_filenames), ...
+    written, seen = chain(tmp_path)
+    assert seen == str(tmp_path / "out" / "simple-out.txt"), seen
+    assert os.path.basename(written) == "simple-out.txt", written
+    # ... while a file that existed before the workflow is read from the workers' caches.
+    data = tmp_path / "dataset.txt"
+    data.write_text("abc\n")
+    fut = count_bytes(inputs=[File(str(data))], outputs=[File(str(tmp_path / "n.txt"))],
+                      stdout=str(tmp_path / "count.log"))
+    assert fut.result(timeout=120) == 0
+    staged = (tmp_path / "count.log").read_text().strip()
+    assert staged.endswith("/inputs/2/dataset.txt"), staged
+    assert any(staged.startswith(str(c)) for c in cluster.cache_dirs), staged
+    assert (tmp_path / "n.txt").read_text().strip() == "4"
+
+
 def test_input_paths_original_shows_apps_the_users_paths(cluster: Cluster, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="input_paths='shared'.*'cached', 'original'"):
+    with pytest.raises(ValueError, match="input_paths='shared'.*'auto', 'cached', 'original'"):
         DiffuseParslExecutor(input_paths="shared")
     with loaded(cluster, tmp_path, input_paths="original"):
         written, seen = chain(tmp_path)

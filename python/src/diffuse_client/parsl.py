@@ -13,11 +13,14 @@ The staging directory and the output paths must be on storage the workers can re
 write (a shared file system), as for Parsl's other executors without a file transfer of
 their own.
 
-What path an app sees (``input_paths``): by default (``"cached"``) the staged copy, which keeps
-the file's base name (``<task>/inputs/3/reads.fq``; an output is written as
-``parsl-outputs/0/out.txt`` and copied to its path). With ``"original"`` every ``File`` is used
-at its own absolute path on the shared file system, as Parsl's HighThroughputExecutor does:
-nothing is staged or cached, and every read goes to shared storage.
+What path an app sees (``input_paths``): by default (``"auto"``) a ``File`` that existed before
+the workflow wrote it (an input dataset) is staged and the app sees the staged copy, which keeps
+the file's base name (``<task>/inputs/3/reads.fq``), while a ``File`` that an earlier app of this
+executor wrote (one app's output passed to the next) is used at its own path, as Parsl's other
+executors show it. ``"cached"`` stages every ``File``; ``"original"`` uses every ``File`` at its
+own absolute path: nothing is staged or cached, and every read goes to shared storage. Outputs
+are written in the task's directory (``parsl-outputs/0/out.txt``) and copied to their paths,
+except under ``"original"``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import threading
 import uuid
 from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from parsl.data_provider.files import File
 from parsl.data_provider.staging import Staging
@@ -51,7 +54,7 @@ from .executor import DiffuseExecutor, TaskFuture
 logger = logging.getLogger(__name__)
 
 #: What path an app sees for its files: the cached copy (default) or the file's own path.
-INPUT_PATHS = ("cached", "original")
+INPUT_PATHS = ("auto", "cached", "original")
 
 #: resource_specification keys this executor maps onto task fields.
 RESOURCE_KEYS = ("cores", "cpus", "memory", "disk", "gpus", "running_time_min", "priority")
@@ -130,11 +133,14 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         storage_access: Parsl staging providers (default: Parsl's default list).
         remote_monitoring_radio: how apps report monitoring (default ``FilesystemRadio``).
         shutdown_timeout: seconds ``shutdown`` waits for cancelled tasks to end.
-        input_paths: ``"cached"`` (default): ``File`` inputs are diffuse inputs, placed by and
-            read from the workers' caches; the app sees the staged copy, under the file's own
-            base name. ``"original"``: the app sees each ``File`` at its own absolute path
-            (for programs that need the exact path); nothing is staged, so every read goes to
-            shared storage and placement ignores the files.
+        input_paths: ``"auto"`` (default): ``File`` inputs that no earlier app of this executor
+            wrote are diffuse inputs, placed by and read from the workers' caches, and the app
+            sees the staged copy under the file's own base name; a ``File`` an earlier app wrote
+            is used at its own path. ``"cached"``: every ``File`` input is staged, those written
+            by earlier apps too (an intermediate many apps read). ``"original"``: the app sees
+            each ``File`` at its own absolute path (for programs that need the exact path);
+            nothing is staged, so every read goes to shared storage and placement ignores the
+            files.
     """
 
     def __init__(
@@ -152,7 +158,7 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         storage_access: Optional[List[Staging]] = None,
         remote_monitoring_radio: Optional[RadioConfig] = None,
         shutdown_timeout: float = 30.0,
-        input_paths: str = "cached",
+        input_paths: str = "auto",
     ) -> None:
         super().__init__()
         if input_paths not in INPUT_PATHS:
@@ -187,6 +193,8 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         self._functions_dir = ""
         #: Bytes of function and argument files given to tasks as inputs (summed per task).
         self.staged_bytes = 0
+        # Absolute paths of the outputs of the apps submitted so far (``input_paths="auto"``).
+        self._produced: Set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -271,7 +279,11 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         task_dir = os.path.join(self._tasks_dir, str(n))
         os.makedirs(task_dir)
         fn_path, fn_size = self._stage_function(func)
-        plan = plan_files(args, kwargs, stage=self.input_paths == "cached")
+        plan = plan_files(args, kwargs, stage=self.input_paths != "original",
+                          produced=self._produced if self.input_paths == "auto" else None)
+        if self.input_paths == "auto":
+            with self._lock:
+                self._produced.update(path for _, path in plan.outputs)
         payload = {"args": args, "kwargs": kwargs, **plan.payload()}
         payload_path = os.path.join(task_dir, "payload")
         data = serialize(payload, buffer_threshold=1024 * 1024)
@@ -354,8 +366,9 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
 class FilePlan:
     """Which ``File`` arguments of a call are staged as inputs, written back, or used in place."""
 
-    def __init__(self, stage: bool = True) -> None:
+    def __init__(self, stage: bool = True, produced: Optional[AbstractSet[str]] = None) -> None:
         self.stage = stage
+        self.produced: AbstractSet[str] = produced if produced is not None else frozenset()
         self.uris: List[str] = []
         self.inputs: Dict[str, int] = {}
         self.outputs: List[Tuple[str, str]] = []
@@ -365,12 +378,14 @@ class FilePlan:
     def add_input(self, f: File) -> None:
         """Stages ``f`` (an absolute or client-relative path) as a diffuse input.
 
-        A directory cannot be a diffuse input: it is used in place, at its absolute path.
+        A directory cannot be a diffuse input: it is used in place, at its absolute path; so is
+        a file an earlier app wrote (``produced``).
         """
         key = _key(f)
         if key is None or key in self.inputs:
             return
-        if not self.stage or os.path.isdir(os.path.abspath(key)):
+        path = os.path.abspath(key)
+        if not self.stage or path in self.produced or os.path.isdir(path):
             self.paths[key] = os.path.abspath(key)
             return
         uri = _uri(os.path.abspath(key))
@@ -397,13 +412,15 @@ class FilePlan:
                 "std": self.std}
 
 
-def plan_files(args: Sequence[Any], kwargs: Dict[str, Any], stage: bool = True) -> FilePlan:
+def plan_files(args: Sequence[Any], kwargs: Dict[str, Any], stage: bool = True,
+               produced: Optional[AbstractSet[str]] = None) -> FilePlan:
     """Plans the files of one call (see :class:`FilePlan` and the module's docstring).
 
     ``stage=False`` (``input_paths="original"``): every file is used in place, at its absolute
-    path; outputs are written there directly.
+    path; outputs are written there directly. ``produced``: absolute paths that earlier apps
+    wrote, used in place rather than staged (``input_paths="auto"``).
     """
-    plan = FilePlan(stage)
+    plan = FilePlan(stage, produced)
     for f in kwargs.get("inputs") or []:
         if isinstance(f, File):
             plan.add_input(f)
