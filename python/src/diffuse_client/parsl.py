@@ -224,7 +224,7 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             self._client,
             job=self.job,
             # Parsl's memory is a request: no limit unless task_defaults gives one
-            defaults={"memory_limit": "none", **(self.task_defaults or {})},
+            defaults=dict(self.task_defaults or {}),
             poll=self.poll,
             batch_size=self.batch_size,
             fetch_stdout=False,
@@ -268,6 +268,11 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         if self._executor is None:
             raise ExecutorError(self, "submit() before start()")
         fields, ignored = resources_to_fields(resource_specification)
+        defaults = self.task_defaults or {}
+        if ("memory" in fields or "memory" in defaults) and "memory_limit" not in defaults:
+            # Parsl's memory is a request: no limit unless task_defaults gives one. Sent only
+            # with a memory, so that a dispatcher without memory_limit takes the other tasks.
+            fields["memory_limit"] = "none"
         with self._lock:
             new = [k for k in ignored if k not in self._warned]
             self._warned.update(new)

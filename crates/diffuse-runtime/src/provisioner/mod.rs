@@ -258,6 +258,8 @@ struct Request {
     asked: Option<Instant>,
     /// When it was last told to stop (released or lost), and whether it was killed since.
     stopping: Option<(Instant, bool)>,
+    /// Looks at `squeue` in a row that did not show its job (gone at the second).
+    missed: u8,
 }
 
 /// The backends' common face.
@@ -279,6 +281,12 @@ pub struct Pool {
     quiet_until: Instant,
     failures_in_a_row: u32,
     last_poll: Option<Instant>,
+    /// Whether the jobs of an earlier run were looked for (Slurm): until a look succeeds, every
+    /// job under the pool's names is taken as one of them.
+    adopted: bool,
+    /// Extra jobs already cancelled (cleared of those `squeue` no longer shows), so that each
+    /// is cancelled and counted once.
+    cancelled: std::collections::BTreeSet<String>,
 }
 
 impl Pool {
@@ -310,6 +318,8 @@ impl Pool {
             quiet_until: Instant::now(),
             failures_in_a_row: 0,
             last_poll: None,
+            adopted: false,
+            cancelled: Default::default(),
         })
     }
 
@@ -339,9 +349,17 @@ impl Pool {
     /// their workers welcome (one job per name: a second is cancelled).
     async fn adopt(&mut self) {
         let Rm::Slurm(s) = &self.rm else { return };
-        let Ok(jobs) = s.poll().await else { return };
-        let extras = reconcile::reconcile(&BTreeMap::new(), &jobs, u32::MAX);
-        self.carry_out(extras, "of an earlier run").await;
+        match s.poll().await {
+            Ok(jobs) => {
+                self.adopted = true;
+                let extras = reconcile::reconcile(&BTreeMap::new(), &jobs, u32::MAX);
+                self.carry_out(extras, "of an earlier run").await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot look for the worker jobs of an earlier run yet: {e}");
+                self.error(Some(format!("cannot follow worker jobs: {e}")));
+            }
+        }
     }
 
     /// Adopt or cancel extra jobs, saying so in the log and to the scheduler (`diffuse status`).
@@ -368,12 +386,23 @@ impl Pool {
                 }
                 reconcile::Extra::Cancel { job, name, why } => {
                     let Rm::Slurm(s) = &self.rm else { continue };
-                    let message = match s.cancel(&job).await {
-                        Ok(()) => format!("cancelled worker job {job}: {why}"),
-                        Err(e) => format!("cannot cancel worker job {job} ({why}): {e}"),
-                    };
-                    tracing::warn!(request = name, job, "{message}");
-                    self.extra(job, name, false, message);
+                    if self.cancelled.contains(&job) {
+                        continue; // cancelled already, still ending
+                    }
+                    match s.cancel(&job).await {
+                        Ok(()) => {
+                            let message = format!("cancelled worker job {job}: {why}");
+                            tracing::warn!(request = name, job, "{message}");
+                            self.cancelled.insert(job.clone());
+                            self.extra(job, name, false, message);
+                        }
+                        Err(e) => {
+                            // Asked again at the next look.
+                            let message = format!("cannot cancel worker job {job} ({why}): {e}");
+                            tracing::warn!(request = name, job, "{message}");
+                            self.error(Some(message));
+                        }
+                    }
                 }
             }
         }
@@ -583,18 +612,29 @@ impl Pool {
                         return;
                     }
                 };
-                let own: BTreeMap<String, Option<String>> = self
-                    .requests
-                    .iter()
-                    .filter(|(_, r)| r.state != RequestState::Gone)
-                    .map(|(n, r)| (n.clone(), r.job.clone()))
-                    .collect();
-                let room = self
-                    .wanted
-                    .min(self.cfg.max_workers.saturating_sub(self.alive()));
-                let extras = reconcile::reconcile(&own, &jobs, room);
-                self.carry_out(extras, "that the pool did not know").await;
-                reconcile::own_states(&own, &jobs)
+                let own = |requests: &BTreeMap<String, Request>| -> BTreeMap<String, Option<String>> {
+                    requests
+                        .iter()
+                        .filter(|(_, r)| r.state != RequestState::Gone)
+                        .map(|(n, r)| (n.clone(), r.job.clone()))
+                        .collect()
+                };
+                let (room, whose) = if self.adopted {
+                    let room = self
+                        .wanted
+                        .min(self.cfg.max_workers.saturating_sub(self.alive()));
+                    (room, "that the pool did not know")
+                } else {
+                    // The look at start-up failed: these are the earlier run's jobs.
+                    self.adopted = true;
+                    (u32::MAX, "of an earlier run")
+                };
+                let extras = reconcile::reconcile(&own(&self.requests), &jobs, room);
+                self.carry_out(extras, whose).await;
+                self.cancelled
+                    .retain(|id| jobs.iter().any(|j| j.id == *id && !matches!(j.state, RmState::Ended(_))));
+                // Built again: a job adopted just now is a request's own from here on.
+                reconcile::own_states(&own(&self.requests), &jobs)
                     .into_iter()
                     .map(|(r, (j, s))| (r, (Some(j), s)))
                     .collect()
@@ -608,6 +648,18 @@ impl Pool {
             .map(|(n, _)| n.clone())
             .collect();
         for name in names {
+            let missed = match states.get(&name) {
+                None => self.requests.get_mut(&name).map_or(0, |r| {
+                    r.missed = r.missed.saturating_add(1);
+                    r.missed
+                }),
+                Some(_) => {
+                    if let Some(r) = self.requests.get_mut(&name) {
+                        r.missed = 0;
+                    }
+                    0
+                }
+            };
             match states.get(&name) {
                 Some((_, RmState::Pending)) => {}
                 Some((_, RmState::Running))
@@ -617,8 +669,10 @@ impl Pool {
                 }
                 Some((_, RmState::Running)) => {}
                 Some((_, RmState::Ended(why))) => self.gone(&name, Some(why.clone())),
-                // Slurm forgets ended jobs after a while; local ended ones were reported once.
-                None if matches!(self.rm, Rm::Slurm(_)) => {
+                // Slurm forgets ended jobs after a while (MinJobAge, 300 s by default); local
+                // ended ones were reported once. Two looks in a row, so that a job missing from
+                // one answer is not given up (and then cancelled as an extra when it shows up).
+                None if matches!(self.rm, Rm::Slurm(_)) && missed >= 2 => {
                     self.gone(&name, Some("its job is no longer in squeue".into()))
                 }
                 None => {}
@@ -660,6 +714,7 @@ impl Pool {
             joined_ever: false,
             asked: None,
             stopping: None,
+            missed: 0,
         });
         if job.is_some() {
             r.job = job;

@@ -5,8 +5,10 @@
 //! *extra*: a second job for one request (an `sbatch` that failed yet submitted, then a retry
 //! that submitted again), or a job no request knows (a submission Slurm handled after the pool
 //! had looked it up and given up on it). Extras are allocations nobody asked for, charged to the
-//! user, so each is dealt with at once: adopted as a worker while the pool still wants workers
-//! and has room under `--max-workers`, else cancelled. Jobs that ended are left alone.
+//! user, so each is dealt with at once. A second job for a request is cancelled (its worker
+//! would join under the same name as the request's own). A job under a name no request has is
+//! adopted as that request's worker while the pool still wants workers and has room under
+//! `--max-workers`, and cancelled otherwise. Jobs that ended are left alone.
 //!
 //! This is a pure function of what the pool knows and what `squeue` showed, so it is tested
 //! without a resource manager ([`reconcile`]'s unit tests); the pool carries the decisions out.

@@ -8,7 +8,8 @@
 //! ambiguous until the name has been looked up with `squeue`:
 //!
 //! * a lookup that itself fails (squeue also times out while the controller is frozen) is not an
-//!   answer: it is asked again, with a growing pause, for as long as it takes;
+//!   answer: it is asked again, with a growing pause, up to [`LOOKUP_DEADLINE`] (past it the
+//!   request is given up, and a job that appears for it later is an extra, below);
 //! * a job found is adopted instead of submitting a second one;
 //! * a lookup that finds none is asked once more after [`SETTLE`], so that a submission still
 //!   being handled when the controller came back shows up, and only then is `sbatch` retried.
@@ -162,12 +163,24 @@ impl Slurm {
     }
 
     /// The job named `request`: `squeue` asked until it answers (a failed lookup is not "no
-    /// job"), with a pause that doubles up to [`LOOKUP_PAUSE_MAX`].
+    /// job"), with a pause that doubles up to [`LOOKUP_PAUSE_MAX`], for at most
+    /// [`LOOKUP_DEADLINE`].
     async fn find_answered(&self, request: &str) -> Option<String> {
         let mut pause = self.policy.backoff.max(Duration::from_millis(100));
+        let deadline = std::time::Instant::now() + LOOKUP_DEADLINE;
         loop {
             match self.find(request).await {
                 Ok(job) => return job,
+                Err(e) if e.contains("is not installed") => return None,
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    tracing::error!(
+                        request,
+                        "squeue has not answered for {LOOKUP_DEADLINE:?} ({e}): the request is \
+                         given up; a job Slurm made for it will be adopted or cancelled when \
+                         squeue shows it"
+                    );
+                    return None;
+                }
                 Err(e) => {
                     tracing::warn!(
                         request,
@@ -184,7 +197,7 @@ impl Slurm {
     /// reconciliation cancels the others).
     async fn find(&self, request: &str) -> Result<Option<String>, String> {
         let out = Call::new("squeue")
-            .args(["--noheader", "--name", request, "--format", "%i"])
+            .args(["--noheader", "--user", &user(), "--name", request, "--format", "%i"])
             .once(self.policy.timeout)
             .await?;
         Ok(out
@@ -196,7 +209,8 @@ impl Slurm {
     /// Every job of this dispatcher Slurm still shows (several may share a name).
     pub async fn poll(&self) -> Result<Vec<Job>, String> {
         let out = Call::new("squeue")
-            .args(["--noheader", "--states", "all", "--format", "%i|%j|%T"])
+            .args(["--noheader", "--user", &user(), "--states", "all"])
+            .args(["--format", "%i|%j|%T"])
             .run(&self.policy)
             .await?;
         Ok(parse_jobs(&out, &self.prefix))
@@ -223,7 +237,20 @@ pub struct Job {
     pub state: RmState,
 }
 
-/// The jobs in `squeue --format %i|%j|%T` output whose name starts with `prefix`.
+/// This process's user id, as `squeue --user` takes it: only this user's jobs are the pool's
+/// (another user's job whose name happens to share the prefix is never touched).
+fn user() -> String {
+    rustix::process::getuid().as_raw().to_string()
+}
+
+/// Whether `name` is a request name of this pool: `<prefix>-<n>`.
+fn is_request_name(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The jobs in `squeue --format %i|%j|%T` output named `<prefix>-<n>`.
 fn parse_jobs(out: &str, prefix: &str) -> Vec<Job> {
     let mut jobs = Vec::new();
     for line in out.lines() {
@@ -231,7 +258,7 @@ fn parse_jobs(out: &str, prefix: &str) -> Vec<Job> {
         let (Some(id), Some(name), Some(state)) = (f.next(), f.next(), f.next()) else {
             continue;
         };
-        if !name.starts_with(prefix) {
+        if !is_request_name(name, prefix) {
             continue;
         }
         let state = match state {
@@ -258,6 +285,10 @@ pub const SETTLE: Duration = Duration::from_secs(2);
 /// The longest pause between two lookups of a request whose `sbatch` failed, while `squeue`
 /// itself fails.
 pub const LOOKUP_PAUSE_MAX: Duration = Duration::from_secs(10);
+
+/// How long a request whose `sbatch` failed is looked up while `squeue` fails too, before it is
+/// given up. The pool submits nothing else meanwhile (its requests go one at a time).
+pub const LOOKUP_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Slurm's time left (`squeue -o %L`): `MM:SS`, `HH:MM:SS` or `D-HH:MM:SS`; None for
 /// `UNLIMITED`, `NOT_SET` or anything else.
@@ -303,8 +334,19 @@ impl Call {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_time_left;
+    use super::{parse_jobs, parse_time_left, RmState};
     use std::time::Duration;
+
+    #[test]
+    fn only_jobs_named_prefix_dash_number_are_the_pools() {
+        let out = "7|dfs-ab12cd-3|RUNNING\n8|dfs-ab12cd-30x|PENDING\n9|dfs-ab12cdef-1|RUNNING\n\
+                   10|dfs-ab12cd-|RUNNING\n11|other|RUNNING\n12|dfs-ab12cd-4|CANCELLED\n";
+        let jobs = parse_jobs(out, "dfs-ab12cd");
+        let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(ids, ["7", "12"]);
+        assert_eq!(jobs[0].state, RmState::Running);
+        assert_eq!(jobs[1].state, RmState::Ended("Slurm job 12 CANCELLED".into()));
+    }
 
     #[test]
     fn reads_slurms_time_left() {
