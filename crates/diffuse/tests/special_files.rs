@@ -1,8 +1,9 @@
 //! A task cannot make its worker read or write special files (docs/security.md, "Which files a
 //! task may name"): inputs on /proc, /sys and /dev are refused however the path is spelled
 //! (symbolic links, `..`, `/proc` magic links), with and without `--task-user`, and with the
-//! worker running as another user; outputs are never copied from or to them, nor through a link
-//! a task planted at the worker's temporary name; and no worker started by diffuse holds the
+//! worker running as another user; outputs (`file://` and `s3://`) are never copied from or to
+//! them, nor through a link a task planted at the worker's temporary name, nor made setuid; no
+//! directory is made on them before the refusal; and no worker started by diffuse holds the
 //! client or metrics token. Real workers, real /proc. The cases that need root (another user,
 //! files in /dev, reading a non-dumpable worker's environment) say SKIPPED when not root.
 
@@ -11,7 +12,7 @@ mod common;
 use common::cluster::*;
 use common::host::{is_root, skip};
 use serde_json::{json, Value};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -231,14 +232,18 @@ fn outputs_are_refused(how: As) {
         // The task's output is a link to the worker's own environment.
         json!({"id": "src-environ", "cmd": "ln -s /proc/self/environ {outputs[0]}",
                "outputs": [file_uri(&leak)]}),
-        // A link planted at the name the worker writes through before renaming.
+        // Links planted at the names the worker writes through before renaming
+        // (`.<name>.diffuse-tmp-<pid>-<n>`, n counting the worker's outputs from 0).
         json!({"id": "planted",
-               "cmd": format!("ln -s /proc/self/comm {}/planted.diffuse-tmp-$PPID && echo pwned > {{outputs[0]}}", open.display()),
+               "cmd": plant("/proc/self/comm", &open, "planted.txt"),
                "outputs": [file_uri(&planted)]}),
         // The same at a file only the worker's user may write (with a task user: root's).
         json!({"id": "planted-victim",
-               "cmd": format!("ln -s {} {}/victim-out.diffuse-tmp-$PPID && echo pwned > {{outputs[0]}}", victim.display(), open.display()),
+               "cmd": plant(victim.to_str().unwrap(), &open, "victim-out.txt"),
                "outputs": [file_uri(&open.join("victim-out.txt"))]}),
+        // A setuid copy of what the task left: the output lands without setuid and setgid.
+        json!({"id": "setuid", "cmd": "printf '#!/bin/sh\n' > {outputs[0]} && chmod 6755 {outputs[0]}",
+               "outputs": [file_uri(&open.join("setuid"))]}),
         json!({"id": "to-proc", "cmd": "echo x > {outputs[0]}",
                "outputs": ["file:///proc/self/comm"]}),
         json!({"id": "to-sys", "cmd": "echo x > {outputs[0]}",
@@ -247,6 +252,14 @@ fn outputs_are_refused(how: As) {
     if is_root() && how != As::Nobody {
         tasks.push(json!({"id": "to-dev", "cmd": "echo x > {outputs[0]}",
                           "outputs": [file_uri(&dev_dest.0)]}));
+    }
+    // A directory made in a cgroup file system is a cgroup: refused before anything is made.
+    let cgroup = cgroup_mount()
+        .filter(|_| is_root() && how != As::Nobody)
+        .map(|m| CgroupDir(m.join(format!("diffuse-test-{:x}", random_u64()))));
+    if let Some(dir) = &cgroup {
+        tasks.push(json!({"id": "to-cgroup", "cmd": "echo x > {outputs[0]}",
+                          "outputs": [file_uri(&dir.0.join("o"))]}));
     }
     c.submit(&tasks);
     // Without a task user the output's source is refused for its file system; with one, as a
@@ -264,8 +277,12 @@ fn outputs_are_refused(how: As) {
         refused(&c, "to-dev", SPECIAL);
         assert!(!dev_dest.0.exists(), "an output was written to /dev");
     }
-    // The planted link is removed, not written through: the output arrives as a regular file
-    // and the worker's name is its own.
+    if let Some(dir) = &cgroup {
+        refused(&c, "to-cgroup", SPECIAL);
+        assert!(!dir.0.exists(), "{} was made", dir.0.display());
+    }
+    // The planted links are passed over, not written through: the output arrives as a regular
+    // file and the worker's name is its own.
     c.wait_succeeded("planted");
     assert_eq!(comm(), name, "the worker wrote its own /proc/self/comm");
     let meta = std::fs::symlink_metadata(&planted).unwrap();
@@ -275,6 +292,51 @@ fn outputs_are_refused(how: As) {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
     let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the victim's mode changed");
+    c.wait_succeeded("setuid");
+    let meta = std::fs::metadata(open.join("setuid")).unwrap();
+    assert_eq!(
+        meta.mode() & 0o7777,
+        0o755,
+        "{how:?}: mode {:o}",
+        meta.mode()
+    );
+    if how == As::TaskUser {
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (65534, 65534),
+            "not the task user's"
+        );
+    }
+}
+
+/// A shell command that plants a link to `to` at the first 20 temporary names of the output
+/// `name` in `dir`, then writes that output.
+fn plant(to: &str, dir: &std::path::Path, name: &str) -> String {
+    format!(
+        "for n in $(seq 0 19); do ln -s {to} {}/.{name}.diffuse-tmp-$PPID-$n; done && \
+         echo pwned > {{outputs[0]}}",
+        dir.display()
+    )
+}
+
+/// The mount point of a cgroup or cgroup2 file system, if one is mounted.
+fn cgroup_mount() -> Option<PathBuf> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    table.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let fs = right.split(' ').next()?;
+        let at = left.split(' ').nth(4)?;
+        (fs == "cgroup" || fs == "cgroup2").then(|| PathBuf::from(at))
+    })
+}
+
+/// A cgroup directory no test should make, removed when dropped if it was made after all.
+struct CgroupDir(PathBuf);
+
+impl Drop for CgroupDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 #[test]
@@ -289,6 +351,125 @@ fn special_file_outputs_are_refused_with_a_task_user_and_for_a_worker_of_another
     }
     outputs_are_refused(As::TaskUser);
     outputs_are_refused(As::Nobody);
+}
+
+// ----- s3:// outputs -----
+
+/// Start `python3 -m moto.server` (an S3 server) on a free port and wait until it answers, as
+/// tests/live.rs does; without moto the test fails with how to install it.
+fn moto_server(dir: &std::path::Path) -> (Proc, u16) {
+    let check = Command::new("python3")
+        .args(["-c", "import moto, moto.server"])
+        .output();
+    match check {
+        Ok(o) if o.status.success() => {}
+        _ => panic!("moto is not installed; run `python3 -m pip install 'moto[server]'`"),
+    }
+    let client = http();
+    for attempt in 0..5 {
+        let port = free_port();
+        let mut cmd = Command::new("python3");
+        cmd.args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ]);
+        let mut p = Proc::spawn("moto", &mut cmd, dir.join(format!("moto{attempt}.log")));
+        let start = std::time::Instant::now();
+        while p.exited().is_none() {
+            let url = format!("http://127.0.0.1:{port}/");
+            if client.get(url).send().is_ok() {
+                return (p, port);
+            }
+            assert!(start.elapsed() < DEADLINE, "moto did not answer");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        p.dump();
+    }
+    panic!("moto could not start (see its logs above)");
+}
+
+/// An S3 output is a task's captured stdout, uploaded by the worker from its log file. A task
+/// of the worker's user can replace that file (found through the log directory) once it exists:
+/// with a link to the worker's environment, to /dev/null, or with a FIFO. Each is refused and
+/// nothing is uploaded; ordinary output, small or in parts, arrives whole.
+#[test]
+fn s3_outputs_are_refused_from_special_files_and_streamed_from_ordinary_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (moto, port) = moto_server(dir.path());
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let client = http();
+    let r = client.put(format!("{endpoint}/out")).send().unwrap();
+    assert!(r.status().is_success(), "create bucket: {}", r.status());
+    let mut c = Cluster::start(&[
+        ("DIFFUSE_METRICS_TOKEN", "metrics-secret-456"),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", &endpoint),
+        ("AWS_ALLOW_HTTP", "true"),
+    ]);
+    c.extra.push(moto);
+    c.worker("A", 4, "10MB");
+    c.wait_workers(1);
+    let logs = c.path("wA/logs");
+    let task =
+        |id: &str, cmd: String| json!({"id": id, "cmd": cmd, "stdout": format!("s3://out/{id}")});
+    // Once the worker has made the log file of this task's stdout, `then` replaces it ($f).
+    let replace = |id: &str, then: &str| {
+        let glob = format!("{}/{id}.*.stdout", logs.display());
+        task(
+            id,
+            format!(
+                "echo x; until ls {glob} >/dev/null 2>&1; do sleep 0.05; done; \
+                 for f in {glob}; do {then}; done"
+            ),
+        )
+    };
+    // Larger than one request's worth (8 MiB): uploaded in parts, streamed from the file.
+    let n = 12_000_000;
+    let large: Vec<u8> = b"0123456789abcdef\n"
+        .iter()
+        .copied()
+        .cycle()
+        .take(n)
+        .collect();
+    c.submit(&[
+        replace("environ", "ln -sf /proc/self/environ $f"),
+        replace("null", "ln -sf /dev/null $f"),
+        // Reading a FIFO would wait for a writer for ever.
+        replace("fifo", "rm -f $f && mkfifo $f"),
+        task("small", "printf 'small output'".into()),
+        task("large", format!("yes 0123456789abcdef | head -c {n}")),
+    ]);
+    refused(&c, "environ", SPECIAL);
+    refused(&c, "null", SPECIAL);
+    let t = c.wait_done("fifo");
+    assert_eq!(t["state"], "failed", "{t}");
+    assert!(t.to_string().contains("not a regular file"), "{t}");
+    // Anonymous reads: 404 for a missing object, 403 for one that exists (private).
+    for id in ["environ", "null", "fifo"] {
+        let r = client.get(format!("{endpoint}/out/{id}")).send().unwrap();
+        assert_eq!(r.status(), 404, "{id} was uploaded");
+    }
+    // Read back by the worker, with its credentials; the large one is larger than the worker's
+    // cache, so it is read uncached into the task's directory.
+    for (id, want) in [("small", &b"small output"[..]), ("large", &large)] {
+        c.wait_succeeded(id);
+        let back = format!("{id}-back");
+        c.submit(&[cat_task(&back, &format!("s3://out/{id}"))]);
+        let (_, r) = c.wait_succeeded(&back);
+        let got = std::fs::read(r["stdout"].as_str().unwrap()).unwrap();
+        assert!(
+            got == want,
+            "{id}: {} bytes, wanted {}",
+            got.len(),
+            want.len()
+        );
+    }
 }
 
 // ----- no worker started by diffuse holds the client or metrics token -----

@@ -17,7 +17,7 @@
 //! [`super::special`]) is read for a task or written for it, decided on the opened file. A path
 //! is resolved first without opening the file (`O_PATH`, never through a `/proc` magic link), so
 //! a device or a FIFO is never opened; the file is then opened through that descriptor. A task's
-//! output is copied by [`write_output`], through a temporary file created new.
+//! output is copied by [`super::output::write_output`], through a temporary file created new.
 
 use super::{SourceInfo, StorageError};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
@@ -152,9 +152,10 @@ impl FileAccess {
     }
 
     /// With a task user: `src` (a task's output) must be a regular file, not a symbolic link,
-    /// and the path of `uri` (its destination) writable by that user: the file if it exists,
-    /// else the nearest existing directory above it, with search permission on every directory
-    /// above that. Without a task user every output is allowed.
+    /// and, for a `file://` `uri`, its path (the destination) writable by that user: the file if
+    /// it exists, else the nearest existing directory above it, with search permission on every
+    /// directory above that. Without a task user every output is allowed here (the source is
+    /// still checked when it is copied: [`open_output_source`]).
     pub fn check_output(&self, uri: &str, src: &Path) -> Result<(), StorageError> {
         let Some((uid, gid, name)) = &self.reader else {
             return Ok(());
@@ -168,8 +169,10 @@ impl FileAccess {
             Ok(_) => return Err(refused("the task's output is not a regular file".into())),
             Err(e) => return Err(refused(format!("the task's output: {e}"))),
         }
-        let dest =
-            crate::uri::file_path(uri).ok_or_else(|| StorageError::Unsupported(uri.to_string()))?;
+        // An `s3://` destination is the worker's credentials' business, not a path.
+        let Some(dest) = crate::uri::file_path(uri) else {
+            return Ok(());
+        };
         let mut target = dest.as_path();
         while std::fs::symlink_metadata(target).is_err() {
             match target.parent() {
@@ -191,6 +194,11 @@ impl FileAccess {
             )));
         }
         Ok(())
+    }
+
+    /// The task user's (uid, gid), if tasks run as one: outputs are given to that user.
+    pub fn task_user(&self) -> Option<(u32, u32)> {
+        self.reader.as_ref().map(|(uid, gid, _)| (*uid, *gid))
     }
 
     /// Size and version of the file of `uri`.
@@ -256,7 +264,7 @@ fn with_cloexec(flags: OFlags) -> OFlags {
 /// Open the absolute `path` with `flags`, following symbolic links but not `/proc`'s magic links
 /// (`/proc/<pid>/root`, `/cwd`, `/exe`, `/fd/N`: they would lead anywhere the worker's own
 /// descriptors lead). Without `openat2` (Linux before 5.6) magic links are followed.
-fn resolve(path: &Path, flags: OFlags) -> std::io::Result<std::fs::File> {
+pub(super) fn resolve(path: &Path, flags: OFlags) -> std::io::Result<std::fs::File> {
     let flags = with_cloexec(flags);
     match rustix::fs::openat2(
         rustix::fs::CWD,
@@ -275,7 +283,7 @@ fn resolve(path: &Path, flags: OFlags) -> std::io::Result<std::fs::File> {
 
 /// Why a file is not read or written for a task.
 #[derive(Debug)]
-enum Denied {
+pub(super) enum Denied {
     /// Outside every input root (the roots, as given).
     Outside(String),
     /// On this special file system.
@@ -290,7 +298,7 @@ enum Denied {
 
 impl Denied {
     /// The error for `uri`; `what` names the file in messages ("the file", "the task's output").
-    fn error(self, uri: &str, what: &str) -> StorageError {
+    pub(super) fn error(self, uri: &str, what: &str) -> StorageError {
         let refused = |why: String| StorageError::Refused {
             uri: uri.to_string(),
             why,
@@ -380,49 +388,12 @@ fn open_checked(path: &Path) -> Result<std::fs::File, Denied> {
     })
 }
 
-/// Copy a task's output `src` to the `file://` destination `dest` (of `uri`): through a
-/// temporary name beside it, renamed over it at the end, so readers never see a partial output.
-/// Neither the source nor the destination may be on a special file system; the temporary file
-/// is created new (`O_EXCL`), so a link a task planted at its name is removed, never written
-/// through.
-pub fn write_output(uri: &str, src: &Path, dest: &Path) -> Result<(), StorageError> {
-    let io = |e: std::io::Error| StorageError::Other {
-        uri: uri.to_string(),
-        message: e.to_string(),
-    };
-    let mut input = open_checked(src).map_err(|d| d.error(uri, "the task's output"))?;
-    let dir = dest.parent().unwrap_or(Path::new("/"));
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let dir_handle = resolve(dir, OFlags::PATH | OFlags::DIRECTORY)
-        .map_err(|e| Denied::Io(e).error(uri, "the destination"))?;
-    if let Some(fs) = super::special::special_fs(&dir_handle).map_err(io)? {
-        return Err(Denied::Special(fs).error(uri, "the destination"));
-    }
-    let tmp = dest.with_extension(format!("diffuse-tmp-{}", std::process::id()));
-    match std::fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(e)),
-    }
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(io)?;
-    let written = (|| {
-        if let Some(fs) = super::special::special_fs(&out).map_err(io)? {
-            return Err(Denied::Special(fs).error(uri, "the destination"));
-        }
-        std::io::copy(&mut input, &mut out).map_err(io)?;
-        let mode = input.metadata().map_err(io)?.permissions();
-        out.set_permissions(mode).map_err(io)?;
-        drop(out);
-        std::fs::rename(&tmp, dest).map_err(io)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+/// Open the task's output `src` (for `uri`, of any scheme) to copy or upload it: a regular file
+/// on an ordinary file system, never a device, a FIFO or a file of `/proc` or `/sys` (a symbolic
+/// link to `/proc/self/environ` would upload the worker's environment, one to `/dev/zero` would
+/// never end).
+pub(crate) fn open_output_source(uri: &str, src: &Path) -> Result<std::fs::File, StorageError> {
+    open_checked(src).map_err(|d| d.error(uri, "the task's output"))
 }
 
 /// Size and version of an opened file: `size:inode-mtime-size` (hex; mtime in microseconds),
@@ -605,33 +576,19 @@ mod tests {
     }
 
     #[test]
-    fn outputs_never_come_from_or_go_to_special_files_nor_through_a_planted_link() {
+    fn with_a_task_user_an_s3_output_is_checked_for_its_source_only() {
         let d = tempfile::tempdir().unwrap();
-        let src = d.path().join("src");
-        std::fs::write(&src, b"result").unwrap();
-        let leak = d.path().join("leak");
-        std::os::unix::fs::symlink("/proc/self/environ", &leak).unwrap();
-        let out = d.path().join("out/o.txt");
-        let why = |r: Result<(), StorageError>| match r {
-            Err(StorageError::Refused { why, .. }) => why,
+        let src = d.path().join("o");
+        std::fs::write(&src, b"x").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&src, &link).unwrap();
+        let a = FileAccess::confined(&[], Some((65534, 65534, "nobody".into()))).unwrap();
+        assert_eq!(a.task_user(), Some((65534, 65534)));
+        a.check_output("s3://bucket/key", &src).unwrap();
+        match a.check_output("s3://bucket/key", &link) {
+            Err(StorageError::Refused { why, .. }) => assert!(why.contains("not a regular file")),
             other => panic!("{other:?}"),
-        };
-        assert!(why(write_output("u", &leak, &out)).contains("the task's output is on procfs"));
-        assert!(!out.exists());
-        for dest in ["/proc/self/comm", "/sys/kernel/diffuse-out"] {
-            let got = why(write_output("u", &src, Path::new(dest)));
-            assert!(got.contains("the destination is on"), "{dest}: {got}");
         }
-        // A link at the temporary name is replaced, not written through.
-        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-        let victim = d.path().join("victim");
-        std::fs::write(&victim, b"untouched").unwrap();
-        let tmp = out.with_extension(format!("diffuse-tmp-{}", std::process::id()));
-        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
-        write_output("u", &src, &out).unwrap();
-        assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
-        assert_eq!(std::fs::read(&out).unwrap(), b"result");
-        assert!(!tmp.exists());
     }
 
     #[test]

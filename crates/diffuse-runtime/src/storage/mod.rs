@@ -10,6 +10,7 @@
 
 pub mod file;
 pub mod http;
+pub mod output;
 pub mod special;
 pub mod throttle;
 
@@ -78,7 +79,10 @@ pub struct Download {
     pub sha256: String,
 }
 
-/// Write a stream of chunks to `dest`, hashing as it goes. Receiving runs on the async task;
+/// Write a stream of chunks to `dest`, hashing as it goes. `dest` is created new (`O_CREAT |
+/// O_EXCL`): an existing file or symbolic link there is an error, never written through (an
+/// input read uncached goes to `inputs/<i>/<name>`, in a directory the task user owns, where
+/// another task of that user could have planted a link to `/etc/cron.d/x`). Receiving runs on the async task;
 /// writing and hashing each run on their own blocking thread, fed the same reference-counted
 /// chunks through bounded channels, so the three overlap on separate cores (hashing a large
 /// object costs about as much CPU as writing it; done in series they halved the throughput of
@@ -90,6 +94,7 @@ pub async fn write_hashed<E: std::fmt::Display>(
 ) -> Result<(u64, String), StorageError> {
     use sha2::Digest;
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let other = |m: String| StorageError::Other {
         uri: uri.to_string(),
         message: m,
@@ -100,7 +105,12 @@ pub async fn write_hashed<E: std::fmt::Display>(
     // Chunks of at least the buffer's size are written straight through; small ones (the
     // file backend streams 8 KiB chunks) are coalesced.
     let writer = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
-        let mut file = std::io::BufWriter::with_capacity(256 << 10, std::fs::File::create(&path)?);
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)?;
+        let mut file = std::io::BufWriter::with_capacity(256 << 10, created);
         let mut written = 0u64;
         while let Some(chunk) = write_rx.blocking_recv() {
             file.write_all(&chunk)?;
@@ -139,6 +149,13 @@ pub async fn write_hashed<E: std::fmt::Display>(
         return Err(other(e));
     }
     let written = written.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            // Not ours: left as it is.
+            return other(format!(
+                "{} already exists (not written through, nor replaced)",
+                dest.display()
+            ));
+        }
         let _ = std::fs::remove_file(dest);
         if e.kind() == std::io::ErrorKind::StorageFull {
             StorageError::NoSpace(uri.to_string())
@@ -382,20 +399,90 @@ impl Storage {
                 let dest =
                     crate::uri::file_path(uri).ok_or(StorageError::Unsupported(uri.to_string()))?;
                 let (owned, src) = (uri.to_string(), src.to_path_buf());
-                tokio::task::spawn_blocking(move || file::write_output(&owned, &src, &dest))
-                    .await
-                    .map_err(|e| io(std::io::Error::other(e)))?
+                let owner = self.files.task_user();
+                tokio::task::spawn_blocking(move || {
+                    output::write_output(&owned, &src, &dest, owner)
+                })
+                .await
+                .map_err(|e| io(std::io::Error::other(e)))?
             }
             Some(Scheme::S3) => {
+                // The same checked open as for a `file://` output, before anything is sent.
+                let (owned, src) = (uri.to_string(), src.to_path_buf());
+                let file =
+                    tokio::task::spawn_blocking(move || file::open_output_source(&owned, &src))
+                        .await
+                        .map_err(|e| io(std::io::Error::other(e)))??;
                 let (store, key) = self.bucket(uri)?;
-                let data = tokio::fs::read(src).await.map_err(io)?;
-                store
-                    .put(&key, data.into())
-                    .await
-                    .map_err(|e| Self::map_err(uri, e))?;
-                Ok(())
+                upload(uri, store.as_ref(), &key, file).await
             }
             _ => Err(StorageError::Unsupported(uri.to_string())),
+        }
+    }
+}
+
+/// Objects up to this size are uploaded in one request, read whole from the opened file;
+/// larger ones are streamed from it in parts of this size (S3's smallest part is 5 MiB).
+const PUT_PART: usize = 8 << 20;
+
+/// How many parts of a large upload are in flight at once (memory: this many [`PUT_PART`]s).
+const PUT_PARTS_IN_FLIGHT: usize = 2;
+
+/// Upload the opened regular file `file` to `key` of `store` (for `uri`): in one request if it
+/// is small, else as a multipart upload streamed from the file (aborted on error), so a large
+/// output is never held in memory whole.
+async fn upload(
+    uri: &str,
+    store: &dyn ObjectStore,
+    key: &StorePath,
+    file: std::fs::File,
+) -> Result<(), StorageError> {
+    use tokio::io::AsyncReadExt;
+    let io = |e: std::io::Error| StorageError::Other {
+        uri: uri.to_string(),
+        message: e.to_string(),
+    };
+    let size = file.metadata().map_err(io)?.len();
+    let mut file = tokio::fs::File::from_std(file);
+    if size <= PUT_PART as u64 {
+        let mut data = Vec::with_capacity(size as usize);
+        // A regular file: read to its end, never more than what it holds.
+        file.read_to_end(&mut data).await.map_err(io)?;
+        store
+            .put(key, data.into())
+            .await
+            .map_err(|e| Storage::map_err(uri, e))?;
+        return Ok(());
+    }
+    let parts = store
+        .put_multipart(key)
+        .await
+        .map_err(|e| Storage::map_err(uri, e))?;
+    let mut writer = object_store::WriteMultipart::new_with_chunk_size(parts, PUT_PART);
+    let mut buf = vec![0u8; 1 << 20];
+    let sent = async {
+        loop {
+            let n = file.read(&mut buf).await.map_err(io)?;
+            if n == 0 {
+                return Ok(());
+            }
+            writer
+                .wait_for_capacity(PUT_PARTS_IN_FLIGHT)
+                .await
+                .map_err(|e| Storage::map_err(uri, e))?;
+            writer.write(&buf[..n]);
+        }
+    }
+    .await;
+    match sent {
+        Ok(()) => writer
+            .finish()
+            .await
+            .map(drop)
+            .map_err(|e| Storage::map_err(uri, e)),
+        Err(e) => {
+            let _ = writer.abort().await;
+            Err(e)
         }
     }
 }
@@ -512,6 +599,7 @@ mod tests {
         let read = |uri: String| {
             let (s, out) = (&s, dir.path().join("o"));
             async move {
+                let _ = std::fs::remove_file(&out);
                 s.get_to_file(&crate::uri::canonical(&uri).unwrap(), &out)
                     .await
                     .unwrap();
@@ -540,6 +628,110 @@ mod tests {
         let d = Storage::default().get_to_file(&uri, &out).await.unwrap();
         assert_eq!(d.written, 6);
         assert_eq!(std::fs::read(&out).unwrap(), b"spaced");
+    }
+
+    #[tokio::test]
+    async fn an_input_is_never_written_through_a_link_or_over_a_file_already_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::write(&src, b"input bytes").unwrap();
+        let uri = format!("file://{}", src.display());
+        let victim = dir.path().join("cron-x");
+        std::fs::write(&victim, b"untouched").unwrap();
+        let planted = dir.path().join("planted");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("new-file"), &dangling).unwrap();
+        let s = Storage::default();
+        for dest in [&planted, &dangling, &victim] {
+            match s.get_to_file(&uri, dest).await {
+                Err(StorageError::Other { message, .. }) => {
+                    assert!(message.contains("already exists"), "{message}")
+                }
+                other => panic!("{}: {other:?}", dest.display()),
+            }
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
+        assert!(planted.is_symlink() && dangling.is_symlink());
+        assert!(!dir.path().join("new-file").exists());
+        let fresh = dir.path().join("fresh");
+        s.get_to_file(&uri, &fresh).await.unwrap();
+        assert_eq!(std::fs::read(&fresh).unwrap(), b"input bytes");
+    }
+
+    #[tokio::test]
+    async fn an_s3_output_is_refused_before_upload_when_its_source_is_special() {
+        use object_store::{ClientOptions, RetryConfig};
+        // A store nobody listens at: anything sent fails at once, unlike a refusal.
+        let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = unused.local_addr().unwrap().port();
+        drop(unused);
+        let store = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name("b")
+            .with_region("us-east-1")
+            .with_endpoint(format!("http://127.0.0.1:{port}"))
+            .with_access_key_id("testing")
+            .with_secret_access_key("testing")
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .with_client_options(
+                ClientOptions::new()
+                    .with_allow_http(true)
+                    .with_timeout(std::time::Duration::from_secs(5)),
+            )
+            .build()
+            .unwrap();
+        let s = Storage::default();
+        s.buckets
+            .lock()
+            .unwrap()
+            .insert("b".into(), Arc::new(store));
+        let dir = tempfile::tempdir().unwrap();
+        let link = |name: &str, to: &Path| {
+            let p = dir.path().join(name);
+            std::os::unix::fs::symlink(to, &p).unwrap();
+            p
+        };
+        let environ = link("environ", Path::new("/proc/self/environ"));
+        let null = link("null", Path::new("/dev/null"));
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        // Should the FIFO be opened for reading after all, a writer ends the wait.
+        let release = fifo.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            let _ = std::fs::write(release, b"");
+        });
+        for (src, why) in [
+            (&environ, "the task's output is on procfs"),
+            (&null, "the task's output is on devtmpfs"),
+            (&fifo, "the task's output is not a regular file"),
+        ] {
+            match s.put_file("s3://b/out", src).await {
+                Err(StorageError::Refused { why: got, .. })
+                | Err(StorageError::Other { message: got, .. })
+                    if got.contains(why) => {}
+                other => panic!("{}: {other:?}", src.display()),
+            }
+        }
+        // An ordinary file goes to the store (which is not there).
+        let ok = dir.path().join("ok");
+        std::fs::write(&ok, b"x").unwrap();
+        match s.put_file("s3://b/out", &ok).await {
+            Err(StorageError::Other { message, .. }) => {
+                assert!(message.contains("error sending request"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test]

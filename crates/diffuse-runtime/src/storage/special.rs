@@ -8,7 +8,8 @@
 //! links, `..` and bind mounts change nothing: `fstatfs(2)` gives the file system's magic
 //! number, refused when it is one of [`SPECIAL`] (procfs, sysfs, devpts, debugfs, tracefs,
 //! securityfs, cgroup and cgroup2, bpf, pstore, efivarfs, configfs, selinuxfs, smackfs, fusectl,
-//! binfmt_misc, mqueue, nsfs, hugetlbfs, and a few only reachable through `/proc`).
+//! binfmt_misc, mqueue, nsfs, resctrl, binderfs, hugetlbfs, and a few only reachable through
+//! `/proc`).
 //!
 //! **devtmpfs** (`/dev`) has no magic number of its own: it is tmpfs (ramfs without
 //! `CONFIG_TMPFS`), like `/dev/shm` and `/tmp`, which hold ordinary data. So for a file on tmpfs
@@ -20,8 +21,17 @@
 //! not. The mount table is read only for tmpfs and ramfs files, so other reads cost one
 //! `fstatfs` and nothing more. Without a readable mount table the fallback is the device of
 //! `/dev` itself, when `/dev` is a mount point (its device differs from that of `/`).
+//!
+//! The verdict for a tmpfs or ramfs is cached (`DevCache`), so inputs on `/tmp` or
+//! `/dev/shm` and outputs in a work directory on tmpfs do not read the mount table once per
+//! file. A mounted file system's type and mount point do not change while it stays mounted, so
+//! the verdict for its device cannot change either; but a device number is given to another
+//! file system once the first is unmounted (tmpfs devices are anonymous numbers, recycled), so
+//! the key is the device together with the mount's id (`statx(2)`'s `STATX_MNT_ID`, Linux 5.8;
+//! 0 before), and the cache is bounded: at `DEV_CACHE_MAX` entries it starts again empty.
 
 use std::os::fd::AsFd;
+use std::sync::Mutex;
 
 /// Magic numbers (`linux/magic.h`) of the file systems refused outright, with their names.
 pub const SPECIAL: &[(u32, &str)] = &[
@@ -43,6 +53,8 @@ pub const SPECIAL: &[(u32, &str)] = &[
     (0x4249_4e4d, "binfmt_misc"),
     (0x1980_0202, "mqueue"),
     (0x6e73_6673, "nsfs"),
+    (0x0765_5821, "resctrl"),
+    (0x6c6f_6f70, "binderfs"),
     (0x9584_58f6, "hugetlbfs"),
     (0x6759_6969, "rpc_pipefs"),
     (0x6e66_7364, "nfsd"),
@@ -66,13 +78,78 @@ pub fn special_fs(fd: impl AsFd) -> std::io::Result<Option<&'static str>> {
         return Ok(Some(name));
     }
     if magic == TMPFS_MAGIC || magic == RAMFS_MAGIC {
-        let dev = rustix::fs::fstat(&fd)?.st_dev;
-        if is_dev_mount(dev) {
+        let (dev, mount) = device_and_mount(&fd)?;
+        if DEV_CACHE.is_dev_mount(dev, mount, is_dev_mount) {
             return Ok(Some("devtmpfs"));
         }
     }
     Ok(None)
 }
+
+/// The device (`st_dev`) of the opened `fd` and the id of the mount it was reached through
+/// (0 when the kernel does not say: before Linux 5.8, or without `statx`).
+fn device_and_mount(fd: impl AsFd) -> std::io::Result<(u64, u64)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    match rustix::fs::statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID) {
+        Ok(st) => {
+            let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
+            let mount = if StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::MNT_ID) {
+                st.stx_mnt_id
+            } else {
+                0
+            };
+            Ok((dev, mount))
+        }
+        Err(rustix::io::Errno::NOSYS) => Ok((rustix::fs::fstat(&fd)?.st_dev, 0)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// How many (device, mount) verdicts [`DEV_CACHE`] keeps before it starts again empty: far more
+/// than the tmpfs mounts of a host, and a few kilobytes at most.
+const DEV_CACHE_MAX: usize = 256;
+
+/// Whether each tmpfs or ramfs (by device and mount id) is `/dev`, as read from the mount table.
+struct DevCache {
+    verdicts: Mutex<rustc_hash::FxHashMap<(u64, u64), bool>>,
+}
+
+impl DevCache {
+    /// An empty cache.
+    const fn new() -> DevCache {
+        DevCache {
+            verdicts: Mutex::new(rustc_hash::FxHashMap::with_hasher(
+                rustc_hash::FxBuildHasher,
+            )),
+        }
+    }
+
+    /// The verdict for `dev` reached through `mount`: cached, or `lookup(dev)` (which reads the
+    /// mount table) the first time, then cached.
+    fn is_dev_mount(&self, dev: u64, mount: u64, lookup: impl FnOnce(u64) -> bool) -> bool {
+        let key = (dev, mount);
+        if let Some(v) = self.verdicts.lock().expect("dev cache lock").get(&key) {
+            return *v;
+        }
+        // Looked up outside the lock: two threads may both read the table, and agree.
+        let verdict = lookup(dev);
+        let mut verdicts = self.verdicts.lock().expect("dev cache lock");
+        if verdicts.len() >= DEV_CACHE_MAX {
+            verdicts.clear();
+        }
+        verdicts.insert(key, verdict);
+        verdict
+    }
+
+    /// How many verdicts are cached.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.verdicts.lock().expect("dev cache lock").len()
+    }
+}
+
+/// The process's verdicts.
+static DEV_CACHE: DevCache = DevCache::new();
 
 /// Whether the device `dev` is a devtmpfs or the file system mounted at `/dev`.
 fn is_dev_mount(dev: u64) -> bool {
@@ -141,6 +218,36 @@ mod tests {
             // A tmpfs of its own under /dev: ordinary data.
             let f = tempfile::NamedTempFile::new_in("/dev/shm").unwrap();
             assert_eq!(special_fs(f.as_file()).unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn the_mount_table_is_read_once_per_device_and_the_cache_is_bounded() {
+        let cache = DevCache::new();
+        let reads = std::cell::Cell::new(0);
+        let lookup = |dev: u64| {
+            reads.set(reads.get() + 1);
+            dev == 6
+        };
+        for _ in 0..3 {
+            assert!(cache.is_dev_mount(6, 30, lookup));
+            assert!(!cache.is_dev_mount(7, 31, lookup));
+        }
+        assert_eq!(reads.get(), 2, "one read of the table per device");
+        // The same device through another mount (a recycled number) is looked up again.
+        assert!(!cache.is_dev_mount(6, 99, |_| false));
+        for dev in 100..100 + 2 * DEV_CACHE_MAX as u64 {
+            cache.is_dev_mount(dev, 1, |_| false);
+            assert!(cache.len() <= DEV_CACHE_MAX);
+        }
+        // The real table: /dev/shm and a tmpfs file in /dev stay what they are when cached.
+        if std::path::Path::new("/dev/shm").is_dir() {
+            for _ in 0..2 {
+                let f = tempfile::NamedTempFile::new_in("/dev/shm").unwrap();
+                assert_eq!(special_fs(f.as_file()).unwrap(), None);
+                let null = std::fs::File::open("/dev/null").unwrap();
+                assert_eq!(special_fs(null).unwrap(), Some("devtmpfs"));
+            }
         }
     }
 
