@@ -612,13 +612,14 @@ impl Pool {
                         return;
                     }
                 };
-                let own = |requests: &BTreeMap<String, Request>| -> BTreeMap<String, Option<String>> {
-                    requests
-                        .iter()
-                        .filter(|(_, r)| r.state != RequestState::Gone)
-                        .map(|(n, r)| (n.clone(), r.job.clone()))
-                        .collect()
-                };
+                let own =
+                    |requests: &BTreeMap<String, Request>| -> BTreeMap<String, Option<String>> {
+                        requests
+                            .iter()
+                            .filter(|(_, r)| r.state != RequestState::Gone)
+                            .map(|(n, r)| (n.clone(), r.job.clone()))
+                            .collect()
+                    };
                 let (room, whose) = if self.adopted {
                     let room = self
                         .wanted
@@ -631,8 +632,10 @@ impl Pool {
                 };
                 let extras = reconcile::reconcile(&own(&self.requests), &jobs, room);
                 self.carry_out(extras, whose).await;
-                self.cancelled
-                    .retain(|id| jobs.iter().any(|j| j.id == *id && !matches!(j.state, RmState::Ended(_))));
+                self.cancelled.retain(|id| {
+                    jobs.iter()
+                        .any(|j| j.id == *id && !matches!(j.state, RmState::Ended(_)))
+                });
                 // Built again: a job adopted just now is a request's own from here on.
                 reconcile::own_states(&own(&self.requests), &jobs)
                     .into_iter()

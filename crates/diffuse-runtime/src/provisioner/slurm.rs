@@ -197,7 +197,15 @@ impl Slurm {
     /// reconciliation cancels the others).
     async fn find(&self, request: &str) -> Result<Option<String>, String> {
         let out = Call::new("squeue")
-            .args(["--noheader", "--user", &user(), "--name", request, "--format", "%i"])
+            .args([
+                "--noheader",
+                "--user",
+                &user(),
+                "--name",
+                request,
+                "--format",
+                "%i",
+            ])
             .once(self.policy.timeout)
             .await?;
         Ok(out
@@ -345,7 +353,10 @@ mod tests {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         assert_eq!(ids, ["7", "12"]);
         assert_eq!(jobs[0].state, RmState::Running);
-        assert_eq!(jobs[1].state, RmState::Ended("Slurm job 12 CANCELLED".into()));
+        assert_eq!(
+            jobs[1].state,
+            RmState::Ended("Slurm job 12 CANCELLED".into())
+        );
     }
 
     #[test]
