@@ -24,7 +24,7 @@
 //! | [`process`] | the task's process group, its environment and user |
 //! | [`guard`] | the worker's parent process, which kills what its tasks left if it dies |
 //! | [`cgroup`] | memory limits: a memory cgroup per task where the worker may make one |
-//! | `output` | captured stdout and stderr: files, the cap, the tail kept for a failure |
+//! | `output` | captured stdout and stderr: files, the cap, the tail kept for a failure, pruning |
 //! | `stage` | inputs: local hits, single-flight fetches from peers or storage |
 //! | `multi` | multi-source fetch: a large object read in chunks from several peers at once |
 //! | `relay` | chunk-level relay: the chunks of an object still being read, served onward |
@@ -385,7 +385,7 @@ pub async fn run(mut cfg: WorkerConfig) -> anyhow::Result<()> {
         .route("/v1/cache/{key}", axum::routing::get(peer::serve_object))
         .route("/v1/logs/{name}", axum::routing::get(peer::serve_log))
         .with_state(ctx.clone());
-    tokio::spawn(prune_logs(logs, cfg.log_retention, cfg.log_max));
+    tokio::spawn(output::prune_logs(logs, cfg.log_retention, cfg.log_max));
     let (stop_peer, peer_stopped) = tokio::sync::oneshot::channel::<()>();
     let peer_limits = crate::server::Limits {
         nodelay: true,
@@ -611,43 +611,6 @@ impl Signals {
             () = leave => tracing::info!("the batch job's time limit is near: leaving"),
         }
     }
-}
-
-/// Every hour (and at start): delete captured output older than `retention`, then the oldest
-/// files until the directory holds at most `max` bytes.
-async fn prune_logs(dir: PathBuf, retention: Duration, max: u64) {
-    loop {
-        let d = dir.clone();
-        let _ = tokio::task::spawn_blocking(move || prune_once(&d, retention, max)).await;
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-    }
-}
-
-/// One pruning pass of [`prune_logs`]; returns the files deleted.
-pub fn prune_once(dir: &std::path::Path, retention: Duration, max: u64) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let now = SystemTime::now();
-    let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
-        .flatten()
-        .filter_map(|e| {
-            let m = e.metadata().ok()?;
-            m.is_file()
-                .then(|| (m.modified().unwrap_or(now), m.len(), e.path()))
-        })
-        .collect();
-    files.sort();
-    let mut total: u64 = files.iter().map(|f| f.1).sum();
-    let mut deleted = 0;
-    for (modified, len, path) in files {
-        let old = now.duration_since(modified).unwrap_or_default() > retention;
-        if (old || total > max) && std::fs::remove_file(&path).is_ok() {
-            total -= len;
-            deleted += 1;
-        }
-    }
-    deleted
 }
 
 /// Look up each URI's size and version, concurrently, each within `timeout`.

@@ -1,6 +1,7 @@
 //! A task's stdout and stderr: copied from its pipes to log files, each file created at its first
 //! byte, kept up to a cap (the rest counted, not kept, and the cut marked at the end of the
-//! file), with the last [`TAIL`] bytes remembered to explain a failure.
+//! file), with the last [`TAIL`] bytes remembered to explain a failure; and the log directory
+//! pruned by age and size ([`prune_logs`]).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -107,6 +108,43 @@ pub async fn capture(
     }
     c.tail = tail.into();
     Ok(c)
+}
+
+/// Every hour (and at start): delete captured output older than `retention`, then the oldest
+/// files until the directory holds at most `max` bytes.
+pub(super) async fn prune_logs(dir: std::path::PathBuf, retention: std::time::Duration, max: u64) {
+    loop {
+        let d = dir.clone();
+        let _ = tokio::task::spawn_blocking(move || prune_once(&d, retention, max)).await;
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+    }
+}
+
+/// One pruning pass of [`prune_logs`]; returns the files deleted.
+pub fn prune_once(dir: &std::path::Path, retention: std::time::Duration, max: u64) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let now = std::time::SystemTime::now();
+    let mut files: Vec<(std::time::SystemTime, u64, std::path::PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            m.is_file()
+                .then(|| (m.modified().unwrap_or(now), m.len(), e.path()))
+        })
+        .collect();
+    files.sort();
+    let mut total: u64 = files.iter().map(|f| f.1).sum();
+    let mut deleted = 0;
+    for (modified, len, path) in files {
+        let old = now.duration_since(modified).unwrap_or_default() > retention;
+        if (old || total > max) && std::fs::remove_file(&path).is_ok() {
+            total -= len;
+            deleted += 1;
+        }
+    }
+    deleted
 }
 
 #[cfg(test)]
