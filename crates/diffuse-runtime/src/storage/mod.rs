@@ -80,9 +80,12 @@ pub struct Download {
 }
 
 /// Write a stream of chunks to `dest`, hashing as it goes. `dest` is created new (`O_CREAT |
-/// O_EXCL`): an existing file or symbolic link there is an error, never written through (an
-/// input read uncached goes to `inputs/<i>/<name>`, in a directory the task user owns, where
-/// another task of that user could have planted a link to `/etc/cron.d/x`). Receiving runs on the async task;
+/// O_EXCL | O_NOFOLLOW`), so a symbolic link there is never written through (an input read
+/// uncached goes to `inputs/<i>/<name>`, in a directory the task user owns, where another task
+/// of that user could have planted a link to `/etc/cron.d/x`). Whatever is already at `dest` (a
+/// planted link, or the cache's own `.part` file left by a transfer that failed) is unlinked
+/// first, which removes the entry and never touches what a link points to; if something is
+/// planted again between the two, the write fails. Receiving runs on the async task;
 /// writing and hashing each run on their own blocking thread, fed the same reference-counted
 /// chunks through bounded channels, so the three overlap on separate cores (hashing a large
 /// object costs about as much CPU as writing it; done in series they halved the throughput of
@@ -105,11 +108,20 @@ pub async fn write_hashed<E: std::fmt::Display>(
     // Chunks of at least the buffer's size are written straight through; small ones (the
     // file backend streams 8 KiB chunks) are coalesced.
     let writer = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
-        let created = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&path)?;
+        let create = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(&path)
+        };
+        let created = match create() {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(&path)?;
+                create()?
+            }
+            other => other?,
+        };
         let mut file = std::io::BufWriter::with_capacity(256 << 10, created);
         let mut written = 0u64;
         while let Some(chunk) = write_rx.blocking_recv() {
@@ -150,9 +162,9 @@ pub async fn write_hashed<E: std::fmt::Display>(
     }
     let written = written.map_err(|e| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {
-            // Not ours: left as it is.
+            // Planted again after it was unlinked: left as it is.
             return other(format!(
-                "{} already exists (not written through, nor replaced)",
+                "{} was created by someone else while it was being written (not written through)",
                 dest.display()
             ));
         }
@@ -631,7 +643,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_input_is_never_written_through_a_link_or_over_a_file_already_there() {
+    async fn an_input_is_never_written_through_a_link_and_replaces_what_is_there() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("src");
         std::fs::write(&src, b"input bytes").unwrap();
@@ -642,21 +654,17 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &planted).unwrap();
         let dangling = dir.path().join("dangling");
         std::os::unix::fs::symlink(dir.path().join("new-file"), &dangling).unwrap();
+        // The cache's temporary file of a transfer that failed, left behind.
+        let stale = dir.path().join("0.part");
+        std::fs::write(&stale, b"partial").unwrap();
         let s = Storage::default();
-        for dest in [&planted, &dangling, &victim] {
-            match s.get_to_file(&uri, dest).await {
-                Err(StorageError::Other { message, .. }) => {
-                    assert!(message.contains("already exists"), "{message}")
-                }
-                other => panic!("{}: {other:?}", dest.display()),
-            }
+        for dest in [&planted, &dangling, &stale] {
+            s.get_to_file(&uri, dest).await.unwrap();
+            assert!(!dest.is_symlink(), "{}", dest.display());
+            assert_eq!(std::fs::read(dest).unwrap(), b"input bytes");
         }
         assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
-        assert!(planted.is_symlink() && dangling.is_symlink());
         assert!(!dir.path().join("new-file").exists());
-        let fresh = dir.path().join("fresh");
-        s.get_to_file(&uri, &fresh).await.unwrap();
-        assert_eq!(std::fs::read(&fresh).unwrap(), b"input bytes");
     }
 
     #[tokio::test]
