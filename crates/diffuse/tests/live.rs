@@ -14,9 +14,8 @@ mod common;
 use common::cluster::*;
 use common::Output;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
 // ----- 1. local hits -----
 
@@ -213,57 +212,6 @@ fn changed_source_is_fetched_again() {
 }
 
 // ----- 4. S3 -----
-
-/// Start `python3 -m moto.server` on a free port and wait until it answers.
-fn moto_server(dir: &Path) -> (Proc, u16) {
-    let check = Command::new("python3")
-        .args(["-c", "import moto, moto.server"])
-        .output();
-    match check {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => panic!(
-            "moto is not installed ({}); run `python3 -m pip install 'moto[server]'`",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => panic!(
-            "cannot run python3 ({e}); install Python 3 and run `python3 -m pip install 'moto[server]'`"
-        ),
-    }
-    let client = http();
-    for attempt in 0..5 {
-        let port = free_port();
-        let mut cmd = Command::new("python3");
-        cmd.args([
-            "-m",
-            "moto.server",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ]);
-        let mut p = Proc::spawn("moto", &mut cmd, dir.join(format!("moto{attempt}.log")));
-        let start = Instant::now();
-        loop {
-            if p.exited().is_some() {
-                p.dump();
-                break;
-            }
-            if client
-                .get(format!("http://127.0.0.1:{port}/"))
-                .send()
-                .is_ok()
-            {
-                return (p, port);
-            }
-            if start.elapsed() > DEADLINE {
-                p.dump();
-                panic!("moto did not answer within {DEADLINE:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    panic!("moto could not start (see its logs above)");
-}
 
 #[test]
 fn s3_input_from_a_real_s3_server() {

@@ -355,43 +355,6 @@ fn special_file_outputs_are_refused_with_a_task_user_and_for_a_worker_of_another
 
 // ----- s3:// outputs -----
 
-/// Start `python3 -m moto.server` (an S3 server) on a free port and wait until it answers, as
-/// tests/live.rs does; without moto the test fails with how to install it.
-fn moto_server(dir: &std::path::Path) -> (Proc, u16) {
-    let check = Command::new("python3")
-        .args(["-c", "import moto, moto.server"])
-        .output();
-    match check {
-        Ok(o) if o.status.success() => {}
-        _ => panic!("moto is not installed; run `python3 -m pip install 'moto[server]'`"),
-    }
-    let client = http();
-    for attempt in 0..5 {
-        let port = free_port();
-        let mut cmd = Command::new("python3");
-        cmd.args([
-            "-m",
-            "moto.server",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ]);
-        let mut p = Proc::spawn("moto", &mut cmd, dir.join(format!("moto{attempt}.log")));
-        let start = std::time::Instant::now();
-        while p.exited().is_none() {
-            let url = format!("http://127.0.0.1:{port}/");
-            if client.get(url).send().is_ok() {
-                return (p, port);
-            }
-            assert!(start.elapsed() < DEADLINE, "moto did not answer");
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        p.dump();
-    }
-    panic!("moto could not start (see its logs above)");
-}
-
 /// An S3 output is a task's captured stdout, uploaded by the worker from its log file. A task
 /// of the worker's user can replace that file (found through the log directory) once it exists:
 /// with a link to the worker's environment, to /dev/null, or with a FIFO. Each is refused and
