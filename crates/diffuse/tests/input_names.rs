@@ -25,23 +25,9 @@ fn gzip_name(gz: &[u8]) -> String {
 
 /// `diffuse run` of `tasks` in `dir` (a local dispatcher and worker): its results.
 fn run(dir: &Path, tasks: &[Value], flags: &[&str]) -> Vec<Value> {
-    let file = dir.join("tasks.jsonl");
-    let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
-    std::fs::write(&file, text).unwrap();
-    let run_dir = dir.join("run");
-    let cache = dir.join("cache");
-    let mut args = vec![
-        "run",
-        file.to_str().unwrap(),
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-        "--cache-dir",
-        cache.to_str().unwrap(),
-    ];
-    args.extend_from_slice(flags);
-    let out = diffuse(&args, DEADLINE);
+    let (out, results) = run_in(dir, tasks, flags);
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    results(&run_dir)
+    results
 }
 
 #[track_caller]

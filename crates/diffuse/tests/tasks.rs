@@ -11,26 +11,7 @@ use std::time::{Duration, Instant};
 /// `diffuse run` of `tasks` in a fresh directory with `flags`: its output, results and directory.
 fn run(tasks: &[Value], flags: &[&str]) -> (common::Output, Vec<Value>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tasks.jsonl");
-    let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
-    std::fs::write(&file, text).unwrap();
-    let run_dir = dir.path().join("run");
-    let cache = dir.path().join("cache");
-    let mut args = vec![
-        "run",
-        file.to_str().unwrap(),
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-        "--cache-dir",
-        cache.to_str().unwrap(),
-    ];
-    args.extend_from_slice(flags);
-    let out = diffuse(&args, DEADLINE);
-    let results = if run_dir.join("results.jsonl").exists() {
-        results(&run_dir)
-    } else {
-        Vec::new()
-    };
+    let (out, results) = run_in(dir.path(), tasks, flags);
     (out, results, dir)
 }
 

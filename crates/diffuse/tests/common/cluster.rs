@@ -726,3 +726,29 @@ pub fn moto_server(dir: &Path) -> (Proc, u16) {
     }
     panic!("moto could not start (see its logs above)");
 }
+
+/// `diffuse run` of `tasks` (a task file written in `dir`) with `flags`, its run directory and
+/// caches under `dir`: its output, and its results (none if it wrote no results file).
+pub fn run_in(dir: &Path, tasks: &[Value], flags: &[&str]) -> (Output, Vec<Value>) {
+    let file = dir.join("tasks.jsonl");
+    let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    let run_dir = dir.join("run");
+    let cache = dir.join("cache");
+    let mut args = vec![
+        "run",
+        file.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
+    args.extend_from_slice(flags);
+    let out = diffuse(&args, DEADLINE);
+    let results = if run_dir.join("results.jsonl").exists() {
+        results(&run_dir)
+    } else {
+        Vec::new()
+    };
+    (out, results)
+}
