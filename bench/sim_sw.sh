@@ -2,16 +2,22 @@
 # Wall time and peak memory of the full SW workload (2,000,000 tasks, GCC, dynamic provisioning)
 # in release mode. Prints the simulator's own summary line and the process's peak RSS.
 # Usage: bench/sim_sw.sh [extra diffuse sim flags]
+# DIFFUSE_BIN=path runs another build (e.g. an older commit's, to compare side by side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -p diffuse >/dev/null 2>&1
+if [ -n "${DIFFUSE_BIN:-}" ]; then
+    bin=$DIFFUSE_BIN
+else
+    cargo build --release --locked -p diffuse >/dev/null 2>&1
+    bin=./target/release/diffuse
+fi
 out=$(mktemp)
 start=$(date +%s.%N)
 if command -v /usr/bin/time >/dev/null; then
-    /usr/bin/time -v ./target/release/diffuse sim sw --provisioning dynamic --json "$@" >"$out.json" 2>"$out.time"
+    /usr/bin/time -v "$bin" sim sw --provisioning dynamic --json "$@" >"$out.json" 2>"$out.time"
     rss_kb=$(awk -F: '/Maximum resident set size/ {gsub(/ /,"",$2); print $2}' "$out.time")
 else
-    ./target/release/diffuse sim sw --provisioning dynamic --json "$@" >"$out.json"
+    "$bin" sim sw --provisioning dynamic --json "$@" >"$out.json"
     rss_kb="unknown (install GNU time: apt-get install time)"
 fi
 end=$(date +%s.%N)
