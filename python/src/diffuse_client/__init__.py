@@ -24,8 +24,9 @@ from .client import (
     WaitTimeout,
     to_uri,
 )
-from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError, TaskFailed
-from .executor import DiffuseExecutor, TaskFuture, TaskResult
+from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError
+from .executor import DiffuseExecutor, TaskFuture
+from .result import TaskFailed, TaskResult
 
 __version__ = "0.1.0"
 

@@ -10,65 +10,16 @@ import time
 import uuid
 from concurrent.futures import Executor, Future, InvalidStateError
 from concurrent.futures import ThreadPoolExecutor as _Pool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .client import ENDED_STATES, Client, Task, TaskInfo
-from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError, TaskFailed
+from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError
+from .result import TaskFailed, TaskResult
 
 log = logging.getLogger(__name__)
 
 CmdSpec = Union[str, Sequence[str], Callable[..., Any]]
-
-
-@dataclass
-class TaskResult:
-    """What a task ended with.
-
-    ``stdout`` is its captured standard output, fetched through the dispatcher
-    (``GET /v1/tasks/{id}/logs``) when it succeeded and printed something: ``''`` when it printed
-    nothing, ``None`` when it was not fetched (``fetch_stdout=False``, a failed task) or could not
-    be (``stdout_error`` says why: e.g. its worker is gone). ``report`` is the worker's report
-    (timings, ``traffic`` by source, ``stderr_tail``...; see :class:`diffuse_client.Outcome`).
-    """
-
-    task_id: str
-    state: str
-    exit_code: Optional[int]
-    stdout: Optional[str]
-    report: Dict[str, Any]
-    node: Optional[str] = None
-    error: Optional[str] = None
-    attempt: int = 0
-    stdout_error: Optional[str] = None
-    info: Optional[TaskInfo] = field(default=None, repr=False)
-
-    @classmethod
-    def from_info(cls, info: TaskInfo, stdout: Optional[str] = None) -> "TaskResult":
-        """The result of an ended task's view."""
-        oc = info.outcome
-        return cls(
-            task_id=info.id,
-            state=info.state,
-            exit_code=oc.exit_code if oc else None,
-            stdout=stdout,
-            report=dict(oc.report) if oc else {},
-            node=(oc.node if oc else None) or info.node,
-            error=oc.error if oc else None,
-            attempt=oc.attempt if oc else info.attempt,
-            info=info,
-        )
-
-    @property
-    def ok(self) -> bool:
-        """Whether the task succeeded."""
-        return self.state == "succeeded"
-
-    @property
-    def stderr_tail(self) -> str:
-        """The last 4 KiB of stderr from the worker's report of a failed attempt ('' if none)."""
-        t = self.report.get("stderr_tail")
-        return t if isinstance(t, str) else ""
 
 
 class TaskFuture(Future[TaskResult]):

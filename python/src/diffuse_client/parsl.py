@@ -48,8 +48,9 @@ from parsl.serialize import deserialize, serialize
 from parsl.utils import RepresentationMixin, get_std_fname_mode
 
 from .client import Client, Task
-from .errors import DiffuseError, TaskFailed
+from .errors import DiffuseError
 from .executor import DiffuseExecutor, TaskFuture
+from .result import TaskFailed
 
 logger = logging.getLogger(__name__)
 
