@@ -19,7 +19,8 @@
 //! a device or a FIFO is never opened; the file is then opened through that descriptor. A task's
 //! output is copied by [`super::output::write_output`], through a temporary file created new.
 
-use super::{SourceInfo, StorageError};
+use super::download::SourceInfo;
+use super::error::StorageError;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,8 @@
 //! (sent as basic authentication). The version is the size with the ETag, or with the
 //! Last-Modified date when the server sends no ETag.
 
-use super::{write_hashed, Download, SourceInfo, StorageError};
+use super::download::{write_hashed, Download, SourceInfo};
+use super::error::StorageError;
 use reqwest::header::{HeaderMap, CONTENT_LENGTH, ETAG, LAST_MODIFIED};
 use reqwest::StatusCode;
 use std::path::Path;

@@ -18,8 +18,8 @@
 //!   a root worker must not make a setuid copy of what a task left. With a task user the copy is
 //!   given to that user (`fchown`) before it is renamed into place.
 
+use super::error::StorageError;
 use super::file::{open_output_source, resolve, Denied};
-use super::StorageError;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
