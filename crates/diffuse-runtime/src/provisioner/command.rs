@@ -9,8 +9,8 @@
 //! line. Nothing follows the job between start and stop: a worker that does not connect within
 //! the start time-out, or that stays disconnected, is stopped and counted gone.
 
+use super::job::Launch;
 use super::rm::{Call, RmPolicy};
-use super::Launch;
 use crate::placeholder::{substitute_shell, Value};
 
 /// The user's commands.

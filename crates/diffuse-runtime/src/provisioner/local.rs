@@ -1,7 +1,7 @@
 //! The local backend: each worker is a `diffuse worker` process on this machine, with its own
 //! cache directory. Its job id is its process id.
 
-use super::{Launch, RmState};
+use super::job::{Launch, RmState};
 use rustc_hash::FxHashMap;
 use std::path::PathBuf;
 use std::process::Stdio;

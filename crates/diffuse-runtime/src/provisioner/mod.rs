@@ -17,14 +17,24 @@
 //! Acquisitions beyond either wait in `wanted` and go out as room appears. A job under the
 //! pool's names that is not a request's own (a failed `sbatch` that submitted after all) is
 //! adopted or cancelled as soon as the resource manager shows it ([`reconcile`]).
+//!
+//! | module | what it decides |
+//! |---|---|
+//! | this module | [`Pool`]: the requests, the limits, what to ask of the backend and when |
+//! | [`job`] | what a worker's job runs ([`Launch`]) and where it stands ([`RmState`]) |
+//! | [`rm`] | running a resource-manager command: time limit, retries |
+//! | [`reconcile`] | what to do with a job under the pool's names that no request owns |
+//! | [`local`], [`slurm`], [`command`] | the backends: processes here, Slurm batch jobs, a user's commands |
 
 pub mod command;
+pub mod job;
 pub mod local;
 pub mod reconcile;
 pub mod rm;
 pub mod slurm;
 
 use crate::dispatcher::scheduler::Cmd;
+pub use job::{Launch, RmState};
 use rm::RmPolicy;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -114,22 +124,6 @@ pub struct PoolConfig {
     pub release_grace: Duration,
 }
 
-/// One worker's command line and environment.
-#[derive(Clone, Debug)]
-pub struct Launch {
-    /// The `diffuse` executable.
-    pub exe: PathBuf,
-    /// Arguments after `worker`... and `worker` itself for the local backend (see
-    /// [`PoolConfig::launch`]).
-    pub args: Vec<String>,
-    /// Environment added for it.
-    pub env: Vec<(String, String)>,
-    /// Its cores.
-    pub cores: u32,
-    /// The dispatcher's URL.
-    pub dispatcher: String,
-}
-
 impl PoolConfig {
     /// What starts the worker of `request`: the arguments of `diffuse worker`.
     pub fn launch(&self, request: &str) -> Launch {
@@ -178,17 +172,6 @@ pub enum RequestState {
     Releasing,
     /// Its job is gone.
     Gone,
-}
-
-/// A resource manager's view of one job.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RmState {
-    /// Waiting for resources.
-    Pending,
-    /// Running.
-    Running,
-    /// Ended, and why.
-    Ended(String),
 }
 
 /// What the scheduler tells the pool.

@@ -13,8 +13,8 @@
 //! This is a pure function of what the pool knows and what `squeue` showed, so it is tested
 //! without a resource manager ([`reconcile`]'s unit tests); the pool carries the decisions out.
 
+use super::job::RmState;
 use super::slurm::Job;
-use super::RmState;
 use std::collections::BTreeMap;
 
 /// What to do with one extra job.

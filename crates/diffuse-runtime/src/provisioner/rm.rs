@@ -60,6 +60,11 @@ impl Call {
         self
     }
 
+    /// Add a flag and the path it names.
+    pub fn arg_path(self, flag: &str, path: &std::path::Path) -> Call {
+        self.args([std::ffi::OsStr::new(flag), path.as_os_str()])
+    }
+
     /// Add a variable to the environment.
     pub fn env(mut self, key: &str, value: &str) -> Call {
         self.env.push((key.to_string(), value.to_string()));

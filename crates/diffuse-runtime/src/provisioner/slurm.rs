@@ -18,8 +18,8 @@
 //! pool's reconciliation ([`super::reconcile`]): every job under this dispatcher's names that is
 //! not a request's own is cancelled or adopted as soon as `squeue` shows it.
 
+use super::job::{Launch, RmState};
 use super::rm::{Call, RmPolicy};
-use super::{Launch, RmState};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -331,12 +331,6 @@ pub async fn time_left_of_this_job() -> Option<Duration> {
             tracing::warn!("cannot learn this job's time limit: {e}");
             None
         }
-    }
-}
-
-impl Call {
-    fn arg_path(self, flag: &str, path: &Path) -> Call {
-        self.args([std::ffi::OsStr::new(flag), path.as_os_str()])
     }
 }
 
