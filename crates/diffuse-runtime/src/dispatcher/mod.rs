@@ -44,7 +44,8 @@ use futures_util::{SinkExt, StreamExt};
 pub use metrics::metrics_text;
 use scheduler::tasks::Listed;
 use scheduler::{
-    BatchView, Cmd, ListQuery, Scheduler, SchedulerConfig, Status, SubmitError, Submitted, TaskView,
+    BatchView, ListQuery, Scheduler, SchedulerConfig, SchedulerMsg, Status, SubmitError, Submitted,
+    TaskView,
 };
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -107,7 +108,7 @@ pub struct DispatcherConfig {
 /// A cheap, cloneable handle to a running dispatcher.
 #[derive(Clone)]
 pub struct Handle {
-    tx: mpsc::Sender<Cmd>,
+    tx: mpsc::Sender<SchedulerMsg>,
     /// A read-only connection to the journal: outcomes are read here, not on the scheduler
     /// thread.
     reader: Arc<Mutex<Journal>>,
@@ -210,12 +211,17 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
         };
         let (ptx, prx) = tokio::sync::mpsc::unbounded_channel();
         let name = p.backend.name();
+        let events = tx.clone();
+        let events: crate::provisioner::EventSink = Box::new(move |ev| {
+            let _ = events.send(SchedulerMsg::Pool(ev));
+        });
         let pool =
-            crate::provisioner::Pool::new(p.clone(), tx.clone()).map_err(|e| anyhow::anyhow!(e))?;
+            crate::provisioner::Pool::new(p.clone(), events).map_err(|e| anyhow::anyhow!(e))?;
         pool_task = Some((pool, prx));
-        pool_link = Some(scheduler::pool::PoolLink::new(ptx, name, min, max));
+        pool_link = Some((scheduler::pool::PoolLink::new(name, min, max), ptx));
     }
-    let pool_tx = pool_link.as_ref().map(|l| l.tx.clone());
+    let pool_tx = pool_link.as_ref().map(|(_, ptx)| ptx.clone());
+    let comm = scheduler::LiveComm::start(&cfg.journal, pool_tx.clone())?;
     let scheduler = Scheduler::new(
         core,
         journal,
@@ -228,9 +234,10 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
             task_timeout: cfg.task_timeout,
             fixed_pool: cfg.fixed_pool,
         },
+        Box::new(comm),
     )?;
     let scheduler = match pool_link {
-        Some(link) => scheduler.with_pool(link),
+        Some((link, _)) => scheduler.with_pool(link),
         None => scheduler,
     };
     let thread = std::thread::Builder::new()
@@ -261,7 +268,10 @@ pub fn start(cfg: DispatcherConfig) -> anyhow::Result<(Handle, std::thread::Join
 }
 
 impl Handle {
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Cmd) -> Result<T, ApiError> {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> SchedulerMsg,
+    ) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(make(tx))
@@ -309,7 +319,7 @@ impl Handle {
     /// Submit parsed tasks: acknowledged once journaled. Their inputs are then looked up by a
     /// worker; a task whose input cannot be read fails with the reason (`not found: <uri>`).
     pub async fn submit(&self, defs: Vec<TaskDef>) -> Result<Submitted, ApiError> {
-        match self.ask(|tx| Cmd::Submit(defs, tx)).await? {
+        match self.ask(|tx| SchedulerMsg::Submit(defs, tx)).await? {
             Ok(s) => Ok(s),
             Err(e @ SubmitError::Duplicate(_)) => Err(ApiError::Conflict(e.to_string())),
             Err(e @ SubmitError::Invalid(_)) => Err(ApiError::BadRequest(e.to_string())),
@@ -319,7 +329,7 @@ impl Handle {
 
     /// Counters.
     pub async fn status(&self) -> Result<Status, ApiError> {
-        self.ask(Cmd::Status).await
+        self.ask(SchedulerMsg::Status).await
     }
 
     /// Tasks whose outcome was journaled after the first `after`, in that order, as (id, state);
@@ -328,7 +338,7 @@ impl Handle {
         &self,
         after: usize,
     ) -> Result<(Vec<(String, String)>, usize), ApiError> {
-        self.ask(|tx| Cmd::Ended(after, tx)).await
+        self.ask(|tx| SchedulerMsg::Ended(after, tx)).await
     }
 
     /// The journaled outcome of task `id`, if it has one.
@@ -360,7 +370,7 @@ impl Handle {
 
     /// Ask every connected worker to finish and exit.
     pub fn shutdown_workers(&self) {
-        let _ = self.tx.send(Cmd::ShutdownWorkers);
+        let _ = self.tx.send(SchedulerMsg::ShutdownWorkers);
     }
 
     /// Fill in the journaled outcome of every ended task among `views`.
@@ -530,7 +540,7 @@ async fn list(
     }
     let (views, next) = h
         .ask(|tx| {
-            Cmd::List(
+            SchedulerMsg::List(
                 ListQuery {
                     state,
                     after,
@@ -562,7 +572,7 @@ async fn task(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
-    match h.ask(|tx| Cmd::Task(id.clone(), tx)).await? {
+    match h.ask(|tx| SchedulerMsg::Task(id.clone(), tx)).await? {
         Some(v) => {
             let mut v = h.with_outcomes(vec![v]).await?.remove(0);
             let attempts = h.attempt_results(&id).await?;
@@ -588,7 +598,7 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
-    match h.ask(|tx| Cmd::Cancel(id, tx)).await? {
+    match h.ask(|tx| SchedulerMsg::Cancel(id, tx)).await? {
         Ok(msg) => Ok(Json(serde_json::json!({ "result": msg })).into_response()),
         Err(e) if e.starts_with("unknown") => Err(ApiError::NotFound(e)),
         Err(e) => Err(ApiError::Conflict(e)),
@@ -604,7 +614,7 @@ async fn batch(
     let n = b
         .parse::<u64>()
         .map_err(|_| ApiError::BadRequest(format!("'{b}' is not a batch number")))?;
-    h.ask(|tx| Cmd::Batch(n, tx))
+    h.ask(|tx| SchedulerMsg::Batch(n, tx))
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("unknown batch {n}")))
@@ -655,7 +665,7 @@ async fn logs(
         }
     };
     let peer = h
-        .ask(|tx| Cmd::PeerOf(node.clone(), tx))
+        .ask(|tx| SchedulerMsg::PeerOf(node.clone(), tx))
         .await?
         .ok_or_else(|| {
             ApiError::NotFound(format!(
@@ -724,7 +734,7 @@ async fn locate(
     h.client(&headers)?;
     let Query(q) = q?;
     let uri = crate::uri::canonical(&q.uri).map_err(ApiError::BadRequest)?;
-    let nodes = h.ask(|tx| Cmd::Locate(uri.clone(), tx)).await?;
+    let nodes = h.ask(|tx| SchedulerMsg::Locate(uri.clone(), tx)).await?;
     Ok(Json(serde_json::json!({ "uri": uri, "nodes": nodes })).into_response())
 }
 
@@ -737,7 +747,7 @@ async fn job(
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
     q?;
-    match h.ask(|tx| Cmd::Job(name.clone(), tx)).await? {
+    match h.ask(|tx| SchedulerMsg::Job(name.clone(), tx)).await? {
         Some(v) => Ok(Json(v).into_response()),
         None => Err(ApiError::NotFound(format!("no task is in job '{name}'"))),
     }
@@ -750,7 +760,10 @@ async fn cancel_job(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
-    match h.ask(|tx| Cmd::CancelJob(name.clone(), tx)).await? {
+    match h
+        .ask(|tx| SchedulerMsg::CancelJob(name.clone(), tx))
+        .await?
+    {
         Some(v) => Ok(Json(v).into_response()),
         None => Err(ApiError::NotFound(format!("no task is in job '{name}'"))),
     }
@@ -766,7 +779,7 @@ async fn object(
     h.client(&headers)?;
     q?;
     let uri = crate::uri::canonical(&uri).map_err(ApiError::BadRequest)?;
-    match h.ask(|tx| Cmd::Object(uri.clone(), tx)).await? {
+    match h.ask(|tx| SchedulerMsg::Object(uri.clone(), tx)).await? {
         Some(view) => Ok(Json(view).into_response()),
         None => Err(ApiError::NotFound(format!("no task reads or writes {uri}"))),
     }
@@ -791,7 +804,7 @@ async fn place(
         ApiError::BadRequest(format!("body: {e} (expected {{\"node\": \"NAME\"}})"))
     })?;
     match h
-        .ask(|tx| Cmd::Place(uri.clone(), body.node.clone(), tx))
+        .ask(|tx| SchedulerMsg::Place(uri.clone(), body.node.clone(), tx))
         .await?
     {
         Ok(done) => Ok((
@@ -852,7 +865,14 @@ async fn session(socket: WebSocket, h: Handle) {
         _ => return,
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ToWorker>();
-    if h.tx.send(Cmd::WorkerUp { conn, hello, tx }).is_err() {
+    if h.tx
+        .send(SchedulerMsg::WorkerUp {
+            conn,
+            hello,
+            link: tx,
+        })
+        .is_err()
+    {
         return;
     }
     let writer = tokio::spawn(async move {
@@ -868,13 +888,13 @@ async fn session(socket: WebSocket, h: Handle) {
         let Message::Text(t) = msg else { continue };
         match serde_json::from_str::<ToDispatcher>(&t) {
             Ok(m) => {
-                if h.tx.send(Cmd::FromWorker(conn, m)).is_err() {
+                if h.tx.send(SchedulerMsg::FromWorker(conn, m)).is_err() {
                     break;
                 }
             }
             Err(e) => tracing::warn!("malformed message from worker: {e}"),
         }
     }
-    let _ = h.tx.send(Cmd::WorkerDown(conn));
+    let _ = h.tx.send(SchedulerMsg::WorkerDown(conn));
     writer.abort();
 }

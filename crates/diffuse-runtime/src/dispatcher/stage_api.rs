@@ -1,9 +1,9 @@
 //! The staging API (`diffuse stage`): `POST /v1/stage` accepts a batch of objects to copy to
 //! workers and answers its number; `GET /v1/stage/{id}` shows its progress
-//! ([`super::scheduler::stage`]).
+//! ([`super::scheduler::batches`]).
 
-use super::scheduler::stage::StageAsk;
-use super::scheduler::Cmd;
+use super::scheduler::batches::StageAsk;
+use super::scheduler::SchedulerMsg;
 use super::{ApiError, Handle};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -37,7 +37,7 @@ async fn stage(
         .iter()
         .map(|u| crate::uri::canonical(u).map_err(ApiError::BadRequest))
         .collect::<Result<_, _>>()?;
-    match h.ask(|tx| Cmd::Stage(ask, tx)).await? {
+    match h.ask(|tx| SchedulerMsg::Stage(ask, tx)).await? {
         Ok(id) => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id }))).into_response()),
         Err(m) => Err(ApiError::BadRequest(m)),
     }
@@ -52,7 +52,7 @@ async fn progress(
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
     q?;
-    match h.ask(|tx| Cmd::StageView(id, tx)).await? {
+    match h.ask(|tx| SchedulerMsg::StageView(id, tx)).await? {
         Some(v) => Ok(Json(v).into_response()),
         None => Err(ApiError::NotFound(format!("no staged batch {id}"))),
     }

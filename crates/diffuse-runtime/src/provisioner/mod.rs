@@ -7,8 +7,9 @@
 //!
 //! It runs as one task on the dispatcher's async runtime, apart from the scheduler thread: a
 //! slow or hung `sbatch` or `squeue` delays other resource-manager calls, never a dispatch.
-//! The scheduler sends it [`PoolCmd`]s; it answers with [`PoolEvent`]s on the scheduler's
-//! channel. Every request has a name (`<prefix>-<n>`); the worker it starts carries that name
+//! The scheduler sends it [`PoolCmd`]s; it answers with [`PoolEvent`]s through an [`EventSink`]
+//! (the dispatcher wraps them into the scheduler's messages), so the pool knows nothing of the
+//! scheduler. Every request has a name (`<prefix>-<n>`); the worker it starts carries that name
 //! in its hello (`DIFFUSE_POOL_REQUEST`), which is how a joining worker is matched to its job.
 //!
 //! Limits hold whatever the order of events: a request counts against `--max-workers` from
@@ -33,7 +34,6 @@ pub mod reconcile;
 pub mod rm;
 pub mod slurm;
 
-use crate::dispatcher::scheduler::Cmd;
 pub use job::{Launch, RmState};
 use rm::RmPolicy;
 use serde::{Deserialize, Serialize};
@@ -189,6 +189,9 @@ pub enum PoolCmd {
     Shutdown(oneshot::Sender<()>),
 }
 
+/// Where the pool's [`PoolEvent`]s go: the dispatcher passes them on to the scheduler thread.
+pub type EventSink = Box<dyn Fn(PoolEvent) + Send + Sync>;
+
 /// What the pool tells the scheduler.
 #[derive(Clone, Debug)]
 pub enum PoolEvent {
@@ -259,7 +262,7 @@ pub struct Pool {
     requests: BTreeMap<String, Request>,
     wanted: u32,
     next: u64,
-    events: std::sync::mpsc::Sender<Cmd>,
+    events: EventSink,
     /// No submission before this (after one failed).
     quiet_until: Instant,
     failures_in_a_row: u32,
@@ -275,7 +278,7 @@ pub struct Pool {
 impl Pool {
     /// Set up the backend: write its files, check its commands exist. An error names the flag
     /// or the command at fault.
-    pub fn new(cfg: PoolConfig, events: std::sync::mpsc::Sender<Cmd>) -> Result<Pool, String> {
+    pub fn new(cfg: PoolConfig, events: EventSink) -> Result<Pool, String> {
         std::fs::create_dir_all(&cfg.state_dir)
             .map_err(|e| format!("cannot create {}: {e}", cfg.state_dir.display()))?;
         cfg.backend.check()?;
@@ -392,12 +395,12 @@ impl Pool {
     }
 
     fn extra(&self, job: String, name: String, adopted: bool, message: String) {
-        let _ = self.events.send(Cmd::Pool(PoolEvent::Extra {
+        (self.events)(PoolEvent::Extra {
             job,
             name,
             adopted,
             message,
-        }));
+        });
     }
 
     async fn on_cmd(&mut self, c: PoolCmd) {
@@ -409,10 +412,10 @@ impl Pool {
             PoolCmd::Joined(r) => {
                 if let Some(req) = self.requests.get_mut(&r) {
                     if let (false, Some(asked)) = (req.joined_ever, req.asked) {
-                        let _ = self.events.send(Cmd::Pool(PoolEvent::Started {
+                        (self.events)(PoolEvent::Started {
                             request: r.clone(),
                             seconds: asked.elapsed().as_secs_f64(),
-                        }));
+                        });
                     }
                     req.joined_ever = true;
                     req.stopping = None;
@@ -558,13 +561,13 @@ impl Pool {
                 "its worker did not connect within {:?}; job cancelled",
                 self.cfg.start_timeout
             );
-            let _ = self.events.send(Cmd::Pool(PoolEvent::NeverJoined {
+            (self.events)(PoolEvent::NeverJoined {
                 request: name.to_string(),
                 reason: format!(
                     "its worker did not connect within {:?}",
                     self.cfg.start_timeout
                 ),
-            }));
+            });
             if let Some(r) = self.requests.get_mut(name) {
                 r.joined_ever = true; // counted once
             }
@@ -677,10 +680,10 @@ impl Pool {
         if never {
             let reason = why.unwrap_or_else(|| "its job ended".into());
             tracing::warn!(request = name, "its worker will not come: {reason}");
-            let _ = self.events.send(Cmd::Pool(PoolEvent::NeverJoined {
+            (self.events)(PoolEvent::NeverJoined {
                 request: name.to_string(),
                 reason,
-            }));
+            });
         } else {
             tracing::info!(
                 request = name,
@@ -716,15 +719,15 @@ impl Pool {
             r.since = Instant::now();
         }
         r.state = state;
-        let _ = self.events.send(Cmd::Pool(PoolEvent::State {
+        (self.events)(PoolEvent::State {
             request: name.to_string(),
             job: r.job.clone(),
             state,
-        }));
+        });
     }
 
     fn error(&self, e: Option<String>) {
-        let _ = self.events.send(Cmd::Pool(PoolEvent::Error(e)));
+        (self.events)(PoolEvent::Error(e));
     }
 
     /// Cancel the job of request `name` (`force`: a local worker is killed, not asked).

@@ -223,10 +223,13 @@ impl Scheduler {
         let uri = self.uris[object.0 as usize].clone();
         tracing::debug!(uri, "intermediate object released");
         for n in nodes {
-            if let Some(s) = self.sessions.get(&n) {
-                let _ = s.tx.send(ToWorker::Drop {
-                    uris: vec![uri.clone()],
-                });
+            if self.sessions.contains(&n) {
+                self.comm.send(
+                    n,
+                    ToWorker::Drop {
+                        uris: vec![uri.clone()],
+                    },
+                );
             }
         }
     }

@@ -9,12 +9,12 @@
 //! looked up for an earlier batch is not asked again: later tasks join that lookup. Requests to a
 //! worker that is lost go to another one; with no worker connected they wait.
 
+use super::comm::Comm;
 use crate::proto::{LookupResult, ToWorker};
 use diffuse_core::{NodeId, TaskId};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::time::Duration;
-use tokio::sync::mpsc::UnboundedSender;
 
 /// A worker's answer for one URI: the URI, (size, version) or the error, and who was waiting.
 pub type Answer = (String, Result<(u64, String), String>, Vec<Waiter>);
@@ -67,14 +67,14 @@ impl Lookups {
     }
 
     /// Send what is queued to `workers`, round robin.
-    pub fn send(&mut self, workers: &[(NodeId, &UnboundedSender<ToWorker>)], timeout: Duration) {
+    pub fn send(&mut self, workers: &[NodeId], comm: &mut dyn Comm, timeout: Duration) {
         if workers.is_empty() {
             return;
         }
         while !self.queue.is_empty() {
             let n = self.queue.len().min(CHUNK);
             let uris: Vec<String> = self.queue.drain(..n).collect();
-            let (node, tx) = workers[self.turn % workers.len()];
+            let node = workers[self.turn % workers.len()];
             self.turn = self.turn.wrapping_add(1);
             let id = self.next_id;
             self.next_id += 1;
@@ -83,7 +83,7 @@ impl Lookups {
                 uris: uris.clone(),
                 timeout_ms: timeout.as_millis() as u64,
             };
-            if tx.send(msg).is_err() {
+            if !comm.send(node, msg) {
                 // Its session is closing; the loss will be reported: try another next round.
                 self.queue.extend(uris);
                 return;
@@ -142,7 +142,20 @@ impl Lookups {
 
 #[cfg(test)]
 mod tests {
+    use super::super::comm::RecordingComm;
     use super::*;
+
+    /// The lookups sent to `node` since message `from` of the recording.
+    fn lookups_to(comm: &RecordingComm, node: NodeId, from: usize) -> Vec<(u64, Vec<String>)> {
+        comm.log()
+            .sent_since(from)
+            .iter()
+            .filter_map(|(n, m)| match m {
+                ToWorker::Lookup { id, uris, .. } if *n == node => Some((*id, uris.clone())),
+                _ => None,
+            })
+            .collect()
+    }
 
     fn ok(uri: &str, size: u64) -> LookupResult {
         LookupResult {
@@ -155,31 +168,30 @@ mod tests {
 
     #[test]
     fn lookups_join_chunk_resend_and_refuse_strangers() {
-        let (tx1, mut rx1) = tokio::sync::mpsc::unbounded_channel();
-        let (tx2, mut rx2) = tokio::sync::mpsc::unbounded_channel();
+        let mut comm = RecordingComm::default();
+        let (w1, w2) = (NodeId(1), NodeId(2));
+        for n in [w1, w2] {
+            comm.attach(n, tokio::sync::mpsc::unbounded_channel().0);
+        }
         let mut l = Lookups::default();
         for i in 0..(CHUNK + 1) {
             l.want(&format!("file:///f{i}"), TaskId(i as u64));
         }
         l.want("file:///f0", TaskId(9999));
-        l.send(&[], Duration::from_secs(1));
+        l.send(&[], &mut comm, Duration::from_secs(1));
         assert!(l.has_queued(), "no worker: nothing sent");
-        l.send(
-            &[(NodeId(1), &tx1), (NodeId(2), &tx2)],
-            Duration::from_secs(1),
-        );
+        l.send(&[w1, w2], &mut comm, Duration::from_secs(1));
         assert!(!l.has_queued());
-        let Ok(ToWorker::Lookup { id: a, uris, .. }) = rx1.try_recv() else {
+        let [(a, uris)] = &lookups_to(&comm, w1, 0)[..] else {
             panic!("first request to worker 1")
         };
+        let a = *a;
         assert_eq!(uris.len(), CHUNK);
-        let Ok(ToWorker::Lookup {
-            id: b, uris: rest, ..
-        }) = rx2.try_recv()
-        else {
+        let [(b, rest)] = &lookups_to(&comm, w2, 0)[..] else {
             panic!("second request to worker 2")
         };
-        assert_eq!(rest, vec![format!("file:///f{CHUNK}")]);
+        let b = *b;
+        assert_eq!(rest, &vec![format!("file:///f{CHUNK}")]);
         // An answer from the wrong worker is ignored.
         assert!(l
             .answered(NodeId(2), a, vec![ok("file:///f0", 1)])
@@ -201,11 +213,12 @@ mod tests {
         // Worker 2 is lost: its request goes back to the queue.
         l.node_lost(NodeId(2));
         assert!(l.answered(NodeId(2), b, vec![]).is_empty());
-        l.send(&[(NodeId(1), &tx1)], Duration::from_secs(1));
-        let mut resent = Vec::new();
-        while let Ok(ToWorker::Lookup { uris, .. }) = rx1.try_recv() {
-            resent.extend(uris);
-        }
+        let from = comm.log().sent.len();
+        l.send(&[w1], &mut comm, Duration::from_secs(1));
+        let resent: Vec<String> = lookups_to(&comm, w1, from)
+            .into_iter()
+            .flat_map(|(_, uris)| uris)
+            .collect();
         assert_eq!(resent.len(), CHUNK); // CHUNK - 1 left out + the lost one
         assert!(resent.contains(&format!("file:///f{CHUNK}")));
     }

@@ -1,291 +1,83 @@
 //! The scheduler thread: the one owner of the scheduling core.
 //!
-//! Everything that changes state arrives as a [`Cmd`] on one channel. Each round the thread
-//! drains every pending command, commits all of the round's submissions to the journal in one
-//! transaction (group commit), and only then answers the submitters and lets their tasks move:
-//! a submission is acknowledged only once it is on disk, and never runs before that.
+//! Everything that changes state arrives as a [`SchedulerMsg`] on one channel. Each round the
+//! thread drains every pending message, commits all of the round's submissions to the journal in
+//! one transaction (group commit), and only then answers the submitters and lets their tasks
+//! move: a submission is acknowledged only once it is on disk, and never runs before that.
 //!
 //! A task with inputs first waits for their sizes and versions, which workers look up
 //! ([`lookup`]); then it enters the core's queue. Dispatched attempts and outcomes go to a
 //! journal writer thread ([`writer`]) that group-commits them in the background, so no fsync
 //! sits between a task finishing and its slot getting the next task. Until the writer confirms
-//! an outcome, the scheduler keeps it in memory and shows the task as running. If the dispatcher
-//! dies before the confirmation, the task has no outcome on disk and runs again after restart
-//! (at-least-once execution, one recorded outcome).
+//! an outcome, the scheduler keeps it in memory and shows the task as running ([`progress`]). If
+//! the dispatcher dies before the confirmation, the task has no outcome on disk and runs again
+//! after restart (at-least-once execution, one recorded outcome).
+//!
+//! Everything the scheduler does to the outside (a message to a worker, closing a session, a
+//! command to the pool, a journal write) goes through a [`Comm`]: [`LiveComm`] in the
+//! dispatcher, [`comm::RecordingComm`] in the scheduler's unit tests (`tests/`), which drive it
+//! one message and one round at a time, without sockets.
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | this one | commands, counters, submission, cancellation, outcomes, the round loop |
-//! | [`workers`] | worker sessions, their messages, dispatch, losing a worker |
+//! | this one | the scheduler's state, the round loop, messages handed to their owners; submission, cancellation, outcomes |
+//! | [`msg`] | [`SchedulerMsg`], the thread's one input |
+//! | [`views`] | the answers: status counters, task, batch and link views, submission errors |
+//! | [`comm`] | the seam to the outside: [`Comm`], [`LiveComm`], [`comm::RecordingComm`] |
+//! | [`sessions`] | the registry of connected workers |
+//! | [`progress`] | the round's journal traffic; outcomes not yet confirmed |
+//! | `workers` | what workers say (hello, reports, lookups, results), dispatch, losing a worker |
 //! | [`tasks`] | the task table: phases, the index by state, batches |
 //! | `dataflow` | a batch's dependencies checked and ordered; abandoned tasks; released objects |
 //! | [`lookup`] | input lookups asked of workers |
 //! | [`jobs`] | jobs: their counters, cancelling one whole, a job's own dispatch policy |
 //! | [`objects`] | Hercules' locate and place (`GET /v1/objects/{uri}`, its placement) |
 //! | `placement` | placement hints: workers' names to the core, strict hints checked at submission |
-//! | `transfers` | MixApart: racks, prefetches carried out, the storage cap shared by demand |
-//! | [`pool`] | the elastic pool: provisioning decisions out, workers by state in |
-//! | [`stage`] | batches staged to workers (`diffuse stage`, GDS) |
+//! | `prefetch` | MixApart: racks, prefetches carried out, the storage cap shared by demand; 2Mark's moves |
+//! | [`pool`] | the elastic pool: provisioning decisions out, workers by state in, cache hand-off |
+//! | [`batches`] | batches staged to workers (`diffuse stage`, GDS) |
 //! | [`series`] | the dashboard's samples (`GET /v1/series`) and the last failures |
 //! | [`writer`] | the journal writer thread |
 
+pub mod batches;
+pub mod comm;
 mod dataflow;
 pub mod jobs;
 pub mod lookup;
+pub mod msg;
 pub mod objects;
 mod placement;
 pub mod pool;
+mod prefetch;
+pub mod progress;
 pub mod series;
-pub mod stage;
+pub mod sessions;
 pub mod tasks;
-mod transfers;
+#[cfg(test)]
+mod tests;
+pub mod views;
 mod workers;
 pub mod writer;
 
+pub use comm::{Comm, LiveComm};
+pub use msg::SchedulerMsg;
+pub use views::{
+    AttemptView, BatchView, LinkView, ListQuery, Status, SubmitError, Submitted, TaskView,
+};
+
 use crate::journal::{Journal, OutcomeState, StoredTask, SubmittedTask, TaskOutcome};
-use crate::proto::{ToDispatcher, ToWorker, Traffic};
+use crate::proto::ToWorker;
 use crate::spec::TaskDef;
 use diffuse_core::{Core, Input, NodeId, ObjectId, Resources, TaskId, TaskSpec, TaskState, Time};
 use lookup::Lookups;
+use progress::Progress;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
+use sessions::Sessions;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tasks::{BatchCounts, Listed, Phase, TaskTable};
-use tokio::sync::{mpsc::UnboundedSender, oneshot};
-use writer::{Write, Writer};
-
-/// Why a submission was refused (nothing of it was accepted).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SubmitError {
-    /// A task with this id was submitted before.
-    #[error("task '{0}' already exists")]
-    Duplicate(String),
-    /// The journal could not commit it.
-    #[error("journal: {0}")]
-    Journal(String),
-    /// Its dependencies are wrong (a cycle, a tmp:// input nobody writes, an unknown `after`).
-    #[error("{0}")]
-    Invalid(String),
-}
-
-/// An accepted submission.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Submitted {
-    /// Tasks accepted.
-    pub submitted: usize,
-    /// The batch they belong to (`GET /v1/batches/{batch}`).
-    pub batch: u64,
-}
-
-/// Which tasks a listing wants.
-#[derive(Clone, Debug)]
-pub struct ListQuery {
-    /// Only tasks in this state.
-    pub state: Option<Listed>,
-    /// Only tasks after this cursor (from a previous page's `next`).
-    pub after: Option<u64>,
-    /// At most this many.
-    pub limit: usize,
-}
-
-/// A query or command for the scheduler thread.
-pub enum Cmd {
-    /// Accept a batch; answered once it is journaled.
-    Submit(
-        Vec<TaskDef>,
-        oneshot::Sender<Result<Submitted, SubmitError>>,
-    ),
-    /// A worker connected and said hello.
-    WorkerUp {
-        /// Connection id (unique per WebSocket).
-        conn: u64,
-        /// Its hello.
-        hello: ToDispatcher,
-        /// Where to send it messages.
-        tx: UnboundedSender<ToWorker>,
-    },
-    /// A message from a worker.
-    FromWorker(u64, ToDispatcher),
-    /// A worker's connection closed.
-    WorkerDown(u64),
-    /// Cancel a task.
-    Cancel(String, oneshot::Sender<Result<String, String>>),
-    /// Counters.
-    Status(oneshot::Sender<Status>),
-    /// The dashboard's samples after this number.
-    Series(u64, oneshot::Sender<Vec<series::Point>>),
-    /// One task's view (its outcome is read from the journal by the caller).
-    Task(String, oneshot::Sender<Option<TaskView>>),
-    /// A page of tasks, and the cursor of the next page.
-    List(ListQuery, oneshot::Sender<(Vec<TaskView>, Option<u64>)>),
-    /// A batch's counters.
-    Batch(u64, oneshot::Sender<Option<BatchView>>),
-    /// Names of the workers holding an object.
-    Locate(String, oneshot::Sender<Vec<String>>),
-    /// A job's counters (None: no task names it).
-    Job(String, oneshot::Sender<Option<jobs::JobView>>),
-    /// Cancel every unfinished task of a job (None: no task names it).
-    CancelJob(String, oneshot::Sender<Option<jobs::JobCancelled>>),
-    /// Where an object is and its state (None: no task names it).
-    Object(String, oneshot::Sender<Option<objects::ObjectView>>),
-    /// Place a `tmp://` object on the named worker.
-    Place(
-        String,
-        String,
-        oneshot::Sender<Result<String, objects::PlaceError>>,
-    ),
-    /// The peer data URL of the connected worker of this name.
-    PeerOf(String, oneshot::Sender<Option<String>>),
-    /// Tasks whose outcome was journaled after the first `n`, in that order: (id, state); and
-    /// the new count.
-    Ended(usize, oneshot::Sender<(Vec<(String, String)>, usize)>),
-    /// Ask every worker to finish and exit.
-    ShutdownWorkers,
-    /// News from the elastic pool.
-    Pool(crate::provisioner::PoolEvent),
-    /// Stage a batch of objects to workers: its number, or why not.
-    Stage(stage::StageAsk, oneshot::Sender<Result<u64, String>>),
-    /// A staged batch's progress (None: no such batch).
-    StageView(u64, oneshot::Sender<Option<stage::StageView>>),
-}
-
-/// One measured link: what transfers from `from` to `to` achieved, and what is predicted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LinkView {
-    /// A worker's name, or `storage`.
-    pub from: String,
-    /// A worker's name.
-    pub to: String,
-    /// Predicted bytes per second (the mean of the window, times the feedback scale).
-    pub predicted_bytes_per_s: f64,
-    /// Transfers in the window.
-    pub samples: usize,
-}
-
-/// Dispatcher-wide counters (`/v1/status`, `/metrics`). Every submitted task is counted in
-/// exactly one of `queued`, `running`, `ending`, `succeeded`, `failed` and `cancelled`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Status {
-    /// Tasks ever submitted (including those replayed from the journal).
-    pub submitted: u64,
-    /// Not yet dispatched: waiting in the queue, or for their inputs to be looked up.
-    pub queued: u64,
-    /// Of the queued, those waiting for input lookups (no worker has answered yet).
-    pub looking_up: u64,
-    /// Dispatched and not finished (at most the busy slots).
-    pub running: u64,
-    /// Finished on their worker, outcome not yet journaled (shown as running).
-    pub ending: u64,
-    /// Finished with exit code 0.
-    pub succeeded: u64,
-    /// Finished otherwise.
-    pub failed: u64,
-    /// Cancelled.
-    pub cancelled: u64,
-    /// Of the succeeded, those running again to remake an intermediate object whose every
-    /// copy was lost (not counted in `queued` or `running`).
-    #[serde(default)]
-    pub remaking: u64,
-    /// Connected workers.
-    pub workers: u32,
-    /// Workers by state: requested, pending, starting (pool requests not yet connected),
-    /// running, idle (connected), lost (disconnected, may come back), releasing.
-    #[serde(default)]
-    pub workers_by_state: std::collections::BTreeMap<String, u32>,
-    /// Every worker with its state and resource-manager job id.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub worker_list: Vec<pool::WorkerView>,
-    /// The elastic pool's settings and errors (none for a static pool).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pool: Option<pool::PoolView>,
-    /// Slots on connected workers.
-    pub slots: u64,
-    /// Slots running a task.
-    pub busy_slots: u64,
-    /// Queued tasks that fit no connected worker (more cores, memory, GPUs or disk than any
-    /// has).
-    pub unschedulable: u64,
-    /// Some of them: `id: what it asks for`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unschedulable_examples: Vec<String>,
-    /// Accesses and bytes by source, summed over finished attempts.
-    pub traffic: Traffic,
-    /// What the transfer scheduler did (`--prefetch`): prefetches issued, landed, failed, read
-    /// by a task, evicted unread.
-    #[serde(default)]
-    pub prefetch: diffuse_core::PrefetchStats,
-    /// The cap on storage reads, bytes/s (`--storage-bandwidth-cap`), and the budgeted rate of
-    /// the storage reads under way.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage_cap: Option<f64>,
-    /// See `storage_cap`.
-    #[serde(default)]
-    pub storage_budget_used: u64,
-    /// Input bytes of the tasks queued so far (the paper's demand).
-    #[serde(default)]
-    pub demand_bytes: u64,
-    /// The last failures (at most 20), newest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recent_failures: Vec<series::Failure>,
-    /// Seconds from a task's process start to its end, over finished attempts.
-    #[serde(default)]
-    pub task_run_seconds: crate::dispatcher::metrics::Histogram,
-    /// Seconds attempts spent staging their inputs.
-    #[serde(default)]
-    pub task_staging_seconds: crate::dispatcher::metrics::Histogram,
-    /// What 2Mark did (`--two-mark`): phases begun, copies evicted and moved.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub two_mark: Option<diffuse_core::twomark::TwoMarkStats>,
-    /// The rates predicted between connected workers (and from storage) by past transfers.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub links: Vec<LinkView>,
-    /// Seconds since the dispatcher started.
-    pub uptime_s: f64,
-}
-
-/// What the API shows of a task.
-#[derive(Clone, Debug, Serialize)]
-pub struct TaskView {
-    /// Task id.
-    pub id: String,
-    /// `queued`, `running`, `succeeded`, `failed` or `cancelled`.
-    pub state: String,
-    /// The batch it was submitted in.
-    pub batch: u64,
-    /// Worker it runs or ran on.
-    pub node: Option<String>,
-    /// Current or last attempt.
-    pub attempt: u32,
-    /// The recorded outcome, once there is one.
-    pub outcome: Option<TaskOutcome>,
-    /// Every attempt dispatched, with the report of each retried one (shown for one task).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub attempts: Option<Vec<AttemptView>>,
-}
-
-/// One attempt of a task.
-#[derive(Clone, Debug, Serialize)]
-pub struct AttemptView {
-    /// Its number.
-    pub attempt: u32,
-    /// The worker it was sent to.
-    pub node: String,
-    /// Its report, if it failed and the task was retried (the last attempt's is the outcome's).
-    pub report: Option<serde_json::Value>,
-}
-
-/// What the API shows of a batch.
-#[derive(Clone, Debug, Serialize)]
-pub struct BatchView {
-    /// Batch number.
-    pub batch: u64,
-    /// Tasks not yet ended (or ended and not yet journaled).
-    pub pending: u64,
-    /// Counters.
-    #[serde(flatten)]
-    pub counts: BatchCounts,
-}
+use tasks::{Listed, Phase, TaskTable};
+use tokio::sync::oneshot;
 
 /// How a task is kept in the journal's `spec_json`: its definition and batch. Journals written
 /// before batches existed hold `[definition, inputs as looked up]`, read as batch 0.
@@ -297,6 +89,7 @@ enum StoredSpec {
 }
 
 /// Settings of the scheduler thread.
+#[derive(Clone, Debug)]
 pub struct SchedulerConfig {
     /// Heartbeat interval told to workers.
     pub heartbeat: Duration,
@@ -306,25 +99,12 @@ pub struct SchedulerConfig {
     pub journal: std::path::PathBuf,
     /// Most time a worker may take to look up one input.
     pub lookup_timeout: Duration,
-    /// Retries of a task that does not say (`--retries`).
-    pub retries: u32,
-    /// Time limit of a task that does not say (`--task-timeout`).
-    pub task_timeout: Option<Duration>,
-    /// The pool is exactly this many workers: see `DispatcherConfig::fixed_pool`.
+    /// What a task that does not say gets (`--retries`, `--task-timeout`).
+    pub task_defaults: crate::spec::TaskDefaults,
+    /// The pool is exactly this many workers (`diffuse run`): once all of them are connected, a
+    /// task that none of them could ever hold fails at once instead of waiting for a bigger
+    /// worker that will not come.
     pub fixed_pool: Option<u32>,
-}
-
-struct Session {
-    conn: u64,
-    name: String,
-    /// The pool request it answers, if the pool started it.
-    request: Option<String>,
-    peer_url: String,
-    slots: u32,
-    tx: UnboundedSender<ToWorker>,
-    last_seen: Instant,
-    /// Its cache's quota, and what it last said it holds: bytes, objects.
-    cache: (u64, u64, u64),
 }
 
 /// The scheduler's state.
@@ -354,27 +134,20 @@ pub struct Scheduler {
     deferred_left: FxHashMap<TaskId, u32>,
     /// Source version of each object: empty until a lookup or a worker's report gives one.
     versions: Vec<String>,
-    sessions: FxHashMap<NodeId, Session>,
+    /// Connected workers.
+    sessions: Sessions,
+    /// The outside: workers' sessions, the pool, the journal writer.
+    comm: Box<dyn Comm>,
     /// The elastic pool, unless static.
     pool: Option<pool::PoolLink>,
     /// Workers were told to finish: one that connects later is told at once.
     shutting_down: bool,
-    /// Outcomes sent to the writer and not yet confirmed committed.
-    unconfirmed: FxHashMap<String, TaskOutcome>,
-    writer: Option<Writer>,
-    conns: FxHashMap<u64, NodeId>,
-    next_node: u32,
     lookups: Lookups,
     /// Tasks in [`Phase::Lookup`].
     looking_up: u64,
     status: Status,
-    // this round's work
-    new_tasks: Vec<SubmittedTask>,
-    new_attempts: Vec<(String, u32, String)>,
-    /// Reports of attempts retried (their task goes on).
-    new_attempt_results: Vec<(String, u32, String)>,
-    new_outcomes: Vec<TaskOutcome>,
-    replies: Vec<(oneshot::Sender<Result<Submitted, SubmitError>>, Submitted)>,
+    /// This round's journal traffic; outcomes not yet confirmed.
+    progress: Progress,
     /// Workers' racks, by name.
     racks: FxHashMap<String, diffuse_core::RackId>,
     /// Each worker's share of the storage cap, as last sent.
@@ -384,7 +157,7 @@ pub struct Scheduler {
     /// The dashboard's samples and last failures.
     series: series::Series,
     /// Batches being staged (`diffuse stage`), by number.
-    stages: std::collections::BTreeMap<u64, stage::StageRun>,
+    stages: std::collections::BTreeMap<u64, batches::StageRun>,
     next_stage: u64,
 }
 
@@ -396,14 +169,15 @@ fn unix_now() -> f64 {
 
 impl Scheduler {
     /// A scheduler over `core`, replaying every task of `journal`: those with an outcome are
-    /// shown as ended, the others are queued again.
+    /// shown as ended, the others are queued again. What it does to the outside goes through
+    /// `comm` ([`LiveComm`] in the dispatcher).
     pub fn new(
         core: Core,
         journal: Journal,
         cfg: SchedulerConfig,
+        comm: Box<dyn Comm>,
     ) -> Result<Scheduler, crate::journal::JournalError> {
         let stored = journal.load()?;
-        let writer = Some(Writer::start(&cfg.journal)?);
         let mut s = Scheduler {
             core,
             journal,
@@ -421,21 +195,14 @@ impl Scheduler {
             deferred: FxHashMap::default(),
             deferred_left: FxHashMap::default(),
             versions: Vec::new(),
-            sessions: FxHashMap::default(),
+            sessions: Sessions::default(),
+            comm,
             pool: None,
             shutting_down: false,
-            unconfirmed: FxHashMap::default(),
-            writer,
-            conns: FxHashMap::default(),
-            next_node: 0,
             lookups: Lookups::default(),
             looking_up: 0,
             status: Status::default(),
-            new_tasks: Vec::new(),
-            new_attempts: Vec::new(),
-            new_attempt_results: Vec::new(),
-            new_outcomes: Vec::new(),
-            replies: Vec::new(),
+            progress: Progress::default(),
             racks: FxHashMap::default(),
             storage_shares: FxHashMap::default(),
             moving: FxHashMap::default(),
@@ -643,12 +410,12 @@ impl Scheduler {
         .with_priority(more.priority)
         .with_job(self.job_id(task.def.job()))
         .with_dad_beta(more.dad_beta)
-        .with_retries(more.retries.unwrap_or(self.cfg.retries))
+        .with_retries(more.retries.unwrap_or(self.cfg.task_defaults.retries))
         .with_walltime(
             more.walltime_s
                 .or(more.timeout_s)
                 .map(Duration::from_secs_f64)
-                .or(self.cfg.task_timeout),
+                .or(self.cfg.task_defaults.task_timeout),
         )
     }
 
@@ -661,12 +428,12 @@ impl Scheduler {
     }
 
     /// Run until every sender of `rx` is gone.
-    pub fn run(mut self, rx: Receiver<Cmd>) {
+    pub fn run(mut self, rx: Receiver<SchedulerMsg>) {
         let tick = Duration::from_millis(100);
         let mut next_check = Instant::now() + tick;
         loop {
             let mut wait = next_check.saturating_duration_since(Instant::now());
-            if !self.unconfirmed.is_empty() {
+            if self.progress.ending() > 0 {
                 // Outcomes are waiting for the writer's confirmation (it commits every 20 ms).
                 wait = wait.min(Duration::from_millis(5));
             }
@@ -674,9 +441,7 @@ impl Scheduler {
                 Ok(c) => Some(c),
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => {
-                    if let Some(w) = self.writer.take() {
-                        w.close();
-                    }
+                    self.comm.close();
                     break;
                 }
             };
@@ -685,62 +450,80 @@ impl Scheduler {
                 // Group commit: take everything already waiting before touching the disk.
                 while let Ok(c) = rx.try_recv() {
                     self.handle(c);
-                    if self.new_tasks.len() > 50_000 {
+                    if self.progress.submissions() > 50_000 {
                         break;
                     }
                 }
             }
             if Instant::now() >= next_check {
-                self.check_heartbeats();
-                self.finish_handoffs();
-                self.fail_unfit();
-                self.share_storage_cap();
-                self.sample();
-                let now = self.now();
-                self.core.handle_waiting_demand(self.looking_up);
-                if self.core.poll_timeout().is_some_and(|t| t <= now) {
-                    self.core.handle_timeout(now);
-                }
+                self.tick();
                 next_check = Instant::now() + tick;
             }
-            // Submissions reach the disk before any of their tasks moves on.
-            self.flush_submissions();
-            self.send_lookups();
-            self.drain_actions();
-            self.flush_progress();
+            self.round();
         }
     }
 
-    fn handle(&mut self, cmd: Cmd) {
+    /// The periodic checks (every 100 ms): heartbeats, hand-offs, tasks no worker can hold,
+    /// the storage cap's shares, the dashboard's sample, the core's timers.
+    pub fn tick(&mut self) {
+        self.check_heartbeats();
+        self.finish_handoffs();
+        self.fail_unfit();
+        self.share_storage_cap();
+        self.sample();
+        let now = self.now();
+        self.core.handle_waiting_demand(self.looking_up);
+        if self.core.poll_timeout().is_some_and(|t| t <= now) {
+            self.core.handle_timeout(now);
+        }
+    }
+
+    /// The end of a round: commit its submissions (they reach the disk before any of their
+    /// tasks moves on), send lookups, carry out the core's actions, hand the journal writer
+    /// what happened and take its confirmations.
+    pub fn round(&mut self) {
+        self.progress.flush_submissions(&mut self.journal);
+        self.send_lookups();
+        self.drain_actions();
+        for o in self.progress.flush(&mut *self.comm) {
+            self.count_outcome(o.state);
+            if let Some(t) = self.tasks.id_of(&o.id) {
+                self.tasks.ended(t, o.state);
+            }
+        }
+    }
+
+    /// Take one message.
+    pub fn handle(&mut self, cmd: SchedulerMsg) {
         match cmd {
-            Cmd::Submit(defs, reply) => self.submit(defs, reply),
-            Cmd::WorkerUp { conn, hello, tx } => self.worker_up(conn, hello, tx),
-            Cmd::FromWorker(conn, msg) => self.on_worker_message(conn, msg),
-            Cmd::WorkerDown(conn) => {
-                if let Some(node) = self.conns.remove(&conn) {
+            SchedulerMsg::Submit(defs, reply) => self.submit(defs, reply),
+            SchedulerMsg::WorkerUp { conn, hello, link } => self.worker_up(conn, hello, link),
+            SchedulerMsg::FromWorker(conn, msg) => self.on_worker_message(conn, msg),
+            SchedulerMsg::WorkerDown(conn) => {
+                if let Some(node) = self.sessions.node_of(conn) {
                     self.node_lost(node, "connection closed", true);
                 }
             }
-            Cmd::Cancel(id, reply) => {
+            SchedulerMsg::Cancel(id, reply) => {
                 let _ = reply.send(self.cancel(&id));
             }
-            Cmd::Pool(ev) => self.on_pool_event(ev),
-            Cmd::Status(reply) => {
+            SchedulerMsg::Pool(ev) => self.on_pool_event(ev),
+            SchedulerMsg::Status(reply) => {
                 let _ = reply.send(self.status());
             }
-            Cmd::Series(since, reply) => {
+            SchedulerMsg::Series(since, reply) => {
                 let _ = reply.send(self.points_since(since));
             }
-            Cmd::Task(id, reply) => {
+            SchedulerMsg::Task(id, reply) => {
                 let view = self.tasks.id_of(&id).map(|t| self.view(t));
                 let _ = reply.send(view);
             }
-            Cmd::List(q, reply) => {
+            SchedulerMsg::List(q, reply) => {
                 let (page, next) = self.tasks.page(q.state, q.after, q.limit);
                 let views = page.into_iter().map(|t| self.view(t)).collect();
                 let _ = reply.send((views, next));
             }
-            Cmd::Batch(b, reply) => {
+            SchedulerMsg::Batch(b, reply) => {
                 let view = self.tasks.batch(b).map(|counts| BatchView {
                     batch: b,
                     pending: counts.tasks - counts.succeeded - counts.failed - counts.cancelled,
@@ -748,31 +531,31 @@ impl Scheduler {
                 });
                 let _ = reply.send(view);
             }
-            Cmd::Locate(uri, reply) => {
+            SchedulerMsg::Locate(uri, reply) => {
                 let names = match self.objects.get(&uri) {
                     Some(o) => self
                         .core
                         .locate(*o)
                         .iter()
-                        .filter_map(|n| self.sessions.get(n).map(|s| s.name.clone()))
+                        .filter_map(|n| self.sessions.name(n).map(str::to_string))
                         .collect(),
                     None => Vec::new(),
                 };
                 let _ = reply.send(names);
             }
-            Cmd::Job(name, reply) => {
+            SchedulerMsg::Job(name, reply) => {
                 let _ = reply.send(self.job_view(&name));
             }
-            Cmd::CancelJob(name, reply) => {
+            SchedulerMsg::CancelJob(name, reply) => {
                 let _ = reply.send(self.cancel_job(&name));
             }
-            Cmd::Object(uri, reply) => {
+            SchedulerMsg::Object(uri, reply) => {
                 let _ = reply.send(self.object_view(&uri));
             }
-            Cmd::Place(uri, name, reply) => {
+            SchedulerMsg::Place(uri, name, reply) => {
                 let _ = reply.send(self.place(&uri, &name));
             }
-            Cmd::PeerOf(name, reply) => {
+            SchedulerMsg::PeerOf(name, reply) => {
                 let url = self
                     .sessions
                     .values()
@@ -780,7 +563,7 @@ impl Scheduler {
                     .map(|s| s.peer_url.clone());
                 let _ = reply.send(url);
             }
-            Cmd::Ended(after, reply) => {
+            SchedulerMsg::Ended(after, reply) => {
                 let (ended, n) = self.tasks.ended_since(after);
                 let views = ended
                     .into_iter()
@@ -793,16 +576,16 @@ impl Scheduler {
                     .collect();
                 let _ = reply.send((views, n));
             }
-            Cmd::Stage(ask, reply) => {
+            SchedulerMsg::Stage(ask, reply) => {
                 let _ = reply.send(self.stage(ask));
             }
-            Cmd::StageView(id, reply) => {
+            SchedulerMsg::StageView(id, reply) => {
                 let _ = reply.send(self.stage_view(id));
             }
-            Cmd::ShutdownWorkers => {
+            SchedulerMsg::ShutdownWorkers => {
                 self.shutting_down = true;
-                for s in self.sessions.values() {
-                    let _ = s.tx.send(ToWorker::Shutdown);
+                for node in self.sessions.nodes() {
+                    self.comm.send(node, ToWorker::Shutdown);
                 }
             }
         }
@@ -838,7 +621,7 @@ impl Scheduler {
             looking_up: self.looking_up,
             running: c.running - remakes_running,
             remaking: remakes_waiting + remakes_running,
-            ending: self.unconfirmed.len() as u64,
+            ending: self.progress.ending() as u64,
             workers: c.nodes,
             slots: c.slots,
             busy_slots: c.busy_slots,
@@ -859,9 +642,9 @@ impl Scheduler {
         let task = self.tasks.get(t);
         let (node, attempt) = match (&task.phase, self.core.task_state(t)) {
             (Phase::Live, Some(TaskState::Running { node, attempt, .. })) => {
-                (self.sessions.get(&node).map(|s| s.name.clone()), attempt)
+                (self.sessions.name(&node).map(str::to_string), attempt)
             }
-            (Phase::Done(_), _) => match self.unconfirmed.get(&task.def.id) {
+            (Phase::Done(_), _) => match self.progress.unconfirmed(&task.def.id) {
                 Some(o) => (o.node.clone(), o.attempt),
                 None => (None, 0),
             },
@@ -914,7 +697,7 @@ impl Scheduler {
                 batch,
             })
             .expect("task serializes");
-            self.new_tasks.push(SubmittedTask {
+            self.progress.submitted(SubmittedTask {
                 id: def.id.clone(),
                 spec_json,
                 submitted_at: at,
@@ -922,13 +705,13 @@ impl Scheduler {
             self.status.submitted += 1;
             self.accept(def, batch, 0);
         }
-        self.replies.push((
+        self.progress.reply_when_committed(
             reply,
             Submitted {
                 submitted: n,
                 batch,
             },
-        ));
+        );
     }
 
     /// A task ends without (another) run: failed lookup, cancelled, lost too often.
@@ -978,11 +761,14 @@ impl Scheduler {
                         if let Some(TaskState::Running { node, attempt, .. }) =
                             self.core.task_state(t)
                         {
-                            if let Some(s) = self.sessions.get(&node) {
-                                let _ = s.tx.send(ToWorker::Cancel {
-                                    task: id.to_string(),
-                                    attempt,
-                                });
+                            if self.sessions.contains(&node) {
+                                self.comm.send(
+                                    node,
+                                    ToWorker::Cancel {
+                                        task: id.to_string(),
+                                        attempt,
+                                    },
+                                );
                             }
                         }
                         Ok("cancelling: its processes are being stopped".into())
@@ -1012,64 +798,13 @@ impl Scheduler {
         }
     }
 
-    /// Commit this round's submissions, then answer the submitters.
-    fn flush_submissions(&mut self) {
-        if !self.new_tasks.is_empty() {
-            let tasks = std::mem::take(&mut self.new_tasks);
-            if let Err(e) = self.journal.submit(&tasks) {
-                // Should not happen (duplicates are refused before); refuse the whole round.
-                tracing::error!("journal: {e}");
-                for (reply, _) in self.replies.drain(..) {
-                    let _ = reply.send(Err(SubmitError::Journal(e.to_string())));
-                }
-            }
-        }
-        for (reply, n) in self.replies.drain(..) {
-            let _ = reply.send(Ok(n));
-        }
-    }
-
     /// Record an outcome. The writer journals it this round; until it confirms the commit the
     /// task still shows as running and is not counted as ended, so nothing a client has seen
     /// ended can run again after a crash of the dispatcher.
     fn record_outcome(&mut self, t: TaskId, o: TaskOutcome) {
         self.note_failure(&o);
-        if self.writer.is_none() {
-            self.count_outcome(o.state);
-            self.tasks.ended(t, o.state);
-        } else {
-            self.tasks.list_as(t, Listed::Running);
-            self.unconfirmed.insert(o.id.clone(), o.clone());
-        }
-        self.new_outcomes.push(o);
-    }
-
-    /// Take the writer's confirmations; hand it this round's attempts and outcomes.
-    fn flush_progress(&mut self) {
-        let Some(w) = &self.writer else { return };
-        let committed: Vec<String> = w.committed.try_iter().flatten().collect();
-        for id in committed {
-            if let Some(o) = self.unconfirmed.remove(&id) {
-                self.count_outcome(o.state);
-                if let Some(t) = self.tasks.id_of(&id) {
-                    self.tasks.ended(t, o.state);
-                }
-            }
-        }
-        let Some(w) = &self.writer else { return };
-        if !self.new_attempts.is_empty() {
-            let _ =
-                w.tx.send(Write::Attempts(std::mem::take(&mut self.new_attempts)));
-        }
-        if !self.new_attempt_results.is_empty() {
-            let _ = w.tx.send(Write::AttemptResults(std::mem::take(
-                &mut self.new_attempt_results,
-            )));
-        }
-        if !self.new_outcomes.is_empty() {
-            let _ =
-                w.tx.send(Write::Outcomes(std::mem::take(&mut self.new_outcomes)));
-        }
+        self.tasks.list_as(t, Listed::Running);
+        self.progress.outcome(o);
     }
 
     /// Connected workers and their slot counts (diagnostics).

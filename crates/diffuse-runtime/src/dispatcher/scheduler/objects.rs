@@ -48,7 +48,7 @@ impl Scheduler {
             .core
             .locate(o)
             .iter()
-            .filter_map(|n| self.sessions.get(n).map(|s| s.name.clone()))
+            .filter_map(|n| self.sessions.name(n).map(str::to_string))
             .collect();
         let placed = self.placed.get(&o).cloned();
         let Some(&producer) = self.tmp_producer.get(&o) else {
@@ -144,12 +144,7 @@ impl Scheduler {
         let Some(name) = self.placed.get(&o) else {
             return;
         };
-        let Some(target) = self
-            .sessions
-            .iter()
-            .find(|(_, s)| s.name == *name)
-            .map(|(n, _)| *n)
-        else {
+        let Some(target) = self.sessions.by_name(name) else {
             return;
         };
         let holders = self.core.locate(o);
@@ -164,8 +159,7 @@ impl Scheduler {
     /// Worker `to` fetches `o` from worker `from`, as a peer read (placement, replicas ahead of
     /// time); it reports the copy when it is cached.
     pub(super) fn copy_object(&mut self, o: ObjectId, from: NodeId, to: NodeId) {
-        let (Some(source), Some(target)) = (self.sessions.get(&from), self.sessions.get(&to))
-        else {
+        let (Some(source), true) = (self.sessions.get(&from), self.sessions.contains(&to)) else {
             return;
         };
         let size = self.tmp_sizes.get(&o).copied().unwrap_or(0);
@@ -178,8 +172,11 @@ impl Scheduler {
                 also: self.other_holders(o, size, from, to),
             },
         };
-        let _ = target.tx.send(ToWorker::Fetch {
-            inputs: vec![input],
-        });
+        self.comm.send(
+            to,
+            ToWorker::Fetch {
+                inputs: vec![input],
+            },
+        );
     }
 }

@@ -4,7 +4,9 @@
 //! released worker first hands its cache off: the core's plan is carried out by the targets
 //! fetching from it as from any peer, and it leaves once they have their copies.
 
-use super::{Scheduler, Session};
+use super::comm::Comm;
+use super::sessions::Session;
+use super::Scheduler;
 use crate::dispatcher::metrics::Histogram;
 use crate::proto::{AssignedInput, InputSource, ToWorker};
 use crate::provisioner::{PoolCmd, PoolEvent, RequestState};
@@ -12,12 +14,10 @@ use diffuse_core::{Handoff, NodeId, ObjectId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
-use tokio::sync::mpsc::UnboundedSender;
 
-/// The link to the pool task, and what the scheduler knows of its requests.
+/// What the scheduler knows of the pool task and its requests (commands to the pool go through
+/// the scheduler's [`Comm`]).
 pub struct PoolLink {
-    /// Commands to the pool task.
-    pub tx: UnboundedSender<PoolCmd>,
     /// `--provisioner`.
     pub provisioner: String,
     /// `--min-workers` and `--max-workers`.
@@ -40,6 +40,7 @@ pub struct PoolLink {
 /// A released worker whose objects are being pushed to the survivors: it is shut down once
 /// every target has reported its copy cached, or at `until`.
 struct Handing {
+    node: NodeId,
     session: Session,
     /// (target, object, bytes) not yet reported cached.
     waiting: Vec<(NodeId, ObjectId, u64)>,
@@ -48,9 +49,8 @@ struct Handing {
 
 impl PoolLink {
     /// A link with no request yet.
-    pub fn new(tx: UnboundedSender<PoolCmd>, provisioner: &str, min: u32, max: u32) -> PoolLink {
+    pub fn new(provisioner: &str, min: u32, max: u32) -> PoolLink {
         PoolLink {
-            tx,
             provisioner: provisioner.to_string(),
             min,
             max,
@@ -136,9 +136,7 @@ impl Scheduler {
     /// The core asks for `nodes` more workers.
     pub(super) fn provision(&mut self, nodes: u32) {
         match &self.pool {
-            Some(p) => {
-                let _ = p.tx.send(PoolCmd::Acquire(nodes));
-            }
+            Some(_) => self.comm.pool(PoolCmd::Acquire(nodes)),
             // Static: workers are the ones that connect.
             None => self.core.handle_provision_failed(nodes, self.now()),
         }
@@ -148,11 +146,10 @@ impl Scheduler {
     /// survivors (each target fetches from it as from any peer); then, once every copy is
     /// reported cached or the time bound passes, it is told to shut down and its job given back.
     pub(super) fn release(&mut self, node: NodeId, handoff: Vec<Handoff>) {
-        let Some(s) = self.sessions.remove(&node) else {
+        // Its messages are no longer the core's business; its peer server still serves.
+        let Some(s) = self.sessions.remove(node) else {
             return;
         };
-        // Its messages are no longer the core's business; its peer server still serves.
-        self.conns.remove(&s.conn);
         self.stage_node_left(node);
         let bound = self
             .core
@@ -164,7 +161,7 @@ impl Scheduler {
         let mut by_target: BTreeMap<NodeId, Vec<AssignedInput>> = BTreeMap::new();
         let mut waiting = Vec::new();
         for h in handoff {
-            if !self.sessions.contains_key(&h.to) {
+            if !self.sessions.contains(&h.to) {
                 continue;
             }
             by_target.entry(h.to).or_default().push(AssignedInput {
@@ -179,10 +176,10 @@ impl Scheduler {
             waiting.push((h.to, h.object, h.size));
         }
         let Some(p) = self.pool.as_mut() else {
-            return finish_release(None, s);
+            return finish_release(&mut *self.comm, false, node, s);
         };
         if waiting.is_empty() {
-            return finish_release(Some(p), s);
+            return finish_release(&mut *self.comm, true, node, s);
         }
         tracing::info!(
             worker = %s.name,
@@ -191,9 +188,10 @@ impl Scheduler {
             "handing its cache off before release"
         );
         for (target, inputs) in by_target {
-            let _ = self.sessions[&target].tx.send(ToWorker::Fetch { inputs });
+            self.comm.send(target, ToWorker::Fetch { inputs });
         }
         p.handing.push(Handing {
+            node,
             session: s,
             waiting,
             until: Instant::now() + bound,
@@ -229,21 +227,21 @@ impl Scheduler {
             if !h.waiting.is_empty() {
                 tracing::info!(worker = %h.session.name, left = h.waiting.len(), "hand-off cut at its time bound");
             }
-            finish_release(Some(p), h.session);
+            finish_release(&mut *self.comm, true, h.node, h.session);
         }
     }
 
     /// A worker of a pool request connected.
     pub(super) fn pool_joined(&mut self, request: &Option<String>) {
-        if let (Some(p), Some(r)) = (&self.pool, request) {
-            let _ = p.tx.send(PoolCmd::Joined(r.clone()));
+        if let (Some(_), Some(r)) = (&self.pool, request) {
+            self.comm.pool(PoolCmd::Joined(r.clone()));
         }
     }
 
     /// A worker of a pool request is gone without being released.
     pub(super) fn pool_disconnected(&mut self, session: &Session) {
-        if let (Some(p), Some(r)) = (&self.pool, &session.request) {
-            let _ = p.tx.send(PoolCmd::Disconnected(r.clone()));
+        if let (Some(_), Some(r)) = (&self.pool, &session.request) {
+            self.comm.pool(PoolCmd::Disconnected(r.clone()));
         }
     }
 
@@ -296,7 +294,7 @@ impl Scheduler {
     pub(super) fn workers_view(&self) -> (Vec<WorkerView>, Option<PoolView>) {
         let mut by_request: BTreeMap<&str, &Session> = BTreeMap::new();
         let mut views = Vec::new();
-        for (node, s) in &self.sessions {
+        for (node, s) in self.sessions.iter() {
             let busy = !self.core.running_on(*node).is_empty();
             let state = if busy { "running" } else { "idle" };
             match &s.request {
@@ -341,7 +339,7 @@ impl Scheduler {
                 });
             }
         }
-        for (node, s) in &self.sessions {
+        for (node, s) in self.sessions.iter() {
             let Some(r) = &s.request else { continue };
             if p.rows
                 .get(r)
@@ -376,11 +374,13 @@ impl Scheduler {
     }
 }
 
-/// Tell a released worker to shut down, and give its job back.
-fn finish_release(pool: Option<&mut PoolLink>, s: Session) {
-    let _ = s.tx.send(ToWorker::Shutdown);
+/// Tell a released worker (`node`) to shut down and close its session, and give its job back
+/// to the pool (if the pool is elastic).
+fn finish_release(comm: &mut dyn Comm, elastic: bool, node: NodeId, s: Session) {
+    comm.send(node, ToWorker::Shutdown);
+    comm.detach(node);
     tracing::info!(worker = %s.name, "idle worker released");
-    if let (Some(p), Some(r)) = (pool, &s.request) {
-        let _ = p.tx.send(PoolCmd::Release(r.clone()));
+    if let (true, Some(r)) = (elastic, &s.request) {
+        comm.pool(PoolCmd::Release(r.clone()));
     }
 }

@@ -2,9 +2,11 @@
 //! and evicted objects, lookups, finished attempts), and what they are told (dispatches, drops,
 //! cancels, lookups).
 
+use super::comm::WorkerLink;
 use super::lookup::Waiter;
+use super::sessions::Session;
 use super::tasks::{Listed, Phase};
-use super::{Scheduler, Session};
+use super::Scheduler;
 use crate::journal::{OutcomeState, TaskOutcome};
 use crate::proto::{
     AssignedInput, Assignment, Held, InputSource, LookupResult, TaskReport, ToDispatcher, ToWorker,
@@ -13,7 +15,6 @@ use diffuse_core::{
     Action, CoreError, NodeId, ObjectId, Outcome, Resources, Source, TaskId, TaskState, Time,
 };
 use std::time::Instant;
-use tokio::sync::mpsc::UnboundedSender;
 
 /// For each input as written, its index among the distinct inputs (empty if none repeats).
 fn positions(inputs: &[String]) -> Vec<u32> {
@@ -36,12 +37,7 @@ fn positions(inputs: &[String]) -> Vec<u32> {
 }
 
 impl Scheduler {
-    pub(super) fn worker_up(
-        &mut self,
-        conn: u64,
-        hello: ToDispatcher,
-        tx: UnboundedSender<ToWorker>,
-    ) {
+    pub(super) fn worker_up(&mut self, conn: u64, hello: ToDispatcher, link: WorkerLink) {
         let ToDispatcher::Hello {
             name,
             slots,
@@ -60,8 +56,7 @@ impl Scheduler {
         else {
             return;
         };
-        let node = NodeId(self.next_node);
-        self.next_node += 1;
+        let node = self.sessions.next_node();
         let now = self.now();
         let capacity = Resources {
             cores: slots.max(1),
@@ -86,12 +81,16 @@ impl Scheduler {
             let ends = now + std::time::Duration::from_secs_f64(s.min(1e9));
             self.core.handle_node_deadline(node, Some(ends));
         }
-        let _ = tx.send(ToWorker::Welcome {
-            node: node.0,
-            heartbeat_ms: self.cfg.heartbeat.as_millis() as u64,
-        });
+        self.comm.attach(node, link);
+        self.comm.send(
+            node,
+            ToWorker::Welcome {
+                node: node.0,
+                heartbeat_ms: self.cfg.heartbeat.as_millis() as u64,
+            },
+        );
         if self.shutting_down {
-            let _ = tx.send(ToWorker::Shutdown);
+            self.comm.send(node, ToWorker::Shutdown);
         }
         tracing::info!(worker = %name, slots, peer = %peer_url, "worker joined");
         self.pool_joined(&request);
@@ -103,12 +102,10 @@ impl Scheduler {
                 request,
                 peer_url,
                 slots,
-                tx,
                 last_seen: Instant::now(),
                 cache: (cache_quota, 0, 0),
             },
         );
-        self.conns.insert(conn, node);
         // Its share of the storage cap reaches it before any task or fetch does.
         self.share_storage_cap();
         self.cached(node, held);
@@ -134,15 +131,13 @@ impl Scheduler {
                 stale.push(h.uri);
             }
         }
-        if !stale.is_empty() {
-            if let Some(s) = self.sessions.get(&node) {
-                let _ = s.tx.send(ToWorker::Drop { uris: stale });
-            }
+        if !stale.is_empty() && self.sessions.contains(&node) {
+            self.comm.send(node, ToWorker::Drop { uris: stale });
         }
     }
 
     pub(super) fn on_worker_message(&mut self, conn: u64, msg: ToDispatcher) {
-        let Some(node) = self.conns.get(&conn).copied() else {
+        let Some(node) = self.sessions.node_of(conn) else {
             // A connection already given up: its results belong to attempts run again elsewhere.
             if let ToDispatcher::Finished(r) = msg {
                 tracing::warn!(task = %r.task, attempt = r.attempt, "stale result refused (its worker was given up)");
@@ -226,20 +221,20 @@ impl Scheduler {
         if !report.kept.is_empty() && !matches!(result, Ok(TaskState::Finished(Outcome::Succeeded)))
         {
             // Not a success the core took: what it kept is no one's input.
-            if let Some(s) = self.sessions.get(&node) {
+            if self.sessions.contains(&node) {
                 let uris = report.kept.iter().map(|k| k.uri.clone()).collect();
-                let _ = s.tx.send(ToWorker::Drop { uris });
+                self.comm.send(node, ToWorker::Drop { uris });
             }
         }
         if remake && result.is_ok() {
             // A producer run again to remake a lost object: its recorded outcome stands.
             tracing::info!(task = %report.task, attempt = report.attempt, "ran again to remake its intermediate objects: {}", if report.succeeded() { "done".to_string() } else { report.failure() });
             self.add_traffic(&report);
-            self.new_attempt_results.push((
+            self.progress.attempt_result(
                 report.task.clone(),
                 report.attempt,
                 serde_json::to_string(&report).expect("report serializes"),
-            ));
+            );
             return;
         }
         match result {
@@ -249,11 +244,11 @@ impl Scheduler {
                 tracing::info!(task = %report.task, attempt = report.attempt, "failed ({}); retrying", report.failure());
                 self.add_traffic(&report);
                 self.tasks.list_as(t, Listed::Queued);
-                self.new_attempt_results.push((
+                self.progress.attempt_result(
                     report.task.clone(),
                     report.attempt,
                     serde_json::to_string(&report).expect("report serializes"),
-                ));
+                );
             }
             Ok(state) => {
                 let st = match state {
@@ -267,7 +262,7 @@ impl Scheduler {
                     id: report.task.clone(),
                     state: st,
                     attempt: report.attempt,
-                    node: self.sessions.get(&node).map(|s| s.name.clone()),
+                    node: self.sessions.name(&node).map(str::to_string),
                     exit_code: report.exit_code,
                     error: report.error.clone(),
                     result_json: serde_json::to_string(&report).expect("report serializes"),
@@ -308,10 +303,10 @@ impl Scheduler {
 
     /// `node` is gone: lost (`crashed`: its running tasks count a crash) or left cleanly.
     pub(super) fn node_lost(&mut self, node: NodeId, why: &str, crashed: bool) {
-        let Some(session) = self.sessions.remove(&node) else {
+        let Some(session) = self.sessions.remove(node) else {
             return;
         };
-        self.conns.remove(&session.conn);
+        self.comm.detach(node);
         self.lookups.node_lost(node);
         self.pool_disconnected(&session);
         self.stage_node_left(node);
@@ -349,13 +344,7 @@ impl Scheduler {
     }
 
     pub(super) fn check_heartbeats(&mut self) {
-        let late: Vec<NodeId> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.last_seen.elapsed() > self.cfg.heartbeat_timeout)
-            .map(|(n, _)| *n)
-            .collect();
-        for node in late {
+        for node in self.sessions.silent(self.cfg.heartbeat_timeout) {
             self.node_lost(node, "heartbeat timeout", true);
         }
     }
@@ -367,10 +356,10 @@ impl Scheduler {
         if !self.lookups.has_queued() || self.sessions.is_empty() {
             return;
         }
-        let mut workers: Vec<(NodeId, &UnboundedSender<ToWorker>)> =
-            self.sessions.iter().map(|(n, s)| (*n, &s.tx)).collect();
-        workers.sort_by_key(|(n, _)| *n);
-        self.lookups.send(&workers, self.cfg.lookup_timeout);
+        let mut workers: Vec<NodeId> = self.sessions.nodes().collect();
+        workers.sort();
+        self.lookups
+            .send(&workers, &mut *self.comm, self.cfg.lookup_timeout);
     }
 
     /// A worker answered a lookup: record sizes and versions (a changed version invalidates every
@@ -458,10 +447,13 @@ impl Scheduler {
         *known = version;
         if changed {
             for node in self.core.handle_object_invalidated(o, now) {
-                if let Some(s) = self.sessions.get(&node) {
-                    let _ = s.tx.send(ToWorker::Drop {
-                        uris: vec![uri.to_string()],
-                    });
+                if self.sessions.contains(&node) {
+                    self.comm.send(
+                        node,
+                        ToWorker::Drop {
+                            uris: vec![uri.to_string()],
+                        },
+                    );
                 }
             }
         }
@@ -521,32 +513,20 @@ impl Scheduler {
                 }
             })
             .collect();
-        let more = task.def.more();
-        let a = Assignment {
-            task: task.def.id.clone(),
+        let a = Assignment::new(
+            &task.def,
             attempt,
-            cmd: task.def.cmd.clone(),
-            inputs: assigned,
-            outputs: task.def.outputs.clone(),
-            caching: self.core.caches_for(t),
-            positions: positions(&task.def.inputs),
-            cores: more.cores.unwrap_or(1),
-            memory_limit: more.enforced_memory(),
-            gpus: more.gpus.unwrap_or(0),
-            timeout_s: more
-                .timeout_s
-                .or(self.cfg.task_timeout.map(|t| t.as_secs_f64())),
-            env: more.env.clone(),
-            stdout_uri: more.stdout.clone(),
-            stderr_uri: more.stderr.clone(),
-            eviction_priority: more.eviction_priority,
-        };
+            assigned,
+            self.core.caches_for(t),
+            positions(&task.def.inputs),
+            self.cfg.task_defaults.task_timeout,
+        );
         let Some(s) = self.sessions.get(&node) else {
             return;
         };
-        self.new_attempts
-            .push((task.def.id.clone(), attempt, s.name.clone()));
-        if s.tx.send(ToWorker::Run(Box::new(a))).is_err() {
+        self.progress
+            .attempt(task.def.id.clone(), attempt, s.name.clone());
+        if !self.comm.send(node, ToWorker::Run(Box::new(a))) {
             // The session is gone; its loss is being reported and will requeue the task.
             tracing::warn!(worker = %s.name, "dispatch to a closed session");
         }

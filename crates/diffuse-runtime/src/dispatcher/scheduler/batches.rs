@@ -117,15 +117,13 @@ impl Scheduler {
             return Err("nothing to stage".into());
         }
         let dests: Vec<NodeId> = if ask.to.is_empty() {
-            self.sessions.keys().copied().collect()
+            self.sessions.nodes().collect()
         } else {
             ask.to
                 .iter()
                 .map(|name| {
                     self.sessions
-                        .iter()
-                        .find(|(_, s)| &s.name == name)
-                        .map(|(n, _)| *n)
+                        .by_name(name)
                         .ok_or_else(|| format!("no connected worker is named {name}"))
                 })
                 .collect::<Result<_, _>>()?
@@ -159,7 +157,7 @@ impl Scheduler {
         let objects_n = objects.len();
         let names = dests
             .iter()
-            .filter_map(|n| self.sessions.get(n).map(|s| s.name.clone()))
+            .filter_map(|n| self.sessions.name(n).map(str::to_string))
             .collect();
         self.stages.insert(
             id,
@@ -215,14 +213,14 @@ impl Scheduler {
         self.next_stage += 1;
         let dropped = by_node.values().map(Vec::len).sum();
         for (n, uris) in by_node {
-            if let Some(s) = self.sessions.get(&n) {
-                let _ = s.tx.send(ToWorker::Drop { uris });
+            if self.sessions.contains(&n) {
+                self.comm.send(n, ToWorker::Drop { uris });
             }
         }
         tracing::info!(stage = id, "dropping {dropped} copies");
         let destinations = dests
             .iter()
-            .filter_map(|n| self.sessions.get(n).map(|s| s.name.clone()))
+            .filter_map(|n| self.sessions.name(n).map(str::to_string))
             .collect();
         self.stages.insert(
             id,
@@ -298,7 +296,7 @@ impl Scheduler {
                         .errors
                         .remove(&(r.dest, r.object))
                         .unwrap_or_else(|| "no source holds it".into());
-                    let name = self.sessions.get(&r.dest).map_or("?", |s| s.name.as_str());
+                    let name = self.sessions.name(&r.dest).unwrap_or("?");
                     let uri = crate::uri::redacted(&self.uris[r.object.0 as usize]);
                     run.view.failed.push(format!("{uri} -> {name}: {why}"));
                 }
@@ -355,10 +353,10 @@ impl Scheduler {
     /// other peers as extra sources; storage only when the plan starts there. True if the
     /// destination serves the chunks as they land (a large object read from peers: the
     /// worker's `multi` and `relay`).
-    fn send_stage_fetch(&self, chunk: &Chunk, size: u64) -> bool {
-        let Some(target) = self.sessions.get(&chunk.dest) else {
+    fn send_stage_fetch(&mut self, chunk: &Chunk, size: u64) -> bool {
+        if !self.sessions.contains(&chunk.dest) {
             return false;
-        };
+        }
         let urls: Vec<String> = chunk
             .parts
             .iter()
@@ -380,14 +378,15 @@ impl Scheduler {
         };
         let relayed = matches!(source, InputSource::Peer { .. }) && size >= MULTI_SOURCE_MIN;
         let o = chunk.object;
-        let _ = target.tx.send(ToWorker::Fetch {
+        let fetch = ToWorker::Fetch {
             inputs: vec![AssignedInput {
                 uri: self.uris[o.0 as usize].clone(),
                 size,
                 version: self.versions[o.0 as usize].clone(),
                 source,
             }],
-        });
+        };
+        self.comm.send(chunk.dest, fetch);
         relayed
     }
 
@@ -441,8 +440,8 @@ impl Scheduler {
             Endpoint::Storage => "storage".to_string(),
             Endpoint::Node(n) => self
                 .sessions
-                .get(&n)
-                .map_or_else(|| format!("node {}", n.0), |s| s.name.clone()),
+                .name(&n)
+                .map_or_else(|| format!("node {}", n.0), str::to_string),
         };
         for run in self.stages.values_mut() {
             if run.running.keys().any(|(n, _)| *n == node) {

@@ -8,6 +8,7 @@
 //! shares always sum to the cap and a worker with no read under way can still start one.
 //! A share is sent again when it changes by more than 5%.
 
+use super::views::LinkView;
 use super::Scheduler;
 use crate::proto::{AssignedInput, InputSource, ToWorker, MULTI_SOURCE_MIN};
 use diffuse_core::bandwidth::Endpoint;
@@ -26,20 +27,23 @@ impl Scheduler {
     /// Carry out the core's `Prefetch`: the worker fetches the object from storage into its
     /// cache and reports it `Cached` (or `FetchFailed`).
     pub(super) fn prefetch_object(&mut self, o: ObjectId, size: u64, node: NodeId) {
-        let Some(session) = self.sessions.get(&node) else {
+        if !self.sessions.contains(&node) {
             let now = self.now();
             self.core.handle_prefetch_failed(node, o, now);
             return;
-        };
+        }
         let input = AssignedInput {
             uri: self.uris[o.0 as usize].clone(),
             size,
             version: self.versions[o.0 as usize].clone(),
             source: InputSource::Storage,
         };
-        let _ = session.tx.send(ToWorker::Fetch {
-            inputs: vec![input],
-        });
+        self.comm.send(
+            node,
+            ToWorker::Fetch {
+                inputs: vec![input],
+            },
+        );
     }
 
     /// A worker could not fetch `uri`.
@@ -63,35 +67,39 @@ impl Scheduler {
         }
         let reads = self.core.storage_reads();
         let weight = |n: &NodeId| IDLE_WEIGHT + reads.get(n).copied().unwrap_or(0) as f64;
-        let total: f64 = self.sessions.keys().map(weight).sum();
-        for (node, session) in &self.sessions {
-            let share = cap * weight(node) / total;
-            let old = self.storage_shares.get(node).copied();
+        let total: f64 = self.sessions.nodes().map(|n| weight(&n)).sum();
+        for node in self.sessions.nodes() {
+            let share = cap * weight(&node) / total;
+            let old = self.storage_shares.get(&node).copied();
             if old.is_none_or(|o| (share - o).abs() > 0.05 * o) {
-                self.storage_shares.insert(*node, share);
-                let _ = session.tx.send(ToWorker::StorageRate {
-                    bytes_per_s: Some(share),
-                });
+                self.storage_shares.insert(node, share);
+                self.comm.send(
+                    node,
+                    ToWorker::StorageRate {
+                        bytes_per_s: Some(share),
+                    },
+                );
             }
         }
-        self.storage_shares
-            .retain(|n, _| self.sessions.contains_key(n));
+        self.storage_shares.retain(|n, _| self.sessions.contains(n));
     }
 
     /// Carry out 2Mark's `Evict`: the worker deletes its copy.
     pub(super) fn evict_copy(&mut self, node: NodeId, o: ObjectId) {
-        if let Some(s) = self.sessions.get(&node) {
-            let _ = s.tx.send(ToWorker::Drop {
-                uris: vec![self.uris[o.0 as usize].clone()],
-            });
+        if self.sessions.contains(&node) {
+            self.comm.send(
+                node,
+                ToWorker::Drop {
+                    uris: vec![self.uris[o.0 as usize].clone()],
+                },
+            );
         }
     }
 
     /// Carry out 2Mark's `Move`: `to` fetches the object from `from`'s peer server; when `to`
     /// reports its copy (or fails to make one), `from` deletes its own.
     pub(super) fn move_copy(&mut self, o: ObjectId, size: u64, from: NodeId, to: NodeId) {
-        let (Some(source), Some(target)) = (self.sessions.get(&from), self.sessions.get(&to))
-        else {
+        let (Some(source), true) = (self.sessions.get(&from), self.sessions.contains(&to)) else {
             self.evict_copy(from, o);
             return;
         };
@@ -104,9 +112,12 @@ impl Scheduler {
                 also: self.other_holders(o, size, from, to),
             },
         };
-        let _ = target.tx.send(ToWorker::Fetch {
-            inputs: vec![input],
-        });
+        self.comm.send(
+            to,
+            ToWorker::Fetch {
+                inputs: vec![input],
+            },
+        );
         self.moving.insert((o, to), from);
     }
 
@@ -139,14 +150,6 @@ impl Scheduler {
             .collect()
     }
 
-    /// The worker whose peer server is at `url`.
-    fn node_at(&self, url: &str) -> Option<NodeId> {
-        self.sessions
-            .iter()
-            .find(|(_, s)| s.peer_url == url)
-            .map(|(n, _)| *n)
-    }
-
     /// `node` received `bytes` from `from` (a peer's URL, None: storage) in `seconds`.
     pub(super) fn transferred(
         &mut self,
@@ -157,7 +160,7 @@ impl Scheduler {
     ) {
         let from = match from {
             None => Endpoint::Storage,
-            Some(url) => match self.node_at(url) {
+            Some(url) => match self.sessions.at_url(url) {
                 Some(n) => Endpoint::Node(n),
                 None => return, // it left
             },
@@ -169,28 +172,29 @@ impl Scheduler {
     /// `node` found the copy of `uri` it read from `peer` bad: the holder hashes it again and
     /// drops it if it is.
     pub(super) fn bad_copy(&mut self, node: NodeId, uri: &str, peer: &str) {
-        let Some(holder) = self.node_at(peer) else {
+        let Some(holder) = self.sessions.at_url(peer) else {
             return;
         };
         tracing::warn!(uri = %crate::uri::redacted(uri), reader = node.0, holder = holder.0, "a reader found a bad copy; its holder verifies it");
-        if let Some(s) = self.sessions.get(&holder) {
-            let _ = s.tx.send(ToWorker::Verify {
+        self.comm.send(
+            holder,
+            ToWorker::Verify {
                 uris: vec![uri.to_string()],
-            });
-        }
+            },
+        );
     }
 
     /// The links measured between connected workers and from storage.
-    pub(super) fn links(&self) -> Vec<super::LinkView> {
+    pub(super) fn links(&self) -> Vec<LinkView> {
         let name = |e: Endpoint| match e {
             Endpoint::Storage => Some("storage".to_string()),
-            Endpoint::Node(n) => self.sessions.get(&n).map(|s| s.name.clone()),
+            Endpoint::Node(n) => self.sessions.name(&n).map(str::to_string),
         };
         self.core
             .bandwidth_pairs()
             .into_iter()
             .filter_map(|p| {
-                Some(super::LinkView {
+                Some(LinkView {
                     from: name(p.from)?,
                     to: name(p.to)?,
                     predicted_bytes_per_s: p.predicted,

@@ -1,0 +1,182 @@
+//! What the scheduler answers with: submissions accepted or refused, the counters of
+//! `/v1/status` and `/metrics`, and the views of a task, an attempt, a batch and a link. Plain
+//! types, shared by the scheduler's modules and the HTTP API.
+
+use super::pool::{PoolView, WorkerView};
+use super::series::Failure;
+use super::tasks::{BatchCounts, Listed};
+use crate::dispatcher::metrics::Histogram;
+use crate::journal::TaskOutcome;
+use crate::proto::Traffic;
+use serde::{Deserialize, Serialize};
+
+/// Why a submission was refused (nothing of it was accepted).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// A task with this id was submitted before.
+    #[error("task '{0}' already exists")]
+    Duplicate(String),
+    /// The journal could not commit it.
+    #[error("journal: {0}")]
+    Journal(String),
+    /// Its dependencies are wrong (a cycle, a tmp:// input nobody writes, an unknown `after`).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// An accepted submission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Submitted {
+    /// Tasks accepted.
+    pub submitted: usize,
+    /// The batch they belong to (`GET /v1/batches/{batch}`).
+    pub batch: u64,
+}
+
+/// Which tasks a listing wants.
+#[derive(Clone, Debug)]
+pub struct ListQuery {
+    /// Only tasks in this state.
+    pub state: Option<Listed>,
+    /// Only tasks after this cursor (from a previous page's `next`).
+    pub after: Option<u64>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// One measured link: what transfers from `from` to `to` achieved, and what is predicted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkView {
+    /// A worker's name, or `storage`.
+    pub from: String,
+    /// A worker's name.
+    pub to: String,
+    /// Predicted bytes per second (the mean of the window, times the feedback scale).
+    pub predicted_bytes_per_s: f64,
+    /// Transfers in the window.
+    pub samples: usize,
+}
+
+/// Dispatcher-wide counters (`/v1/status`, `/metrics`). Every submitted task is counted in
+/// exactly one of `queued`, `running`, `ending`, `succeeded`, `failed` and `cancelled`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Status {
+    /// Tasks ever submitted (including those replayed from the journal).
+    pub submitted: u64,
+    /// Not yet dispatched: waiting in the queue, or for their inputs to be looked up.
+    pub queued: u64,
+    /// Of the queued, those waiting for input lookups (no worker has answered yet).
+    pub looking_up: u64,
+    /// Dispatched and not finished (at most the busy slots).
+    pub running: u64,
+    /// Finished on their worker, outcome not yet journaled (shown as running).
+    pub ending: u64,
+    /// Finished with exit code 0.
+    pub succeeded: u64,
+    /// Finished otherwise.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+    /// Of the succeeded, those running again to remake an intermediate object whose every
+    /// copy was lost (not counted in `queued` or `running`).
+    #[serde(default)]
+    pub remaking: u64,
+    /// Connected workers.
+    pub workers: u32,
+    /// Workers by state: requested, pending, starting (pool requests not yet connected),
+    /// running, idle (connected), lost (disconnected, may come back), releasing.
+    #[serde(default)]
+    pub workers_by_state: std::collections::BTreeMap<String, u32>,
+    /// Every worker with its state and resource-manager job id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worker_list: Vec<WorkerView>,
+    /// The elastic pool's settings and errors (none for a static pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolView>,
+    /// Slots on connected workers.
+    pub slots: u64,
+    /// Slots running a task.
+    pub busy_slots: u64,
+    /// Queued tasks that fit no connected worker (more cores, memory, GPUs or disk than any
+    /// has).
+    pub unschedulable: u64,
+    /// Some of them: `id: what it asks for`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unschedulable_examples: Vec<String>,
+    /// Accesses and bytes by source, summed over finished attempts.
+    pub traffic: Traffic,
+    /// What the transfer scheduler did (`--prefetch`): prefetches issued, landed, failed, read
+    /// by a task, evicted unread.
+    #[serde(default)]
+    pub prefetch: diffuse_core::PrefetchStats,
+    /// The cap on storage reads, bytes/s (`--storage-bandwidth-cap`), and the budgeted rate of
+    /// the storage reads under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_cap: Option<f64>,
+    /// See `storage_cap`.
+    #[serde(default)]
+    pub storage_budget_used: u64,
+    /// Input bytes of the tasks queued so far (the paper's demand).
+    #[serde(default)]
+    pub demand_bytes: u64,
+    /// The last failures (at most 20), newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_failures: Vec<Failure>,
+    /// Seconds from a task's process start to its end, over finished attempts.
+    #[serde(default)]
+    pub task_run_seconds: Histogram,
+    /// Seconds attempts spent staging their inputs.
+    #[serde(default)]
+    pub task_staging_seconds: Histogram,
+    /// What 2Mark did (`--two-mark`): phases begun, copies evicted and moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub two_mark: Option<diffuse_core::twomark::TwoMarkStats>,
+    /// The rates predicted between connected workers (and from storage) by past transfers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkView>,
+    /// Seconds since the dispatcher started.
+    pub uptime_s: f64,
+}
+
+/// What the API shows of a task.
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskView {
+    /// Task id.
+    pub id: String,
+    /// `queued`, `running`, `succeeded`, `failed` or `cancelled`.
+    pub state: String,
+    /// The batch it was submitted in.
+    pub batch: u64,
+    /// Worker it runs or ran on.
+    pub node: Option<String>,
+    /// Current or last attempt.
+    pub attempt: u32,
+    /// The recorded outcome, once there is one.
+    pub outcome: Option<TaskOutcome>,
+    /// Every attempt dispatched, with the report of each retried one (shown for one task).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<AttemptView>>,
+}
+
+/// One attempt of a task.
+#[derive(Clone, Debug, Serialize)]
+pub struct AttemptView {
+    /// Its number.
+    pub attempt: u32,
+    /// The worker it was sent to.
+    pub node: String,
+    /// Its report, if it failed and the task was retried (the last attempt's is the outcome's).
+    pub report: Option<serde_json::Value>,
+}
+
+/// What the API shows of a batch.
+#[derive(Clone, Debug, Serialize)]
+pub struct BatchView {
+    /// Batch number.
+    pub batch: u64,
+    /// Tasks not yet ended (or ended and not yet journaled).
+    pub pending: u64,
+    /// Counters.
+    #[serde(flatten)]
+    pub counts: BatchCounts,
+}
