@@ -2,7 +2,7 @@
 //! and `cmd`), and as kept in memory ([`TaskDef`]: what every task has, and the rest boxed in
 //! [`TaskMore`], which most tasks leave empty; a dispatcher keeps millions of tasks).
 
-use super::SpecError;
+use super::error::SpecError;
 use crate::placeholder::Kind;
 use crate::uri::Scheme;
 use serde::{Deserialize, Serialize};
