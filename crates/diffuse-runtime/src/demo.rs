@@ -79,10 +79,10 @@ pub async fn run_policy(
     cfg: &DemoConfig,
     tasks: &Path,
     policy: PolicyKind,
-) -> anyhow::Result<RunSummary> {
+) -> Result<RunSummary, crate::run::RunError> {
     let run_dir = cfg.dir.join(policy.to_string());
     let _ = std::fs::remove_dir_all(&run_dir);
-    let summary = run(RunConfig {
+    run(RunConfig {
         tasks: tasks.to_path_buf(),
         workers: cfg.workers,
         slots_per_worker: cfg.slots_per_worker,
@@ -101,14 +101,11 @@ pub async fn run_policy(
         input_roots: Vec::new(),
         // Each policy starts cold: its own caches, deleted with the run.
         cache_root: cfg.dir.join(policy.to_string()).join("cache"),
-        retries: 0,
-        task_timeout: None,
+        task_defaults: Default::default(),
         defs: None,
         print: None,
         max_workers: None,
         idle_release: std::time::Duration::from_secs(30),
     })
     .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(summary)
 }

@@ -8,6 +8,7 @@
 //! | [`dispatcher`] | `diffuse dispatcher`: the scheduler thread driving the core, the HTTP API, worker sessions, metrics and dashboard |
 //! | [`worker`] | `diffuse worker`: runs tasks as processes, keeps a cache directory, serves it to peers |
 //! | [`run`] | `diffuse run`: the embedded default, a dispatcher in-process and local worker processes |
+//! | [`run_caches`] | the caches `diffuse run`'s local workers keep between runs, each claimed by `flock` |
 //! | [`demo`] | `diffuse demo`: a generated dataset and workload run with FA and with GCC |
 //! | [`spec`] | task files (JSON Lines / JSON array): parsing and validation |
 //! | [`proto`] | dispatcher <-> worker messages (JSON over WebSocket) |
@@ -15,7 +16,6 @@
 //! | [`gateway`] | shared-storage emulation: a `file://` tree served at a fixed aggregate bandwidth |
 //! | [`journal`] | the dispatcher's durable journal (embedded SQLite) |
 //! | [`cache_dir`] | a worker's on-disk cache: quota, eviction, verification |
-//! | [`cache_pool`] | `diffuse run`'s worker caches kept between runs, each claimed by `flock` |
 //! | [`uri`] | input and output URIs: schemes, canonical form, file paths |
 //! | [`provisioner`] | the elastic pool: workers from local processes, Slurm or commands |
 //! | [`server`], [`tls`] | HTTP serving with connection limits; TLS (rustls) for servers and clients |
@@ -25,7 +25,6 @@
 
 pub mod auth;
 pub mod cache_dir;
-pub mod cache_pool;
 pub mod demo;
 pub mod dispatcher;
 pub mod gateway;
@@ -34,6 +33,7 @@ pub mod placeholder;
 pub mod proto;
 pub mod provisioner;
 pub mod run;
+pub mod run_caches;
 pub mod server;
 pub mod size;
 pub mod spec;

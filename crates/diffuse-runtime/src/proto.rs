@@ -8,7 +8,7 @@
 //! every `heartbeat_ms`. A worker silent for the dispatcher's heartbeat timeout is given up and
 //! its tasks are run again elsewhere; a late `Finished` from it is refused by attempt number.
 
-use crate::spec::Cmd;
+use crate::spec::{Cmd, TaskDef, TaskMore};
 use serde::{Deserialize, Serialize};
 
 /// An object a worker holds, with the source version it was fetched at.
@@ -197,48 +197,69 @@ pub struct Assignment {
     /// empty when the task lists no input twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub positions: Vec<u32>,
-    /// Cores granted (`DIFFUSE_CORES`).
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub cores: u32,
-    /// Memory limit, bytes, enforced where the worker can make memory cgroups: the task's
-    /// `memory_limit`, else its `memory`; `None` for none. (Named `memory` on the wire, as
-    /// before `memory_limit` existed, when the request was the limit.)
-    #[serde(rename = "memory", default, skip_serializing_if = "Option::is_none")]
-    pub memory_limit: Option<u64>,
-    /// GPUs granted; the worker picks which.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpus: u32,
-    /// Time limit, seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_s: Option<f64>,
-    /// Extra environment.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub env: std::collections::BTreeMap<String, String>,
-    /// Where to copy the captured stdout and stderr (`{id}` and `{attempt}` expanded).
+    /// The task's optional fields, whole, under their task-file names (`cores`, `gpus`,
+    /// `timeout_s`, `env`, `eviction_priority`, ...), as the worker is to run it: see
+    /// [`Assignment::new`]. A field added to [`TaskMore`] reaches the worker here without a
+    /// change to this message.
+    #[serde(flatten)]
+    pub more: TaskMore,
+    /// Where to copy the captured stdout and stderr (`{id}` and `{attempt}` expanded): the
+    /// task's `stdout` and `stderr`, under the names workers have always read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout_uri: Option<String>,
     /// See `stdout_uri`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_uri: Option<String>,
-    /// Eviction priority of the inputs it reads on this worker (their cache entries take it).
-    #[serde(default, skip_serializing_if = "is_zero_i16")]
-    pub eviction_priority: i16,
 }
 
-fn one() -> u32 {
-    1
-}
+impl Assignment {
+    /// Attempt `attempt` of `task`, reading `inputs` (from where the dispatcher chose), with
+    /// `task_timeout` as its time limit unless it has one. Its fields go whole, but as the
+    /// worker runs them, on the names workers of either version read: `memory` is the limit the
+    /// kernel enforces (the task's `memory_limit`, else its `memory`; the name it had when the
+    /// request was the limit), `stdout`/`stderr` travel as `stdout_uri`/`stderr_uri`, and
+    /// `after` (for the dispatcher only, and long) stays behind.
+    pub fn new(
+        task: &TaskDef,
+        attempt: u32,
+        inputs: Vec<AssignedInput>,
+        caching: bool,
+        positions: Vec<u32>,
+        task_timeout: Option<std::time::Duration>,
+    ) -> Assignment {
+        let mut more = task.more.as_deref().cloned().unwrap_or_default();
+        more.memory = more.enforced_memory();
+        more.memory_limit = None;
+        more.timeout_s = more.timeout_s.or(task_timeout.map(|t| t.as_secs_f64()));
+        more.after = Vec::new();
+        Assignment {
+            task: task.id.clone(),
+            attempt,
+            cmd: task.cmd.clone(),
+            inputs,
+            outputs: task.outputs.clone(),
+            caching,
+            positions,
+            stdout_uri: more.stdout.take(),
+            stderr_uri: more.stderr.take(),
+            more,
+        }
+    }
 
-fn is_one(n: &u32) -> bool {
-    *n == 1
-}
+    /// Cores granted (`DIFFUSE_CORES`).
+    pub fn cores(&self) -> u32 {
+        self.more.cores.unwrap_or(1)
+    }
 
-fn is_zero_i16(n: &i16) -> bool {
-    *n == 0
-}
+    /// GPUs granted; the worker picks which.
+    pub fn gpus(&self) -> u32 {
+        self.more.gpus.unwrap_or(0)
+    }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+    /// Memory limit, bytes, enforced where the worker can make memory cgroups; `None` for none.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.more.enforced_memory()
+    }
 }
 
 fn yes() -> bool {
@@ -413,6 +434,55 @@ impl TaskReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn an_assignment_carries_the_task_fields_on_the_names_workers_read() {
+        let def = crate::spec::parse_tasks(
+            r#"{"id":"t","cmd":"x","cores":2,"memory":"1MB","memory_limit":"2MB","gpus":1,"env":{"A":"1"},"stdout":"file:///l/{id}.out","eviction_priority":3,"after":["s"],"job":"j"}"#,
+        )
+        .unwrap()
+        .remove(0);
+        let a = Assignment::new(&def, 1, vec![], true, vec![], Some(Duration::from_secs(7)));
+        let v = serde_json::to_value(ToWorker::Run(Box::new(a.clone()))).unwrap();
+        // The names and meanings an Assignment had when it listed these fields one by one:
+        // `memory` is the enforced limit, the dispatcher's default time limit is filled in.
+        for (key, value) in [
+            ("cores", serde_json::json!(2)),
+            ("memory", serde_json::json!(2_000_000)),
+            ("gpus", serde_json::json!(1)),
+            ("timeout_s", serde_json::json!(7.0)),
+            ("env", serde_json::json!({"A": "1"})),
+            ("stdout_uri", serde_json::json!("file:///l/{id}.out")),
+            ("eviction_priority", serde_json::json!(3)),
+            ("job", serde_json::json!("j")),
+        ] {
+            assert_eq!(v[key], value, "{key} in {v}");
+        }
+        for gone in ["memory_limit", "stdout", "stderr_uri", "after"] {
+            assert!(v.get(gone).is_none(), "{gone} in {v}");
+        }
+        let back: ToWorker = serde_json::from_value(v).unwrap();
+        assert_eq!(back, ToWorker::Run(Box::new(a)));
+        // What a dispatcher sent before the fields went whole reads the same.
+        let old = r#"{"type":"run","task":"t","attempt":1,"cmd":"x","inputs":[],"outputs":[],"cores":2,"memory":2000000,"gpus":1,"timeout_s":7.0,"env":{"A":"1"},"stdout_uri":"file:///l/{id}.out","eviction_priority":3,"some_later_field":1}"#;
+        let ToWorker::Run(a) = serde_json::from_str::<ToWorker>(old).unwrap() else {
+            panic!("not a run")
+        };
+        assert_eq!(
+            (a.cores(), a.memory_limit(), a.gpus(), a.more.timeout_s),
+            (2, Some(2_000_000), 1, Some(7.0))
+        );
+        assert_eq!(
+            (
+                a.more.env["A"].as_str(),
+                a.stdout_uri.as_deref(),
+                a.more.eviction_priority
+            ),
+            ("1", Some("file:///l/{id}.out"), 3)
+        );
+        assert!(a.caching);
+    }
 
     #[test]
     fn round_trips_as_tagged_json() {
@@ -432,14 +502,12 @@ mod tests {
             outputs: vec![],
             caching: true,
             positions: vec![],
-            cores: 1,
-            memory_limit: Some(5_000_000),
-            gpus: 0,
-            timeout_s: None,
-            env: Default::default(),
+            more: TaskMore {
+                memory: Some(5_000_000),
+                ..TaskMore::default()
+            },
             stdout_uri: None,
             stderr_uri: None,
-            eviction_priority: 0,
         }));
         let text = serde_json::to_string(&m).unwrap();
         assert!(

@@ -7,9 +7,10 @@
 //! `diffuse run --resume RUN_DIR` later continues from the journal: tasks that ended keep their
 //! outcome, the others run.
 
+use crate::dispatcher::scheduler::SchedulerConfig;
 use crate::dispatcher::{self, DispatcherConfig, Handle, Tokens};
 use crate::journal::Journal;
-use crate::spec::{parse_task_bytes, SpecError, TaskDef};
+use crate::spec::{parse_task_bytes, SpecError, TaskDef, TaskDefaults};
 use diffuse_core::CoreConfig;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -50,12 +51,10 @@ pub struct RunConfig {
     pub storage_bandwidth: Option<(PathBuf, f64)>,
     /// `file://` inputs must be under one of these (passed to the workers; empty: anywhere).
     pub input_roots: Vec<PathBuf>,
-    /// Where the workers' caches live between runs ([`crate::cache_pool`]).
+    /// Where the workers' caches live between runs ([`crate::run_caches`]).
     pub cache_root: PathBuf,
-    /// Retries of a task that does not say.
-    pub retries: u32,
-    /// Time limit of a task that does not say.
-    pub task_timeout: Option<Duration>,
+    /// What a task that does not say gets (`--retries`, `--task-timeout`).
+    pub task_defaults: TaskDefaults,
     /// Tasks made on the command line (`--each`) instead of read from `tasks`; they are written
     /// to `<run-dir>/tasks.jsonl`.
     pub defs: Option<Vec<TaskDef>>,
@@ -126,7 +125,7 @@ pub struct RunSummary {
     pub run_dir: PathBuf,
 }
 
-/// Why a run could not start.
+/// Why a run could not start, or stopped before its end.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The task file is malformed: nothing was submitted.
@@ -137,9 +136,31 @@ pub enum RunError {
         /// Line, field and problem.
         error: SpecError,
     },
-    /// Anything else.
+    /// The run directory, its record, the task file or the cache directory cannot be used (the
+    /// message says which, and why).
+    #[error("{0}")]
+    Setup(String),
+    /// A file operation failed.
     #[error(transparent)]
-    Other(#[from] anyhow::Error),
+    Io(#[from] std::io::Error),
+    /// The in-process dispatcher could not start.
+    #[error(transparent)]
+    Dispatcher(#[from] dispatcher::StartError),
+    /// The in-process dispatcher refused a request or stopped.
+    #[error("{0}")]
+    Api(String),
+    /// The local workers could not be started or kept running.
+    #[error("{0}")]
+    Workers(String),
+    /// The journal could not be read for the results.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+}
+
+impl From<dispatcher::ApiError> for RunError {
+    fn from(e: dispatcher::ApiError) -> RunError {
+        RunError::Api(e.to_string())
+    }
 }
 
 /// What a run directory records of its run, for `--resume`.
@@ -227,103 +248,25 @@ async fn interrupted() -> String {
     }
 }
 
-/// Run a task file to completion (or continue one, with `resume`).
+/// Run a task file to completion (or continue one, with `resume`): the steps below, in order.
 pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let mut cfg = cfg;
-    cfg.run_dir = std::path::absolute(&cfg.run_dir).map_err(anyhow::Error::from)?;
+    cfg.run_dir = std::path::absolute(&cfg.run_dir)?;
     let journal = cfg.run_dir.join("journal.sqlite");
-    let record_path = cfg.run_dir.join(RECORD);
     let defs = if cfg.resume {
-        if !journal.exists() {
-            return Err(anyhow::anyhow!(
-                "--resume {}: no run there (no journal.sqlite)",
-                cfg.run_dir.display()
-            )
-            .into());
-        }
-        if cfg.tasks.as_os_str().is_empty() {
-            let record: RunRecord = std::fs::read(&record_path)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .ok_or_else(|| {
-                    anyhow::anyhow!("--resume: cannot read {}", record_path.display())
-                })?;
-            cfg.tasks = record.tasks;
-        }
+        resume_record(&mut cfg, &journal)?;
         None
     } else {
-        let defs = match cfg.defs.take() {
-            Some(defs) => defs,
-            None => {
-                let bytes = std::fs::read(&cfg.tasks)
-                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", cfg.tasks.display()))?;
-                parse_task_bytes(&bytes).map_err(|error| RunError::BadTaskFile {
-                    file: cfg.tasks.display().to_string(),
-                    error,
-                })?
-            }
-        };
-        std::fs::create_dir_all(&cfg.run_dir)
-            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", cfg.run_dir.display()))?;
-        if journal.exists() {
-            return Err(anyhow::anyhow!(
-                "{} already holds a run (journal.sqlite): continue it with --resume {0}, or choose another --run-dir",
-                cfg.run_dir.display()
-            )
-            .into());
-        }
-        if cfg.tasks.as_os_str().is_empty() {
-            // Tasks made on the command line: kept with the run.
-            cfg.tasks = cfg.run_dir.join("tasks.jsonl");
-            let text: String = defs
-                .iter()
-                .map(|d| serde_json::to_string(d).expect("task serializes") + "\n")
-                .collect();
-            std::fs::write(&cfg.tasks, text).map_err(anyhow::Error::from)?;
-        }
-        let record = RunRecord {
-            tasks: std::path::absolute(&cfg.tasks).map_err(anyhow::Error::from)?,
-        };
-        std::fs::write(
-            &record_path,
-            serde_json::to_vec_pretty(&record).expect("record serializes"),
-        )
-        .map_err(anyhow::Error::from)?;
-        Some(defs)
+        Some(new_run(&mut cfg, &journal)?)
     };
     let tokens = Tokens {
         client: token(),
         worker: token(),
         metrics: None,
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(anyhow::Error::from)?;
-    let url = format!(
-        "http://{}",
-        listener.local_addr().map_err(anyhow::Error::from)?
-    );
-    let elastic = cfg
-        .max_workers
-        .map(|max| elastic_pool(&cfg, max, &url, &tokens.worker));
-    let (handle, scheduler) = dispatcher::start(DispatcherConfig {
-        journal: journal.clone(),
-        core: match &elastic {
-            Some((core, _)) => core.clone(),
-            None => cfg.core.clone(),
-        },
-        tokens: tokens.clone(),
-        heartbeat: Duration::from_millis(500),
-        heartbeat_timeout: Duration::from_secs(10),
-        lookup_timeout: Duration::from_secs(30),
-        retries: cfg.retries,
-        task_timeout: cfg.task_timeout,
-        fixed_pool: cfg.max_workers.is_none().then_some(cfg.workers),
-        storage_gateway: cfg.storage_bandwidth.clone(),
-        pool: elastic.map(|(_, pool)| pool),
-        // One machine, plain HTTP on the loopback: no TLS.
-        trust: crate::tls::Trust::system(),
-    })?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let (handle, scheduler) = start_dispatcher(&cfg, &journal, &tokens, &url)?;
     // An elastic pool's workers come from the dispatcher's provisioner; a fixed pool's are
     // started here, on caches kept between runs.
     let fixed = if cfg.max_workers.is_some() {
@@ -331,11 +274,188 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     } else {
         cfg.workers
     };
-    let caches = crate::cache_pool::claim(&cfg.cache_root, fixed as usize).map_err(|e| {
-        anyhow::anyhow!(
+    let caches = claim_caches(&cfg, fixed)?;
+    let logs = cfg.run_dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(dispatcher::serve(
+        listener,
+        handle.clone(),
+        crate::server::Limits::standard(),
+        None,
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    let mut local = Local {
+        workers: Workers(Vec::new()),
+        restarts: Vec::new(),
+        caches,
+        url,
+        token: tokens.worker.clone(),
+        logs,
+    };
+    for (i, cache) in local.caches.dirs.iter().enumerate() {
+        let child = start_worker(&cfg, i as u32, cache, &local.url, &local.token)?;
+        local.workers.0.push(child);
+    }
+    local.restarts = vec![0; local.workers.0.len()];
+    let mut signal = std::pin::pin!(interrupted());
+    let mut stopped_by: Option<String> = None;
+    tokio::select! {
+        r = wait_for_workers(&handle, fixed, &mut local.workers) => r?,
+        s = &mut signal => stopped_by = Some(s),
+    }
+
+    let start = Instant::now();
+    let mut printer = cfg
+        .print
+        .map(|keep_order| Printer::new(keep_order, defs.as_deref()));
+    if let (Some(defs), None) = (defs, &stopped_by) {
+        handle
+            .submit(defs)
+            .await
+            .map_err(|e| RunError::Api(format!("submission refused: {e}")))?;
+    }
+    let status = follow(
+        &cfg,
+        &handle,
+        &mut local,
+        printer.as_mut(),
+        &mut signal,
+        &mut stopped_by,
+        start,
+    )
+    .await?;
+    let makespan = start.elapsed().as_secs_f64();
+    if cfg.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        eprintln!();
+    }
+    stop_workers(&mut local.workers, stopped_by.as_deref(), &handle).await;
+    // Outcomes of the last moments, journaled: counted in the summary too.
+    let status = handle.status().await.unwrap_or(status);
+    if let Some(p) = printer.as_mut() {
+        p.poll(&handle).await?;
+        p.finish();
+    }
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    drop(handle);
+    let _ = tokio::task::spawn_blocking(move || scheduler.join()).await;
+
+    let results = cfg.run_dir.join("results.jsonl");
+    let failures = write_results(&journal, &results)?;
+    let Local { caches, logs, .. } = local;
+    drop(caches);
+    Ok(summary(
+        &status, stopped_by, makespan, failures, results, logs, &cfg,
+    ))
+}
+
+/// `--resume`: the run directory holds a run; its task file is the one it was started with
+/// unless given.
+fn resume_record(cfg: &mut RunConfig, journal: &Path) -> Result<(), RunError> {
+    if !journal.exists() {
+        return Err(RunError::Setup(format!(
+            "--resume {}: no run there (no journal.sqlite)",
+            cfg.run_dir.display()
+        )));
+    }
+    if cfg.tasks.as_os_str().is_empty() {
+        let record_path = cfg.run_dir.join(RECORD);
+        let record: RunRecord = std::fs::read(&record_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| {
+                RunError::Setup(format!("--resume: cannot read {}", record_path.display()))
+            })?;
+        cfg.tasks = record.tasks;
+    }
+    Ok(())
+}
+
+/// A new run: its tasks read (or made on the command line, then written to the run directory),
+/// the run directory made and its record written.
+fn new_run(cfg: &mut RunConfig, journal: &Path) -> Result<Vec<TaskDef>, RunError> {
+    let defs = match cfg.defs.take() {
+        Some(defs) => defs,
+        None => {
+            let bytes = std::fs::read(&cfg.tasks).map_err(|e| {
+                RunError::Setup(format!("cannot read {}: {e}", cfg.tasks.display()))
+            })?;
+            parse_task_bytes(&bytes).map_err(|error| RunError::BadTaskFile {
+                file: cfg.tasks.display().to_string(),
+                error,
+            })?
+        }
+    };
+    std::fs::create_dir_all(&cfg.run_dir)
+        .map_err(|e| RunError::Setup(format!("cannot create {}: {e}", cfg.run_dir.display())))?;
+    if journal.exists() {
+        return Err(RunError::Setup(format!(
+            "{} already holds a run (journal.sqlite): continue it with --resume {0}, or choose another --run-dir",
+            cfg.run_dir.display()
+        )));
+    }
+    if cfg.tasks.as_os_str().is_empty() {
+        // Tasks made on the command line: kept with the run.
+        cfg.tasks = cfg.run_dir.join("tasks.jsonl");
+        let text: String = defs
+            .iter()
+            .map(|d| serde_json::to_string(d).expect("task serializes") + "\n")
+            .collect();
+        std::fs::write(&cfg.tasks, text)?;
+    }
+    let record = RunRecord {
+        tasks: std::path::absolute(&cfg.tasks)?,
+    };
+    std::fs::write(
+        cfg.run_dir.join(RECORD),
+        serde_json::to_vec_pretty(&record).expect("record serializes"),
+    )?;
+    Ok(defs)
+}
+
+/// The dispatcher, in this process, on the run's journal: a fixed pool of `cfg.workers`, or an
+/// elastic one of at most `cfg.max_workers`.
+fn start_dispatcher(
+    cfg: &RunConfig,
+    journal: &Path,
+    tokens: &Tokens,
+    url: &str,
+) -> Result<(Handle, std::thread::JoinHandle<()>), RunError> {
+    let elastic = cfg
+        .max_workers
+        .map(|max| elastic_pool(cfg, max, url, &tokens.worker));
+    Ok(dispatcher::start(DispatcherConfig {
+        core: match &elastic {
+            Some((core, _)) => core.clone(),
+            None => cfg.core.clone(),
+        },
+        tokens: tokens.clone(),
+        scheduler: SchedulerConfig {
+            heartbeat: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_secs(10),
+            journal: journal.to_path_buf(),
+            lookup_timeout: Duration::from_secs(30),
+            task_defaults: cfg.task_defaults,
+            fixed_pool: cfg.max_workers.is_none().then_some(cfg.workers),
+        },
+        storage_gateway: cfg.storage_bandwidth.clone(),
+        pool: elastic.map(|(_, pool)| pool),
+        // One machine, plain HTTP on the loopback: no TLS.
+        trust: crate::tls::Trust::system(),
+    })?)
+}
+
+/// One cache directory per local worker under `cache_root`, saying which were skipped because
+/// another run holds them.
+fn claim_caches(cfg: &RunConfig, n: u32) -> Result<crate::run_caches::Claimed, RunError> {
+    let caches = crate::run_caches::claim(&cfg.cache_root, n as usize).map_err(|e| {
+        RunError::Setup(format!(
             "cannot use the cache directory {}: {e}",
             cfg.cache_root.display()
-        )
+        ))
     })?;
     if !caches.busy.is_empty() && cfg.progress {
         eprintln!(
@@ -355,67 +475,44 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 .join(", ")
         );
     }
-    let logs = cfg.run_dir.join("logs");
-    std::fs::create_dir_all(&logs).map_err(anyhow::Error::from)?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dispatcher::serve(
-        listener,
-        handle.clone(),
-        crate::server::Limits::standard(),
-        None,
-        async {
-            let _ = stop_rx.await;
-        },
-    ));
+    Ok(caches)
+}
 
-    let mut workers = Workers(Vec::new());
-    for (i, cache) in caches.dirs.iter().enumerate() {
-        workers
-            .0
-            .push(start_worker(&cfg, i as u32, cache, &url, &tokens.worker)?);
-    }
-    let mut signal = std::pin::pin!(interrupted());
-    let mut stopped_by: Option<String> = None;
-    tokio::select! {
-        r = wait_for_workers(&handle, fixed, &mut workers) => r?,
-        s = &mut signal => stopped_by = Some(s),
-    }
+/// The local worker processes of a fixed pool, and what restarting one needs.
+struct Local {
+    workers: Workers,
+    /// How many times each was started again.
+    restarts: Vec<u32>,
+    caches: crate::run_caches::Claimed,
+    url: String,
+    token: String,
+    logs: PathBuf,
+}
 
-    let mut restarts = vec![0u32; workers.0.len()];
-    let start = Instant::now();
-    let mut printer = cfg
-        .print
-        .map(|keep_order| Printer::new(keep_order, defs.as_deref()));
-    if let (Some(defs), None) = (defs, &stopped_by) {
-        handle
-            .submit(defs)
-            .await
-            .map_err(|e| anyhow::anyhow!("submission refused: {e}"))?;
-    }
+/// Until every task has ended or a signal came: the progress line, `--print`'s output, and
+/// local workers that died started again. The last status seen.
+async fn follow(
+    cfg: &RunConfig,
+    handle: &Handle,
+    local: &mut Local,
+    mut printer: Option<&mut Printer>,
+    signal: &mut std::pin::Pin<&mut impl std::future::Future<Output = String>>,
+    stopped_by: &mut Option<String>,
+    start: Instant,
+) -> Result<crate::dispatcher::scheduler::Status, RunError> {
     let mut last_print = Instant::now();
-    let status = loop {
-        let s = handle.status().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    loop {
+        let s = handle.status().await?;
         let done = s.succeeded + s.failed + s.cancelled;
-        let total = s.submitted;
         let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let every = if tty {
             Duration::from_millis(500)
         } else {
             Duration::from_secs(5)
         };
-        if cfg.progress && (last_print.elapsed() > every || done == total) {
+        if cfg.progress && (last_print.elapsed() > every || done == s.submitted) {
             last_print = Instant::now();
-            let t = &s.traffic;
-            let acc = (t.local + t.peer + t.storage).max(1) as f64;
-            let line = format!(
-                "  {done}/{total} done ({} failed), {:.0} tasks/s, hits {:.0}% local {:.0}% peer {:.0}% miss, {} running",
-                s.failed,
-                done as f64 / start.elapsed().as_secs_f64().max(1e-9),
-                t.local as f64 / acc * 100.0,
-                t.peer as f64 / acc * 100.0,
-                t.storage as f64 / acc * 100.0,
-                s.running
-            );
+            let line = progress_line(&s, start);
             if tty {
                 eprint!("\r{line}   ");
             } else {
@@ -423,44 +520,76 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             }
             let _ = std::io::stderr().flush();
         }
-        if let Some(p) = printer.as_mut() {
-            p.poll(&handle).await?;
+        if let Some(p) = printer.as_deref_mut() {
+            p.poll(handle).await?;
         }
-        if done >= total || stopped_by.is_some() {
-            break s;
+        if done >= s.submitted || stopped_by.is_some() {
+            return Ok(s);
         }
-        // A local worker that died (a task killed it, or it crashed) is started again on its
-        // cache directory, which it verifies; the dispatcher runs its tasks again elsewhere.
-        for (i, c) in workers.0.iter_mut().enumerate() {
-            if let Ok(Some(code)) = c.try_wait() {
-                restarts[i] += 1;
-                if restarts[i] > MAX_RESTARTS {
-                    if s.workers == 0 {
-                        return Err(anyhow::anyhow!(
-                            "worker-{i} exited ({code}) {MAX_RESTARTS} times and no worker is left; see {}",
-                            logs.join(format!("worker-{i}.log")).display()
-                        )
-                        .into());
-                    }
-                    continue;
-                }
-                tracing::warn!("worker-{i} exited ({code}); starting it again");
-                *c = start_worker(&cfg, i as u32, &caches.dirs[i], &url, &tokens.worker)?;
-            }
-        }
+        restart_dead_workers(cfg, local, s.workers)?;
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(20)) => {}
-            s = &mut signal => stopped_by = Some(s),
+            sig = signal.as_mut() => *stopped_by = Some(sig),
         }
-    };
-    let makespan = start.elapsed().as_secs_f64();
-    if cfg.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        eprintln!();
     }
-    if let Some(sig) = &stopped_by {
+}
+
+/// `  done/total done (n failed), tasks/s, hits, running`.
+fn progress_line(s: &crate::dispatcher::scheduler::Status, start: Instant) -> String {
+    let done = s.succeeded + s.failed + s.cancelled;
+    let t = &s.traffic;
+    let acc = (t.local + t.peer + t.storage).max(1) as f64;
+    format!(
+        "  {done}/{} done ({} failed), {:.0} tasks/s, hits {:.0}% local {:.0}% peer {:.0}% miss, {} running",
+        s.submitted,
+        s.failed,
+        done as f64 / start.elapsed().as_secs_f64().max(1e-9),
+        t.local as f64 / acc * 100.0,
+        t.peer as f64 / acc * 100.0,
+        t.storage as f64 / acc * 100.0,
+        s.running
+    )
+}
+
+/// A local worker that died (a task killed it, or it crashed) is started again on its cache
+/// directory, which it verifies; the dispatcher runs its tasks again elsewhere. `connected`:
+/// workers the dispatcher has now.
+fn restart_dead_workers(
+    cfg: &RunConfig,
+    local: &mut Local,
+    connected: u32,
+) -> Result<(), RunError> {
+    for (i, c) in local.workers.0.iter_mut().enumerate() {
+        if let Ok(Some(code)) = c.try_wait() {
+            local.restarts[i] += 1;
+            if local.restarts[i] > MAX_RESTARTS {
+                if connected == 0 {
+                    return Err(RunError::Workers(format!(
+                        "worker-{i} exited ({code}) {MAX_RESTARTS} times and no worker is left; see {}",
+                        local.logs.join(format!("worker-{i}.log")).display()
+                    )));
+                }
+                continue;
+            }
+            tracing::warn!("worker-{i} exited ({code}); starting it again");
+            *c = start_worker(
+                cfg,
+                i as u32,
+                &local.caches.dirs[i],
+                &local.url,
+                &local.token,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Stop the local workers: told to finish, or on a signal sent SIGTERM (each stops its tasks'
+/// process groups, tells the dispatcher, marks its cache clean and exits); killed if one has not
+/// exited within 10 s.
+async fn stop_workers(workers: &mut Workers, stopped_by: Option<&str>, handle: &Handle) {
+    if let Some(sig) = stopped_by {
         eprintln!("{sig}: stopping the workers and their tasks");
-        // Each worker stops its tasks' process groups, tells the dispatcher, marks its cache
-        // clean and exits.
         for c in &workers.0 {
             if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
@@ -480,30 +609,28 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             let _ = c.wait();
         }
     }
-    // Outcomes of the last moments, journaled: counted in the summary too.
-    let status = handle.status().await.unwrap_or(status);
-    if let Some(p) = printer.as_mut() {
-        p.poll(&handle).await?;
-        p.finish();
-    }
-    let _ = stop_tx.send(());
-    let _ = server.await;
-    drop(handle);
-    let _ = tokio::task::spawn_blocking(move || scheduler.join()).await;
+}
 
-    let results = cfg.run_dir.join("results.jsonl");
-    let failures = write_results(&journal, &results)?;
-    drop(caches);
-    let t = status.traffic;
+/// What `diffuse run` reports from the last counters.
+fn summary(
+    status: &crate::dispatcher::scheduler::Status,
+    interrupted: Option<String>,
+    makespan: f64,
+    failures: Vec<Failure>,
+    results: PathBuf,
+    logs: PathBuf,
+    cfg: &RunConfig,
+) -> RunSummary {
+    let t = &status.traffic;
     let accesses = t.local + t.peer + t.storage;
     let acc = accesses.max(1) as f64;
     let ended = status.succeeded + status.failed + status.cancelled;
-    Ok(RunSummary {
+    RunSummary {
         tasks: status.submitted,
         tasks_ok: status.succeeded,
         tasks_failed: status.failed + status.cancelled,
         tasks_not_run: status.submitted - ended,
-        interrupted: stopped_by,
+        interrupted,
         makespan_s: makespan,
         tasks_per_s: ended as f64 / makespan.max(1e-9),
         hit_local: t.local as f64 / acc,
@@ -517,7 +644,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         results,
         logs,
         run_dir: cfg.run_dir.clone(),
-    })
+    }
 }
 
 /// `--print`: each task's stdout, whole, on this process's stdout as tasks end (or in the order
@@ -550,17 +677,13 @@ impl Printer {
     }
 
     /// Print what the tasks that ended since the last call wrote.
-    async fn poll(&mut self, handle: &Handle) -> anyhow::Result<()> {
-        let (ended, cursor) = handle
-            .ended_since(self.cursor)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    async fn poll(&mut self, handle: &Handle) -> Result<(), RunError> {
+        let (ended, cursor) = handle.ended_since(self.cursor).await?;
         self.cursor = cursor;
         for (id, _) in ended {
             let out = handle
                 .outcome(&id)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .await?
                 .and_then(|o| {
                     serde_json::from_str::<serde_json::Value>(&o.result_json)
                         .ok()?
@@ -690,8 +813,7 @@ fn start_worker(
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(logs.join(format!("worker-{i}.log")))
-        .map_err(anyhow::Error::from)?;
+        .open(logs.join(format!("worker-{i}.log")))?;
     let mut cmd = std::process::Command::new(&cfg.exe);
     cmd.arg("worker")
         .args(["--dispatcher", url])
@@ -738,30 +860,29 @@ fn start_worker(
     if cfg.storage_bandwidth.is_some() {
         cmd.args(["--storage-gateway", url]);
     }
-    Ok(cmd
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("cannot start worker {}: {e}", cfg.exe.display()))?)
+    cmd.spawn()
+        .map_err(|e| RunError::Workers(format!("cannot start worker {}: {e}", cfg.exe.display())))
 }
 
 async fn wait_for_workers(handle: &Handle, n: u32, workers: &mut Workers) -> Result<(), RunError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let s = handle.status().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let s = handle.status().await?;
         if s.workers >= n {
             return Ok(());
         }
         for (i, c) in workers.0.iter_mut().enumerate() {
             if let Ok(Some(code)) = c.try_wait() {
-                return Err(anyhow::anyhow!(
+                return Err(RunError::Workers(format!(
                     "worker-{i} exited at start ({code}); see logs/worker-{i}.log in the run directory"
-                )
-                .into());
+                )));
             }
         }
         if Instant::now() > deadline {
-            return Err(
-                anyhow::anyhow!("only {} of {n} workers connected within 30 s", s.workers).into(),
-            );
+            return Err(RunError::Workers(format!(
+                "only {} of {n} workers connected within 30 s",
+                s.workers
+            )));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -770,7 +891,7 @@ async fn wait_for_workers(handle: &Handle, n: u32, workers: &mut Workers) -> Res
 /// One line per task: id, state (null: not ended), exit code, node, attempt, error, the paths of
 /// its captured stdout and stderr (null when it printed nothing), the end of its stderr if it
 /// failed, and the worker's report. Returns the first 10 failures.
-fn write_results(journal: &Path, out: &Path) -> anyhow::Result<Vec<Failure>> {
+fn write_results(journal: &Path, out: &Path) -> Result<Vec<Failure>, RunError> {
     let j = Journal::open(journal)?;
     let mut w = std::io::BufWriter::new(std::fs::File::create(out)?);
     let mut failures = Vec::new();

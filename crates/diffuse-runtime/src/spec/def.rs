@@ -1,11 +1,18 @@
-//! One task: its fields as written in JSON ([`TaskWire`], flat, every field optional but `id`
-//! and `cmd`), and as kept in memory ([`TaskDef`]: what every task has, and the rest boxed in
-//! [`TaskMore`], which most tasks leave empty; a dispatcher keeps millions of tasks).
+//! One task: [`TaskDef`] holds what every task has (`id`, `cmd`, `inputs`, `outputs`) and boxes
+//! the rest in [`TaskMore`], which most tasks leave empty (a dispatcher keeps millions of tasks).
+//!
+//! [`TaskMore`] is where a task's optional fields are declared, once: its serde form is the task
+//! file's (a task file's object is `id`, `cmd`, `inputs`, `outputs` and `TaskMore`'s fields side
+//! by side, read in one pass by [`super::one_pass`]), the journal's, and the part of a worker's
+//! [`crate::proto::Assignment`] that comes from the task. [`TaskWire::check`] then checks what
+//! the types alone do not (ranges, URIs, fields that depend on each other).
 
-use super::error::SpecError;
+use super::values;
+use super::SpecError;
 use crate::placeholder::Kind;
 use crate::uri::Scheme;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 
 /// How a task's program is given.
@@ -89,9 +96,10 @@ impl Hint {
     }
 }
 
-/// One task, checked, its URIs canonical.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "TaskWire", into = "TaskWire")]
+/// One task, checked, its URIs canonical. Written as one flat JSON object (the task file's form;
+/// the journal keeps it so) and read back through [`TaskWire::check`].
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(try_from = "TaskWire")]
 pub struct TaskDef {
     /// Unique id.
     pub id: String,
@@ -107,62 +115,128 @@ pub struct TaskDef {
     pub more: Option<Box<TaskMore>>,
 }
 
-/// The fields a task may leave out, with their meaning when set.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The fields a task may leave out, with their meaning when set. Their serde form is the task
+/// file's (names, and values such as `"4GB"`); a new field is declared here, checked in
+/// [`TaskWire::check`] if its type does not say all, and reaches the worker in its assignment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TaskMore {
     /// Job name (default `default`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
     /// The dispatch policy of its job (default: the dispatcher's `--policy`).
+    #[serde(skip_serializing_if = "Option::is_none", with = "values::policy")]
     pub job_policy: Option<diffuse_core::PolicyKind>,
     /// DAD's beta for this task, in [0, 1] (default: the dispatcher's `--dad-beta`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dad_beta: Option<f64>,
     /// Expected compute time, seconds (informational).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_s: Option<f64>,
     /// Placement hint.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<Hint>,
     /// Where to copy the captured stdout (`file://` or `s3://`; `{id}` and `{attempt}` expanded).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
     /// Where to copy the captured stderr.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
     /// Cores held while it runs (default 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cores: Option<u32>,
     /// Memory asked for, bytes: what the scheduler packs by (default: none asked).
+    #[serde(skip_serializing_if = "Option::is_none", with = "values::size")]
     pub memory: Option<u64>,
     /// Memory limit the kernel enforces, as written (default: `memory`); see
     /// [`TaskMore::enforced_memory`].
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_limit: Option<MemoryLimit>,
     /// GPUs (default 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub gpus: Option<u32>,
     /// Scratch disk, bytes (default: none asked).
+    #[serde(skip_serializing_if = "Option::is_none", with = "values::size")]
     pub disk: Option<u64>,
     /// Time limit, seconds (default: the worker's `--task-timeout`, or none).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
     /// The most time it runs, seconds, as its submitter expects (default: its time limit): it
     /// is sent only to a worker whose batch job still has that long.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub walltime_s: Option<f64>,
     /// How many more attempts a non-zero exit or a time-out gets (default: the dispatcher's
     /// `--retries`, 0 unless set).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
     /// Extra environment variables.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// Queue order: higher first (default 0; -32768 to 32767).
+    #[serde(skip_serializing_if = "values::is_zero", with = "values::small")]
     pub priority: i16,
     /// Cache order: the inputs it reads are evicted after those of lower priority on the
     /// worker (default 0; -32768 to 32767). Give a job's tasks one to give the job one.
+    #[serde(skip_serializing_if = "values::is_zero", with = "values::small")]
     pub eviction_priority: i16,
     /// Ids of tasks that must succeed before it runs (besides the producers of its `tmp://`
     /// inputs, which it waits for anyway).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
 }
 
+/// What a task gets for a field it leaves out when the default is a setting of the dispatcher
+/// (`--retries`, `--task-timeout`), not a constant.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TaskDefaults {
+    /// Retries of a task that does not say.
+    pub retries: u32,
+    /// Time limit of a task that does not say.
+    pub task_timeout: Option<std::time::Duration>,
+}
+
 /// A task's `memory_limit`: the most memory its processes may use before the kernel kills them
-/// (where the worker can make memory cgroups).
+/// (where the worker can make memory cgroups). Written as bytes, a size such as `"4GB"`, or
+/// `"none"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryLimit {
     /// At most this many bytes (at least the task's `memory`).
     Bytes(u64),
     /// `"none"`: no limit of its own; `memory` is a request only.
     Unlimited,
+}
+
+impl Serialize for MemoryLimit {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MemoryLimit::Bytes(b) => s.serialize_u64(*b),
+            MemoryLimit::Unlimited => s.serialize_str("none"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = MemoryLimit;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes, a size such as \"4GB\", or \"none\"")
+            }
+            fn visit_u64<E: de::Error>(self, b: u64) -> Result<MemoryLimit, E> {
+                Ok(MemoryLimit::Bytes(b))
+            }
+            fn visit_str<E: de::Error>(self, t: &str) -> Result<MemoryLimit, E> {
+                if t.trim().eq_ignore_ascii_case("none") {
+                    return Ok(MemoryLimit::Unlimited);
+                }
+                crate::size::parse_size(t)
+                    .map(MemoryLimit::Bytes)
+                    .map_err(|e| E::custom(format!("{e}; or \"none\" for no limit")))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl TaskMore {
@@ -195,97 +269,82 @@ impl TaskDef {
     }
 }
 
-/// A size: bytes, or a string such as `"4GB"` or `"512MiB"`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum SizeValue {
-    /// Bytes.
-    Bytes(u64),
-    /// With a unit.
-    Text(String),
-}
+/// The keys of a task's object that are not [`TaskMore`]'s.
+const OWN_KEYS: &[&str] = &["id", "cmd", "inputs", "outputs"];
 
-/// A task as written in JSON.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A task as read, not yet checked ([`TaskWire::check`] makes it a [`TaskDef`]).
+#[derive(Clone, Debug, PartialEq)]
 pub struct TaskWire {
     id: String,
     cmd: Cmd,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     inputs: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     outputs: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    job: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    job_policy: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    dad_beta: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    compute_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    hint: Option<Hint>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    stdout: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    stderr: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    cores: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    memory: Option<SizeValue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    memory_limit: Option<SizeValue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    gpus: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    disk: Option<SizeValue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    timeout_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    walltime_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    retries: Option<u32>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    env: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    priority: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    eviction_priority: Option<i64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    after: Vec<String>,
+    more: TaskMore,
 }
 
-impl From<TaskDef> for TaskWire {
-    fn from(d: TaskDef) -> TaskWire {
-        let m = d.more.map(|m| *m).unwrap_or_default();
-        TaskWire {
-            id: d.id,
-            cmd: d.cmd,
-            inputs: d.inputs,
-            outputs: d.outputs,
-            job: m.job,
-            job_policy: m.job_policy.map(|k| k.to_string()),
-            dad_beta: m.dad_beta,
-            compute_s: m.compute_s,
-            hint: m.hint,
-            stdout: m.stdout,
-            stderr: m.stderr,
-            cores: m.cores,
-            memory: m.memory.map(SizeValue::Bytes),
-            memory_limit: m.memory_limit.map(|l| match l {
-                MemoryLimit::Bytes(b) => SizeValue::Bytes(b),
-                MemoryLimit::Unlimited => SizeValue::Text("none".into()),
-            }),
-            gpus: m.gpus,
-            disk: m.disk.map(SizeValue::Bytes),
-            timeout_s: m.timeout_s,
-            walltime_s: m.walltime_s,
-            retries: m.retries,
-            env: m.env,
-            priority: (m.priority != 0).then_some(m.priority as i64),
-            eviction_priority: (m.eviction_priority != 0).then_some(m.eviction_priority as i64),
-            after: m.after,
+impl<'de> Deserialize<'de> for TaskWire {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TaskWire;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a task (a JSON object)")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<TaskWire, A::Error> {
+                let (mut id, mut cmd, mut inputs, mut outputs) = (None, None, None, None);
+                fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+                    slot: &mut Option<T>,
+                    key: &'static str,
+                    map: &mut A,
+                ) -> Result<bool, A::Error> {
+                    if slot.is_some() {
+                        return Err(de::Error::duplicate_field(key));
+                    }
+                    *slot = Some(map.next_value()?);
+                    Ok(true)
+                }
+                let more =
+                    super::one_pass::read_rest(map, OWN_KEYS, |key, map: &mut A| match key {
+                        "id" => once(&mut id, "id", map),
+                        "cmd" => once(&mut cmd, "cmd", map),
+                        "inputs" => once(&mut inputs, "inputs", map),
+                        "outputs" => once(&mut outputs, "outputs", map),
+                        _ => Ok(false),
+                    })?;
+                Ok(TaskWire {
+                    id: id.ok_or_else(|| de::Error::missing_field("id"))?,
+                    cmd: cmd.ok_or_else(|| de::Error::missing_field("cmd"))?,
+                    inputs: inputs.unwrap_or_default(),
+                    outputs: outputs.unwrap_or_default(),
+                    more,
+                })
+            }
         }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for TaskDef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Flat<'a> {
+            id: &'a str,
+            cmd: &'a Cmd,
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            inputs: &'a [String],
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            outputs: &'a [String],
+            #[serde(flatten)]
+            more: Option<&'a TaskMore>,
+        }
+        Flat {
+            id: &self.id,
+            cmd: &self.cmd,
+            inputs: &self.inputs,
+            outputs: &self.outputs,
+            more: self.more.as_deref(),
+        }
+        .serialize(s)
     }
 }
 
@@ -300,193 +359,38 @@ impl TryFrom<TaskWire> for TaskDef {
 /// Most bytes an environment variable's name and value may have together.
 const ENV_MAX: usize = 32 << 10;
 
+/// A field that failed a check: its path and what is wrong.
+type Invalid = (String, String);
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
+    (field.into(), message.into())
+}
+
 impl TaskWire {
     /// Check every field, put URIs in canonical form ([`crate::uri`]), and keep the task.
     pub fn check(self, line: usize) -> Result<TaskDef, SpecError> {
-        let err = |field: &str, message: String| SpecError {
+        self.checked().map_err(|(field, message)| SpecError {
             line,
-            field: field.to_string(),
+            field,
             message,
-        };
-        let w = self;
-        if w.id.is_empty() || w.id.len() > 256 || w.id.chars().any(char::is_control) {
-            return Err(err(
-                "id",
-                "must be 1-256 characters without control characters".into(),
-            ));
-        }
-        match &w.cmd {
-            Cmd::Argv(v) if v.is_empty() || v[0].is_empty() => {
-                return Err(err("cmd", "argv list must name a program".into()))
-            }
-            Cmd::Shell(s) if s.trim().is_empty() => {
-                return Err(err("cmd", "command string is empty".into()))
-            }
-            _ => {}
-        }
-        let mut inputs = w.inputs;
-        for (i, uri) in inputs.iter_mut().enumerate() {
-            *uri = crate::uri::canonical(uri).map_err(|e| err(&format!("inputs[{i}]"), e))?;
-        }
-        let mut outputs = w.outputs;
-        for (i, uri) in outputs.iter_mut().enumerate() {
-            let c = crate::uri::canonical(uri).map_err(|e| err(&format!("outputs[{i}]"), e))?;
-            if crate::uri::scheme(&c) != Some(Scheme::File) && !crate::uri::is_tmp(&c) {
-                return Err(err(
-                    &format!("outputs[{i}]"),
-                    format!("'{uri}': outputs must be file:// URIs with an absolute path, or tmp://NAME"),
-                ));
-            }
-            *uri = c;
-        }
-        for (i, uri) in outputs.iter().enumerate() {
-            if crate::uri::is_tmp(uri) && outputs[..i].contains(uri) {
-                return Err(err(
-                    &format!("outputs[{i}]"),
-                    format!("'{uri}' is written twice by this task"),
-                ));
-            }
-            if crate::uri::is_tmp(uri) && inputs.contains(uri) {
-                return Err(err(
-                    &format!("outputs[{i}]"),
-                    format!(
-                        "'{uri}' is also an input of this task: a task cannot read what it writes"
-                    ),
-                ));
-            }
-        }
-        for (i, a) in w.after.iter().enumerate() {
-            if *a == w.id {
-                return Err(err(
-                    &format!("after[{i}]"),
-                    "a task cannot wait for itself".into(),
-                ));
-            }
-        }
-        let texts: Vec<&str> = match &w.cmd {
-            Cmd::Argv(v) => v.iter().map(String::as_str).collect(),
-            Cmd::Shell(s) => vec![s.as_str()],
-        };
-        for text in texts {
-            for (kind, index, _) in crate::placeholder::find(text) {
-                let (name, len) = match kind {
-                    Kind::Input => ("inputs", inputs.len()),
-                    Kind::Output => ("outputs", outputs.len()),
-                };
-                if index >= len {
-                    return Err(err(
-                        "cmd",
-                        format!("{{{name}[{index}]}} is out of range: the task has {len} {name}"),
-                    ));
-                }
-            }
-        }
-        if let Some(h) = &w.hint {
-            h.check().map_err(|e| err("hint", e))?;
-        }
-        if let Some(c) = w.compute_s {
-            if !c.is_finite() || c < 0.0 {
-                return Err(err("compute_s", "must be a non-negative number".into()));
-            }
-        }
-        let log_uri = |field: &str, uri: Option<String>| -> Result<Option<String>, SpecError> {
-            let Some(uri) = uri else { return Ok(None) };
-            // Placeholders are checked as written; the expanded URI is checked again per attempt.
-            let sample = uri.replace("{id}", "id").replace("{attempt}", "1");
-            let c = crate::uri::canonical(&sample).map_err(|e| err(field, e))?;
-            if !matches!(crate::uri::scheme(&c), Some(Scheme::File | Scheme::S3)) {
-                return Err(err(
-                    field,
-                    format!("'{uri}' must be a file:// or s3:// URI"),
-                ));
-            }
-            Ok(Some(uri))
-        };
-        let stdout = log_uri("stdout", w.stdout)?;
-        let stderr = log_uri("stderr", w.stderr)?;
-        if w.cores == Some(0) {
-            return Err(err("cores", "must be at least 1".into()));
-        }
-        let size = |field: &str, v: Option<SizeValue>| -> Result<Option<u64>, SpecError> {
-            match v {
-                None => Ok(None),
-                Some(SizeValue::Bytes(b)) => Ok(Some(b)),
-                Some(SizeValue::Text(t)) => crate::size::parse_size(&t)
-                    .map(Some)
-                    .map_err(|e| err(field, e)),
-            }
-        };
-        let memory = size("memory", w.memory)?;
-        let memory_limit =
-            memory_limit(w.memory_limit, memory).map_err(|e| err("memory_limit", e))?;
-        let disk = size("disk", w.disk)?;
-        for (field, value) in [("timeout_s", w.timeout_s), ("walltime_s", w.walltime_s)] {
-            if value.is_some_and(|t| !t.is_finite() || t <= 0.0 || t > 1e9) {
-                return Err(err(field, "must be a positive number of seconds".into()));
-            }
-        }
-        for (k, v) in &w.env {
-            let field = format!("env.{k}");
-            if k.is_empty()
-                || k.contains('=')
-                || k.contains('\0')
-                || v.contains('\0')
-                || k.len() + v.len() > ENV_MAX
-            {
-                return Err(err(
-                    &field,
-                    "a name must be non-empty without '=' or NUL, a value without NUL, 32 KiB in all"
-                        .into(),
-                ));
-            }
-            if k.starts_with("DIFFUSE_") {
-                return Err(err(
-                    &field,
-                    "DIFFUSE_* names are set by the worker (DIFFUSE_TASK_ID, DIFFUSE_ATTEMPT, DIFFUSE_NODE, DIFFUSE_CORES)".into(),
-                ));
-            }
-        }
-        let small = |field: &str, v: Option<i64>| -> Result<i16, SpecError> {
-            v.map_or(Ok(0), |p| {
-                i16::try_from(p).map_err(|_| err(field, format!("{p} is outside -32768..32767")))
-            })
-        };
-        let priority = small("priority", w.priority)?;
-        let eviction_priority = small("eviction_priority", w.eviction_priority)?;
-        let job_policy = match &w.job_policy {
-            None => None,
-            Some(p) => Some(
-                p.parse::<diffuse_core::PolicyKind>()
-                    .map_err(|e| err("job_policy", e))?,
-            ),
-        };
-        if w.dad_beta.is_some_and(|b| !(0.0..=1.0).contains(&b)) {
-            return Err(err("dad_beta", "must be in [0, 1]".into()));
-        }
-        let more = TaskMore {
-            job: w.job.filter(|j| j != "default"),
-            job_policy,
-            dad_beta: w.dad_beta,
-            compute_s: w.compute_s,
-            hint: w.hint,
-            stdout,
-            stderr,
-            cores: w.cores,
-            memory,
-            memory_limit,
-            gpus: w.gpus.filter(|g| *g > 0),
-            disk,
-            timeout_s: w.timeout_s,
-            walltime_s: w.walltime_s,
-            retries: w.retries,
-            env: w.env,
-            priority,
-            eviction_priority,
-            after: w.after,
-        };
+        })
+    }
+
+    fn checked(self) -> Result<TaskDef, Invalid> {
+        let TaskWire {
+            id,
+            cmd,
+            inputs,
+            outputs,
+            mut more,
+        } = self;
+        check_program(&id, &cmd)?;
+        let (inputs, outputs) = canonical_uris(inputs, outputs)?;
+        check_placeholders(&cmd, inputs.len(), outputs.len())?;
+        check_more(&id, &mut more)?;
         Ok(TaskDef {
-            id: w.id,
-            cmd: w.cmd,
+            id,
+            cmd,
             inputs,
             outputs,
             more: (more != TaskMore::default()).then(|| Box::new(more)),
@@ -494,21 +398,182 @@ impl TaskWire {
     }
 }
 
+/// The id, and that the command names something to run.
+fn check_program(id: &str, cmd: &Cmd) -> Result<(), Invalid> {
+    if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) {
+        return Err(invalid(
+            "id",
+            "must be 1-256 characters without control characters",
+        ));
+    }
+    match cmd {
+        Cmd::Argv(v) if v.is_empty() || v[0].is_empty() => {
+            Err(invalid("cmd", "argv list must name a program"))
+        }
+        Cmd::Shell(s) if s.trim().is_empty() => Err(invalid("cmd", "command string is empty")),
+        _ => Ok(()),
+    }
+}
+
+/// Inputs and outputs in canonical form; outputs are `file://` or `tmp://`, and a `tmp://`
+/// object is written once and not read by its writer.
+fn canonical_uris(
+    mut inputs: Vec<String>,
+    mut outputs: Vec<String>,
+) -> Result<(Vec<String>, Vec<String>), Invalid> {
+    for (i, uri) in inputs.iter_mut().enumerate() {
+        *uri = crate::uri::canonical(uri).map_err(|e| invalid(format!("inputs[{i}]"), e))?;
+    }
+    for (i, uri) in outputs.iter_mut().enumerate() {
+        let c = crate::uri::canonical(uri).map_err(|e| invalid(format!("outputs[{i}]"), e))?;
+        if crate::uri::scheme(&c) != Some(Scheme::File) && !crate::uri::is_tmp(&c) {
+            return Err(invalid(
+                format!("outputs[{i}]"),
+                format!(
+                    "'{uri}': outputs must be file:// URIs with an absolute path, or tmp://NAME"
+                ),
+            ));
+        }
+        *uri = c;
+    }
+    for (i, uri) in outputs.iter().enumerate() {
+        if crate::uri::is_tmp(uri) && outputs[..i].contains(uri) {
+            return Err(invalid(
+                format!("outputs[{i}]"),
+                format!("'{uri}' is written twice by this task"),
+            ));
+        }
+        if crate::uri::is_tmp(uri) && inputs.contains(uri) {
+            return Err(invalid(
+                format!("outputs[{i}]"),
+                format!("'{uri}' is also an input of this task: a task cannot read what it writes"),
+            ));
+        }
+    }
+    Ok((inputs, outputs))
+}
+
+/// Every `{inputs[i]}` and `{outputs[i]}` in the command names one the task has.
+fn check_placeholders(cmd: &Cmd, inputs: usize, outputs: usize) -> Result<(), Invalid> {
+    let texts: Vec<&str> = match cmd {
+        Cmd::Argv(v) => v.iter().map(String::as_str).collect(),
+        Cmd::Shell(s) => vec![s.as_str()],
+    };
+    for text in texts {
+        for (kind, index, _) in crate::placeholder::find(text) {
+            let (name, len) = match kind {
+                Kind::Input => ("inputs", inputs),
+                Kind::Output => ("outputs", outputs),
+            };
+            if index >= len {
+                return Err(invalid(
+                    "cmd",
+                    format!("{{{name}[{index}]}} is out of range: the task has {len} {name}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The optional fields: what their types do not check, then defaults written out made unset
+/// (so that a task of defaults keeps nothing).
+fn check_more(id: &str, m: &mut TaskMore) -> Result<(), Invalid> {
+    for (i, a) in m.after.iter().enumerate() {
+        if a == id {
+            return Err(invalid(
+                format!("after[{i}]"),
+                "a task cannot wait for itself",
+            ));
+        }
+    }
+    if let Some(h) = &m.hint {
+        h.check().map_err(|e| invalid("hint", e))?;
+    }
+    if m.compute_s.is_some_and(|c| !c.is_finite() || c < 0.0) {
+        return Err(invalid("compute_s", "must be a non-negative number"));
+    }
+    check_log_uri("stdout", m.stdout.as_deref())?;
+    check_log_uri("stderr", m.stderr.as_deref())?;
+    check_resources(m)?;
+    check_env(&m.env)?;
+    if m.dad_beta.is_some_and(|b| !(0.0..=1.0).contains(&b)) {
+        return Err(invalid("dad_beta", "must be in [0, 1]"));
+    }
+    if m.job.as_deref() == Some("default") {
+        m.job = None;
+    }
+    if m.gpus == Some(0) {
+        m.gpus = None;
+    }
+    Ok(())
+}
+
+/// Where captured output is copied: a `file://` or `s3://` URI, placeholders and all.
+fn check_log_uri(field: &str, uri: Option<&str>) -> Result<(), Invalid> {
+    let Some(uri) = uri else { return Ok(()) };
+    // Placeholders are checked as written; the expanded URI is checked again per attempt.
+    let sample = uri.replace("{id}", "id").replace("{attempt}", "1");
+    let c = crate::uri::canonical(&sample).map_err(|e| invalid(field, e))?;
+    if !matches!(crate::uri::scheme(&c), Some(Scheme::File | Scheme::S3)) {
+        return Err(invalid(
+            field,
+            format!("'{uri}' must be a file:// or s3:// URI"),
+        ));
+    }
+    Ok(())
+}
+
+/// Cores, the memory limit against the request, and the time limits.
+fn check_resources(m: &mut TaskMore) -> Result<(), Invalid> {
+    if m.cores == Some(0) {
+        return Err(invalid("cores", "must be at least 1"));
+    }
+    m.memory_limit =
+        memory_limit(m.memory_limit, m.memory).map_err(|e| invalid("memory_limit", e))?;
+    for (field, value) in [("timeout_s", m.timeout_s), ("walltime_s", m.walltime_s)] {
+        if value.is_some_and(|t| !t.is_finite() || t <= 0.0 || t > 1e9) {
+            return Err(invalid(field, "must be a positive number of seconds"));
+        }
+    }
+    Ok(())
+}
+
+/// Variable names and values the worker can set, none of them the worker's own.
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), Invalid> {
+    for (k, v) in env {
+        let field = format!("env.{k}");
+        if k.is_empty()
+            || k.contains('=')
+            || k.contains('\0')
+            || v.contains('\0')
+            || k.len() + v.len() > ENV_MAX
+        {
+            return Err(invalid(
+                field,
+                "a name must be non-empty without '=' or NUL, a value without NUL, 32 KiB in all",
+            ));
+        }
+        if k.starts_with("DIFFUSE_") {
+            return Err(invalid(
+                field,
+                "DIFFUSE_* names are set by the worker (DIFFUSE_TASK_ID, DIFFUSE_ATTEMPT, DIFFUSE_NODE, DIFFUSE_CORES)",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Check a task's `memory_limit` against its `memory` (the request). `"none"` without a request
 /// is the default (no limit), kept as unset.
 fn memory_limit(
-    limit: Option<SizeValue>,
+    limit: Option<MemoryLimit>,
     memory: Option<u64>,
 ) -> Result<Option<MemoryLimit>, String> {
     let bytes = match limit {
         None => return Ok(None),
-        Some(SizeValue::Text(t)) if t.trim().eq_ignore_ascii_case("none") => {
-            return Ok(memory.map(|_| MemoryLimit::Unlimited));
-        }
-        Some(SizeValue::Text(t)) => {
-            crate::size::parse_size(&t).map_err(|e| format!("{e}; or \"none\" for no limit"))?
-        }
-        Some(SizeValue::Bytes(b)) => b,
+        Some(MemoryLimit::Unlimited) => return Ok(memory.map(|_| MemoryLimit::Unlimited)),
+        Some(MemoryLimit::Bytes(b)) => b,
     };
     if bytes == 0 {
         return Err("must be more than 0 bytes (\"none\" for no limit)".into());

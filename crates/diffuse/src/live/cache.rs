@@ -1,10 +1,10 @@
 //! `diffuse cache info` and `diffuse cache clear`: the worker caches `diffuse run` keeps between
-//! runs (`diffuse_runtime::cache_pool`).
+//! runs (`diffuse_runtime::run_caches`).
 
 use crate::size::format_size;
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use diffuse_runtime::cache_pool;
+use diffuse_runtime::run_caches;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -32,10 +32,10 @@ enum What {
 
 /// `diffuse cache`.
 pub fn cache(a: CacheArgs) -> Result<ExitCode> {
-    let root = a.cache_dir.unwrap_or_else(cache_pool::default_root);
+    let root = a.cache_dir.unwrap_or_else(run_caches::default_root);
     match a.what {
         What::Info { json } => {
-            let dirs = cache_pool::info(&root)?;
+            let dirs = run_caches::info(&root)?;
             if json {
                 println!("{}", serde_json::to_string(&dirs)?);
             } else if dirs.is_empty() {
@@ -53,7 +53,7 @@ pub fn cache(a: CacheArgs) -> Result<ExitCode> {
             }
         }
         What::Clear => {
-            let (deleted, kept) = cache_pool::clear(&root)?;
+            let (deleted, kept) = run_caches::clear(&root)?;
             for d in &deleted {
                 println!("deleted {}", d.display());
             }

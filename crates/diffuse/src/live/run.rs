@@ -80,7 +80,7 @@ pub struct RunArgs {
     #[arg(long, requires = "storage_bandwidth")]
     storage_root: Option<PathBuf>,
     #[command(flatten)]
-    task: super::serve::TaskDefaults,
+    task: super::serve::TaskDefaultArgs,
     #[command(flatten)]
     sched: SchedArgs,
     #[command(flatten)]
@@ -143,9 +143,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         cache_root: a
             .cache_dir
             .clone()
-            .unwrap_or_else(diffuse_runtime::cache_pool::default_root),
-        retries: a.task.retries,
-        task_timeout: a.task.task_timeout,
+            .unwrap_or_else(diffuse_runtime::run_caches::default_root),
+        task_defaults: a.task.defaults(),
         max_workers: a.max_workers,
         idle_release: a.idle_release,
     };
@@ -155,7 +154,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             eprintln!("error: {file}: {error}; nothing was submitted");
             return Ok(ExitCode::from(2));
         }
-        Err(RunError::Other(e)) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

@@ -8,6 +8,7 @@ use crate::size::parse_size;
 use anyhow::{Context, Result};
 use clap::Args;
 use diffuse_core::EvictionPolicy;
+use diffuse_runtime::dispatcher::scheduler::SchedulerConfig;
 use diffuse_runtime::dispatcher::{self, DispatcherConfig, Tokens};
 use diffuse_runtime::server::Limits;
 use diffuse_runtime::worker::process::TaskUser;
@@ -99,7 +100,7 @@ impl TlsArgs {
 
 /// What a task gets when it does not say (`dispatcher` and `run`).
 #[derive(Args, Debug, Clone)]
-pub struct TaskDefaults {
+pub struct TaskDefaultArgs {
     /// Retries of a task that does not set "retries": a non-zero exit or a time-out runs it
     /// again (on another worker when one has room), this many more times.
     #[arg(long, default_value_t = 0)]
@@ -108,6 +109,16 @@ pub struct TaskDefaults {
     /// SIGTERM, then SIGKILL 3 s later, and it fails "timed out" [default: none].
     #[arg(long, value_parser = seconds, allow_hyphen_values = true)]
     pub task_timeout: Option<Duration>,
+}
+
+impl TaskDefaultArgs {
+    /// As the dispatcher takes them.
+    pub fn defaults(&self) -> diffuse_runtime::spec::TaskDefaults {
+        diffuse_runtime::spec::TaskDefaults {
+            retries: self.retries,
+            task_timeout: self.task_timeout,
+        }
+    }
 }
 
 /// Arguments of `diffuse dispatcher`.
@@ -138,7 +149,7 @@ pub struct DispatcherArgs {
     #[arg(long, default_value = "30", value_parser = seconds, allow_hyphen_values = true)]
     lookup_timeout: Duration,
     #[command(flatten)]
-    task: TaskDefaults,
+    task: TaskDefaultArgs,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -207,7 +218,6 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         }
     };
     let (handle, thread) = dispatcher::start(DispatcherConfig {
-        journal: a.journal.clone(),
         core: diffuse_core::CoreConfig {
             provisioning,
             handoff,
@@ -216,12 +226,14 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
         },
         pool,
         tokens,
-        heartbeat: Duration::from_millis(500),
-        heartbeat_timeout: Duration::from_secs(a.heartbeat_timeout),
-        lookup_timeout: a.lookup_timeout,
-        retries: a.task.retries,
-        task_timeout: a.task.task_timeout,
-        fixed_pool: None,
+        scheduler: SchedulerConfig {
+            heartbeat: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_secs(a.heartbeat_timeout),
+            journal: a.journal.clone(),
+            lookup_timeout: a.lookup_timeout,
+            task_defaults: a.task.defaults(),
+            fixed_pool: None,
+        },
         storage_gateway: None,
         trust,
     })
