@@ -6,7 +6,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`engine`] | the event loop: [`simulate`] |
+//! | [`engine`] | the event loop, [`simulate`]: [`Simulation`] composing its owners (the event queue, the network model, the nodes' caches, the tasks, single-flight reads, prefetches and 2Mark moves, hand-off, the run's counters; table in `engine/mod.rs`) |
 //! | [`flows`] | transfers as fluid flows over shared resources |
 //! | [`flow_bound`] | GDS's lower bound on a staging batch's makespan, as a linear program |
 //! | [`workload`] | the paper's MI, SW and AP workloads, and custom lists |

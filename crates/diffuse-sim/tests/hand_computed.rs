@@ -6,7 +6,7 @@
 //! node's cache with the location index are checked after every step. The expected values are
 //! derived in the comments next to each assertion.
 //!
-//! Rules of the model used in the derivations (see `flows.rs` and `engine.rs`):
+//! Rules of the model used in the derivations (see `flows.rs` and `engine/`):
 //! - a storage read crosses storage and the reader's NIC in; a peer read crosses the holder's
 //!   NIC out and the reader's NIC in; a local read crosses the node's disk;
 //! - each resource is split equally between the flows crossing it, and a flow moves at its

@@ -9,7 +9,7 @@
 //! `#token=` fragment (which never leaves the browser) or typed in, and kept in the tab's
 //! session storage. A token never appears in a URL the server sees, so never in a log.
 
-use super::{ApiError, Handle};
+use super::handle::{ApiError, Handle};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};

@@ -23,15 +23,24 @@
 //!
 //! The dispatcher never reads persistent storage: input sizes and versions are looked up by
 //! workers ([`scheduler::lookup`]).
+//!
+//! | module | what it decides |
+//! |---|---|
+//! | this module | the settings, starting the scheduler thread, the routes and their handlers |
+//! | [`handle`] | the API's shared state ([`Handle`]): token checks, questions to the scheduler thread, [`ApiError`] |
+//! | [`dashboard`] | the web dashboard's page, assets and `/v1/series` |
+//! | `stage_api` | `POST /v1/stage` and `GET /v1/stage/{id}` |
+//! | [`metrics`] | `/metrics` in the Prometheus text format |
+//! | [`scheduler`] | the scheduler thread: the core's decisions carried out on workers |
 
 pub mod dashboard;
+mod handle;
 pub mod metrics;
 pub mod scheduler;
 mod stage_api;
 
 use crate::journal::Journal;
 use crate::proto::{ToDispatcher, ToWorker};
-use crate::spec::{parse_tasks, TaskDef};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -41,11 +50,12 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use diffuse_core::{Core, CoreConfig};
 use futures_util::{SinkExt, StreamExt};
+use handle::NoParams;
+pub use handle::{ApiError, Handle, Tokens};
 pub use metrics::metrics_text;
 use scheduler::tasks::Listed;
 use scheduler::{
-    BatchView, ListQuery, Scheduler, SchedulerConfig, SchedulerMsg, Status, SubmitError, Submitted,
-    TaskView,
+    BatchView, ListQuery, Scheduler, SchedulerConfig, SchedulerMsg, Status, Submitted, TaskView,
 };
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -57,18 +67,6 @@ use tokio::sync::oneshot;
 /// Largest request body (a batch of tasks): 64 MiB. `diffuse submit` splits larger task files
 /// into batches below it.
 pub const MAX_BODY: usize = 64 << 20;
-
-/// The secrets: clients submit and query; workers connect and serve peers; an optional third
-/// one only reads counters and metrics. They must differ.
-#[derive(Clone, Debug)]
-pub struct Tokens {
-    /// Client token.
-    pub client: String,
-    /// Worker token.
-    pub worker: String,
-    /// Read-only token for `/metrics` and `/v1/status`.
-    pub metrics: Option<String>,
-}
 
 /// Settings of a dispatcher.
 #[derive(Clone, Debug)]
@@ -88,73 +86,6 @@ pub struct DispatcherConfig {
     /// What the dispatcher trusts when it fetches captured output from workers' peer servers
     /// over TLS (`--tls-ca`).
     pub trust: crate::tls::Trust,
-}
-
-/// A cheap, cloneable handle to a running dispatcher.
-#[derive(Clone)]
-pub struct Handle {
-    tx: mpsc::Sender<SchedulerMsg>,
-    /// A read-only connection to the journal: outcomes are read here, not on the scheduler
-    /// thread.
-    reader: Arc<Mutex<Journal>>,
-    tokens: Arc<Tokens>,
-    conns: Arc<AtomicU64>,
-    gateway: Option<Arc<crate::gateway::Gateway>>,
-    /// For fetching captured output from workers.
-    http: reqwest::Client,
-    /// The elastic pool, until `serve` starts it; and its command channel.
-    pool: Arc<Mutex<Option<PoolTask>>>,
-    pool_tx: Option<tokio::sync::mpsc::UnboundedSender<crate::provisioner::PoolCmd>>,
-    /// The API server's evicted and refused connections (in `/metrics`).
-    connections: Arc<crate::server::ConnectionStats>,
-}
-
-type PoolTask = (
-    crate::provisioner::Pool,
-    tokio::sync::mpsc::UnboundedReceiver<crate::provisioner::PoolCmd>,
-);
-
-/// An API error, with its HTTP status.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// Malformed request (the message names the line and field).
-    #[error("{0}")]
-    BadRequest(String),
-    /// Missing or wrong token.
-    #[error("missing or wrong token")]
-    Unauthorized,
-    /// No such task.
-    #[error("{0}")]
-    NotFound(String),
-    /// Conflicts with existing state (duplicate id).
-    #[error("{0}")]
-    Conflict(String),
-    /// The request body is over [`MAX_BODY`].
-    #[error("{0}")]
-    TooLarge(String),
-    /// The dispatcher is shutting down or failed.
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let code = match &self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        (code, Json(serde_json::json!({ "error": self.to_string() }))).into_response()
-    }
-}
-
-impl From<QueryRejection> for ApiError {
-    fn from(e: QueryRejection) -> Self {
-        ApiError::BadRequest(e.body_text())
-    }
 }
 
 /// Why a dispatcher could not start.
@@ -283,133 +214,6 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
         connections: Arc::default(),
     };
     Ok((handle, thread))
-}
-
-impl Handle {
-    async fn ask<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> SchedulerMsg,
-    ) -> Result<T, ApiError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(make(tx))
-            .map_err(|_| ApiError::Internal("dispatcher is stopping".into()))?;
-        rx.await
-            .map_err(|_| ApiError::Internal("dispatcher is stopping".into()))
-    }
-
-    fn client(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        if crate::auth::authorized(headers, &self.tokens.client) {
-            Ok(())
-        } else {
-            Err(ApiError::Unauthorized)
-        }
-    }
-
-    /// The client token, or the read-only metrics token.
-    fn reader_token(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let metrics = self
-            .tokens
-            .metrics
-            .as_ref()
-            .is_some_and(|m| crate::auth::authorized(headers, m));
-        if metrics {
-            Ok(())
-        } else {
-            self.client(headers)
-        }
-    }
-
-    fn worker(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        if crate::auth::authorized(headers, &self.tokens.worker) {
-            Ok(())
-        } else {
-            Err(ApiError::Unauthorized)
-        }
-    }
-
-    /// Parse and submit a task file's text. All or nothing.
-    pub async fn submit_text(&self, text: &str) -> Result<Submitted, ApiError> {
-        let defs = parse_tasks(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        self.submit(defs).await
-    }
-
-    /// Submit parsed tasks: acknowledged once journaled. Their inputs are then looked up by a
-    /// worker; a task whose input cannot be read fails with the reason (`not found: <uri>`).
-    pub async fn submit(&self, defs: Vec<TaskDef>) -> Result<Submitted, ApiError> {
-        match self.ask(|tx| SchedulerMsg::Submit(defs, tx)).await? {
-            Ok(s) => Ok(s),
-            Err(e @ SubmitError::Duplicate(_)) => Err(ApiError::Conflict(e.to_string())),
-            Err(e @ SubmitError::Invalid(_)) => Err(ApiError::BadRequest(e.to_string())),
-            Err(e) => Err(ApiError::Internal(e.to_string())),
-        }
-    }
-
-    /// Counters.
-    pub async fn status(&self) -> Result<Status, ApiError> {
-        self.ask(SchedulerMsg::Status).await
-    }
-
-    /// Tasks whose outcome was journaled after the first `after`, in that order, as (id, state);
-    /// and how many have ended now.
-    pub async fn ended_since(
-        &self,
-        after: usize,
-    ) -> Result<(Vec<(String, String)>, usize), ApiError> {
-        self.ask(|tx| SchedulerMsg::Ended(after, tx)).await
-    }
-
-    /// The journaled outcome of task `id`, if it has one.
-    pub async fn outcome(&self, id: &str) -> Result<Option<crate::journal::TaskOutcome>, ApiError> {
-        let id = id.to_string();
-        self.read_journal(move |j| j.outcome(&id)).await
-    }
-
-    /// Every dispatched attempt of task `id`: number, worker, and the report of a retried one.
-    async fn attempt_results(
-        &self,
-        id: &str,
-    ) -> Result<Vec<(u32, String, Option<String>)>, ApiError> {
-        let id = id.to_string();
-        self.read_journal(move |j| j.attempt_results(&id)).await
-    }
-
-    /// Run `read` on the journal's read-only connection, off the async threads.
-    async fn read_journal<T: Send + 'static>(
-        &self,
-        read: impl FnOnce(&Journal) -> Result<T, crate::journal::JournalError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let reader = self.reader.clone();
-        tokio::task::spawn_blocking(move || read(&reader.lock().expect("journal reader")))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?
-            .map_err(|e| ApiError::Internal(e.to_string()))
-    }
-
-    /// Ask every connected worker to finish and exit.
-    pub fn shutdown_workers(&self) {
-        let _ = self.tx.send(SchedulerMsg::ShutdownWorkers);
-    }
-
-    /// Fill in the journaled outcome of every ended task among `views`.
-    async fn with_outcomes(&self, mut views: Vec<TaskView>) -> Result<Vec<TaskView>, ApiError> {
-        let ended = |v: &TaskView| ["succeeded", "failed", "cancelled"].contains(&v.state.as_str());
-        if !views.iter().any(ended) {
-            return Ok(views);
-        }
-        self.read_journal(move |journal| {
-            for v in views.iter_mut().filter(|v| ended(v)) {
-                let o = journal.outcome(&v.id)?;
-                if let Some(o) = &o {
-                    v.node.clone_from(&o.node);
-                    v.attempt = o.attempt;
-                }
-                v.outcome = o;
-            }
-            Ok(views)
-        })
-        .await
-    }
 }
 
 /// The dispatcher's routes.
@@ -723,10 +527,6 @@ async fn logs(
     )
         .into_response())
 }
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NoParams {}
 
 async fn status(
     State(h): State<Handle>,

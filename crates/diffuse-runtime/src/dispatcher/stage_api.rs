@@ -2,9 +2,9 @@
 //! workers and answers its number; `GET /v1/stage/{id}` shows its progress
 //! ([`super::scheduler::batches`]).
 
+use super::handle::{ApiError, Handle};
 use super::scheduler::batches::StageAsk;
 use super::scheduler::SchedulerMsg;
-use super::{ApiError, Handle};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -48,7 +48,7 @@ async fn progress(
     State(h): State<Handle>,
     headers: HeaderMap,
     Path(id): Path<u64>,
-    q: Result<Query<super::NoParams>, QueryRejection>,
+    q: Result<Query<super::handle::NoParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
     q?;

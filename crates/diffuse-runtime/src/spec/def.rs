@@ -8,7 +8,7 @@
 //! the types alone do not (ranges, URIs, fields that depend on each other).
 
 use super::values;
-use super::SpecError;
+use super::error::SpecError;
 use crate::placeholder::Kind;
 use crate::uri::Scheme;
 use serde::de::{self, MapAccess, Visitor};

@@ -3,38 +3,12 @@
 //! error names the line and the field, and no task of the batch is accepted.
 
 mod def;
+mod error;
 mod one_pass;
 mod values;
 
 pub use def::{Cmd, Hint, MemoryLimit, TaskDef, TaskDefaults, TaskMore};
-use std::fmt;
-
-/// A malformed task: where, which field, what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpecError {
-    /// 1-based line (JSON Lines) or element (array) number; 0 when the error is about the whole
-    /// text (an empty file).
-    pub line: usize,
-    /// The field, as a path (`inputs[0]`), or `.` for the whole object.
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for SpecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            return write!(f, "{}", self.message);
-        }
-        write!(
-            f,
-            "line {}: field '{}': {}",
-            self.line, self.field, self.message
-        )
-    }
-}
-
-impl std::error::Error for SpecError {}
+pub use error::SpecError;
 
 fn parse_one(text: &str, line: usize) -> Result<TaskDef, SpecError> {
     let de = &mut serde_json::Deserializer::from_str(text);

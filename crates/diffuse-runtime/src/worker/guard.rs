@@ -23,41 +23,82 @@ use std::time::{Duration, Instant};
 /// Set in the worker's environment by its guard: the guard's pid.
 pub const GUARD_ENV: &str = "DIFFUSE_WORKER_GUARD";
 
+/// Why the guard, or the worker under it, cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    /// The worker cannot ask to be stopped when its guard dies (`PR_SET_PDEATHSIG`).
+    #[error("cannot ask for SIGTERM when the guard dies (PR_SET_PDEATHSIG)")]
+    DeathSignal(#[source] rustix::io::Errno),
+    /// [`GUARD_ENV`] holds something else than a process id: it was not set by a guard.
+    #[error(
+        "{GUARD_ENV} is not a process id ({0:?}): it is set by the guard for the worker it \
+         starts; unset it"
+    )]
+    NotAPid(std::ffi::OsString),
+    /// The guard died before the worker it started got going.
+    #[error("the guard process ({0}) is already gone")]
+    GuardGone(i32),
+    /// The guard cannot adopt the processes its worker's tasks leave
+    /// (`PR_SET_CHILD_SUBREAPER`).
+    #[error("cannot become a child subreaper (PR_SET_CHILD_SUBREAPER)")]
+    Subreaper(#[source] rustix::io::Errno),
+    /// The worker proper could not be started.
+    #[error("cannot start the worker ({})", exe.display())]
+    Start {
+        /// The program run as the worker (this one).
+        exe: std::path::PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The thread that forwards signals to the worker could not be started.
+    #[error("cannot start the thread that forwards signals to the worker")]
+    Thread(#[source] std::io::Error),
+    /// Waiting for the worker failed.
+    #[error("cannot wait for the worker")]
+    Wait(#[source] rustix::io::Errno),
+}
+
 /// In the worker proper: whether it runs under a guard. If so, it gets SIGTERM when the guard
 /// dies; and it refuses to run if the guard is already gone.
-pub fn under_guard() -> anyhow::Result<bool> {
+pub fn under_guard() -> Result<bool, GuardError> {
     let Some(value) = std::env::var_os(GUARD_ENV) else {
         return Ok(false);
     };
-    rustix::process::set_parent_process_death_signal(Some(Signal::TERM))?;
+    rustix::process::set_parent_process_death_signal(Some(Signal::TERM))
+        .map_err(GuardError::DeathSignal)?;
     let guard: i32 = value
         .to_str()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("{GUARD_ENV} is not a process id"))?;
+        .ok_or_else(|| GuardError::NotAPid(value.clone()))?;
     if rustix::process::getppid()
         .map(Pid::as_raw_nonzero)
         .map(|p| p.get())
         != Some(guard)
     {
-        anyhow::bail!("the guard process ({guard}) is already gone");
+        return Err(GuardError::GuardGone(guard));
     }
     Ok(true)
 }
 
 /// The guard: run `exe args` (the worker proper) as a child and watch over it; returns the exit
 /// code to exit with.
-pub fn guard(exe: &Path, args: &[OsString]) -> anyhow::Result<u8> {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))?;
+pub fn guard(exe: &Path, args: &[OsString]) -> Result<u8, GuardError> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(GuardError::Subreaper)?;
     let me = rustix::process::getpid().as_raw_nonzero().get();
     let child = std::process::Command::new(exe)
         .args(args)
         .env(GUARD_ENV, me.to_string())
         .spawn()
-        .map_err(|e| anyhow::anyhow!("cannot start the worker ({}): {e}", exe.display()))?;
+        .map_err(|source| GuardError::Start {
+            exe: exe.to_path_buf(),
+            source,
+        })?;
     let worker = Pid::from_child(&child);
     std::thread::Builder::new()
         .name("signals".into())
-        .spawn(move || forward_signals(worker))?;
+        .spawn(move || forward_signals(worker))
+        .map_err(GuardError::Thread)?;
     // Reap every child until the worker itself ends: tasks orphaned by a process of theirs are
     // re-parented here while the worker runs, and must not linger as zombies.
     let status = loop {
@@ -65,7 +106,7 @@ pub fn guard(exe: &Path, args: &[OsString]) -> anyhow::Result<u8> {
             Ok(Some((pid, status))) if pid == worker => break status,
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(GuardError::Wait(e)),
         }
     };
     kill_descendants(me);

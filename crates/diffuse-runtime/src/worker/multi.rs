@@ -18,21 +18,19 @@
 //! again; later, it is dropped (a holder that lost its copy). A partial source that gives
 //! nothing new for [`STALL`] is dropped like one that stalls.
 
-use super::stage::{commit, Failed};
-use super::Ctx;
+use super::ctx::Ctx;
+use super::fetch_error::Failed;
+use super::partial::{decode, Partial, CHUNK};
 use crate::cache_dir::CacheDir;
 use crate::proto::AssignedInput;
 use futures_util::StreamExt;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 pub(super) use crate::proto::MULTI_SOURCE_MIN as MIN_SIZE;
-
-/// Bytes per chunk.
-pub(super) const CHUNK: u64 = 4 << 20;
 
 /// A source that sends nothing for this long is dropped.
 const STALL: Duration = Duration::from_secs(10);
@@ -43,125 +41,10 @@ const RELAY_START: Duration = Duration::from_secs(1);
 /// How often a partial source with nothing wanted is asked again.
 const POLL: Duration = Duration::from_millis(100);
 
-/// The state of each chunk.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Chunk {
-    Waiting,
-    /// Being read by this many sources.
-    Reading(u8),
-    /// Received and being written by one source; another copy of it is thrown away, so bytes
-    /// already hashed are never overwritten.
-    Writing,
-    Landed,
-}
-
-/// Which chunks are waiting, being read, or landed.
-pub(super) struct Board {
-    chunks: Vec<Chunk>,
-    landed: usize,
-    /// Chunks landed from the start without a gap: the hasher may read up to there.
-    prefix: usize,
-    /// The fetch is over (done, failed or dropped): the hasher stops waiting.
-    over: bool,
-    /// A source turned out to be a partial copy: the others read from the back.
-    partial_source: bool,
-}
-
-impl Board {
-    fn new(size: u64) -> Board {
-        let n = size.div_ceil(CHUNK).max(1) as usize;
-        Board {
-            chunks: vec![Chunk::Waiting; n],
-            landed: 0,
-            prefix: 0,
-            over: false,
-            partial_source: false,
-        }
-    }
-
-    /// A source has chunk `i` in hand: it may write it unless another copy is written or
-    /// landed already.
-    fn claim(&mut self, i: usize) -> bool {
-        match self.chunks[i] {
-            Chunk::Writing | Chunk::Landed => false,
-            _ => {
-                self.chunks[i] = Chunk::Writing;
-                true
-            }
-        }
-    }
-
-    /// The next chunk for a source that has them all: a waiting one, or else one only one
-    /// source is reading.
-    #[cfg(test)]
-    fn take(&mut self) -> Option<usize> {
-        self.take_among(None, false)
-    }
-
-    /// The next chunk for a source that has those in `have` (None: any); `partial`: the source
-    /// is a partial copy. Partial copies fill from the front, so while one is a source the
-    /// others take chunks from the back: they meet in the middle instead of racing for the
-    /// same chunks.
-    fn take_among(&mut self, have: Option<&[bool]>, partial: bool) -> Option<usize> {
-        let n = self.chunks.len();
-        let from_back = !partial && self.partial_source;
-        let order = move |k: usize| if from_back { n - 1 - k } else { k };
-        let has = |i: &usize| have.is_none_or(|h| h.get(*i).copied().unwrap_or(false));
-        let first = |state: Chunk| {
-            (0..n)
-                .map(order)
-                .find(|i| self.chunks[*i] == state && has(i))
-        };
-        let i = first(Chunk::Waiting).or_else(|| first(Chunk::Reading(1)))?;
-        self.chunks[i] = match self.chunks[i] {
-            Chunk::Reading(n) => Chunk::Reading(n + 1),
-            _ => Chunk::Reading(1),
-        };
-        Some(i)
-    }
-
-    fn landed(&mut self, i: usize) {
-        if self.chunks[i] != Chunk::Landed {
-            self.chunks[i] = Chunk::Landed;
-            self.landed += 1;
-        }
-        while self.prefix < self.chunks.len() && self.chunks[self.prefix] == Chunk::Landed {
-            self.prefix += 1;
-        }
-    }
-
-    /// A source gave up on chunk `i`: it waits again unless another source is reading it.
-    fn dropped(&mut self, i: usize) {
-        self.chunks[i] = match self.chunks[i] {
-            Chunk::Reading(n) if n > 1 => Chunk::Reading(n - 1),
-            Chunk::Reading(_) => Chunk::Waiting,
-            c => c,
-        };
-    }
-
-    fn complete(&self) -> bool {
-        self.landed == self.chunks.len()
-    }
-
-    /// Whether each chunk has landed (what this copy can relay).
-    pub(super) fn landed_chunks(&self) -> impl Iterator<Item = bool> + '_ {
-        self.chunks.iter().map(|c| *c == Chunk::Landed)
-    }
-}
-
-/// What the sources of one fetch share (and `relay` serves from).
-pub(super) struct Shared {
+/// How the sources of one fetch are reached, and what each has done so far.
+struct Sources {
     http: reqwest::Client,
     token: String,
-    key: String,
-    pub(super) version: String,
-    pub(super) size: u64,
-    pub(super) file: std::fs::File,
-    pub(super) board: Mutex<Board>,
-    /// Signalled when `board.prefix` grows or the fetch is over.
-    progress: Condvar,
-    /// The digest the first source to answer recorded; every other must match it.
-    pub(super) sha256: Mutex<Option<String>>,
     /// What each source has done so far, in the order of `sources` (kept here, not returned,
     /// so a source whose duplicate read is cut short at the end is still counted).
     tally: Mutex<Vec<Outcome>>,
@@ -176,13 +59,22 @@ struct Outcome {
     error: Option<Failed>,
 }
 
-/// Read `input` from `sources` (peer base URLs) into `temp`, verify it and commit it.
+/// The digest of an object read by [`fetch`], to commit it with.
+pub(super) struct Read {
+    /// The SHA-256 of the bytes received.
+    pub(super) sha256: String,
+    /// The digest the sources recorded, which it must match.
+    pub(super) expected: Option<String>,
+}
+
+/// Read `input` from `sources` (peer base URLs) into `temp` and hash it; the caller commits it
+/// (which checks the digest against the one the sources recorded).
 pub(super) async fn fetch(
     ctx: &Ctx,
     sources: &[&str],
     input: &AssignedInput,
     temp: &Path,
-) -> Result<(PathBuf, bool), Failed> {
+) -> Result<Read, Failed> {
     let started = Instant::now();
     // Read back by the hasher as chunks land.
     let file = std::fs::OpenOptions::new()
@@ -191,18 +83,17 @@ pub(super) async fn fetch(
         .create(true)
         .truncate(true)
         .open(temp)
-        .map_err(io_failed)?;
-    file.set_len(input.size).map_err(io_failed)?;
-    let shared = Arc::new(Shared {
+        .map_err(Failed::io)?;
+    file.set_len(input.size).map_err(Failed::io)?;
+    let shared = Arc::new(Partial::new(
+        CacheDir::key(&input.uri),
+        input.version.clone(),
+        input.size,
+        file,
+    ));
+    let src = Arc::new(Sources {
         http: ctx.http.clone(),
         token: ctx.token.clone(),
-        key: CacheDir::key(&input.uri),
-        version: input.version.clone(),
-        size: input.size,
-        file,
-        board: Mutex::new(Board::new(input.size)),
-        progress: Condvar::new(),
-        sha256: Mutex::new(None),
         tally: Mutex::new(
             sources
                 .iter()
@@ -223,10 +114,10 @@ pub(super) async fn fetch(
     };
     let mut readers = JoinSet::new();
     for (k, url) in sources.iter().enumerate() {
-        readers.spawn(read_from(shared.clone(), k, url.to_string()));
+        readers.spawn(read_from(shared.clone(), src.clone(), k, url.to_string()));
     }
     while readers.join_next().await.is_some() {
-        let tally = shared.tally.lock().expect("tally lock");
+        let tally = src.tally.lock().expect("tally lock");
         if tally
             .iter()
             .any(|o| matches!(o.error, Some(Failed::NoSpace)))
@@ -238,7 +129,7 @@ pub(super) async fn fetch(
             readers.abort_all();
         }
     }
-    let outcomes = std::mem::take(&mut *shared.tally.lock().expect("tally lock"));
+    let outcomes = std::mem::take(&mut *src.tally.lock().expect("tally lock"));
     let shares: Vec<String> = outcomes
         .iter()
         .map(|o| match &o.error {
@@ -266,7 +157,7 @@ pub(super) async fn fetch(
     let got = hasher
         .await
         .map_err(|e| Failed::Other(e.to_string()))?
-        .map_err(io_failed)?
+        .map_err(Failed::io)?
         .ok_or_else(|| Failed::Other("the hasher stopped".into()))?;
     tracing::info!(
         uri = %crate::uri::redacted(&input.uri),
@@ -286,20 +177,14 @@ pub(super) async fn fetch(
             ctx.bad_copy(&input.uri, &o.url);
         }
     }
-    commit(
-        ctx,
-        temp,
-        &input.uri,
-        &input.version,
-        input.size,
-        &got,
-        expected.as_deref(),
-    )
-    .await
+    Ok(Read {
+        sha256: got,
+        expected,
+    })
 }
 
 /// Ends the fetch for the hasher however `fetch` returns.
-struct Over(Arc<Shared>);
+struct Over(Arc<Partial>);
 
 impl Drop for Over {
     fn drop(&mut self) {
@@ -310,14 +195,14 @@ impl Drop for Over {
 
 /// Hash the object in order as its chunks land, so that little is left to hash when the last
 /// one does; None if the fetch ended first.
-fn hash_as_landed(shared: &Shared) -> std::io::Result<Option<String>> {
+fn hash_as_landed(shared: &Partial) -> std::io::Result<Option<String>> {
     use sha2::Digest;
     let mut hasher = sha2::Sha256::new();
     let mut buf = vec![0u8; CHUNK as usize];
     let mut hashed = 0;
     let mut board = shared.board.lock().expect("board lock");
     loop {
-        if hashed == board.chunks.len() {
+        if hashed == board.len() {
             return Ok(Some(hex::encode(hasher.finalize())));
         }
         if board.prefix == hashed {
@@ -340,19 +225,11 @@ fn hash_as_landed(shared: &Shared) -> std::io::Result<Option<String>> {
     }
 }
 
-fn io_failed(e: std::io::Error) -> Failed {
-    if e.kind() == std::io::ErrorKind::StorageFull {
-        Failed::NoSpace
-    } else {
-        Failed::Other(e.to_string())
-    }
-}
-
 /// Source `k`'s loop: take a chunk, read it, write it in place, until the board is empty or
 /// the source fails; what it did goes in the tally. A source that answers it lacks a chunk
 /// (a partial copy) is asked next for one of those it said it has, and, when none of them is
 /// wanted, again every [`POLL`].
-async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
+async fn read_from(shared: Arc<Partial>, src: Arc<Sources>, k: usize, url: String) {
     // The source said it is a partial copy (a 409; a later 404 means its fetch ended without
     // a copy).
     let mut partial = false;
@@ -371,7 +248,7 @@ async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
                 return;
             }
             if last_read.elapsed() > STALL {
-                let mut tally = shared.tally.lock().expect("tally lock");
+                let mut tally = src.tally.lock().expect("tally lock");
                 tally[k].error = Some(Failed::Other(format!(
                     "a partial copy with nothing new for {STALL:?}"
                 )));
@@ -383,20 +260,20 @@ async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
             continue;
         };
         let began = Instant::now();
-        let read = match read_chunk(&shared, &url, i).await {
+        let read = match read_chunk(&shared, &src, &url, i).await {
             // A relay is named as its own fetch is sent: in its first second it may not have
             // started yet. Later, or from a relay whose fetch has ended, 404 means no copy.
-            Ok(Read::Missing) if !partial && began_reading.elapsed() < RELAY_START => {
-                Ok(Read::Missing)
+            Ok(Answer::Missing) if !partial && began_reading.elapsed() < RELAY_START => {
+                Ok(Answer::Missing)
             }
-            Ok(Read::Missing) => Err(Failed::Other("status 404 Not Found".into())),
+            Ok(Answer::Missing) => Err(Failed::Other("status 404 Not Found".into())),
             r => r,
         };
         let pause = {
-            let mut tally = shared.tally.lock().expect("tally lock");
+            let mut tally = src.tally.lock().expect("tally lock");
             let mine = &mut tally[k];
             match read {
-                Ok(Read::Sent(n)) => {
+                Ok(Answer::Sent(n)) => {
                     mine.seconds += began.elapsed().as_secs_f64();
                     mine.bytes += n;
                     last_read = Instant::now();
@@ -407,11 +284,11 @@ async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
                     }
                     false
                 }
-                Ok(Read::Missing) => {
+                Ok(Answer::Missing) => {
                     shared.board.lock().expect("board lock").dropped(i);
                     true
                 }
-                Ok(Read::NotYet(h)) => {
+                Ok(Answer::NotYet(h)) => {
                     let mut board = shared.board.lock().expect("board lock");
                     board.dropped(i);
                     board.partial_source = true;
@@ -434,7 +311,7 @@ async fn read_from(shared: Arc<Shared>, k: usize, url: String) {
 }
 
 /// What a source answered for one chunk.
-enum Read {
+enum Answer {
     /// It sent the chunk; the bytes written (0 when another copy landed first).
     Sent(u64),
     /// It is a partial copy without that chunk yet; the chunks it has.
@@ -444,15 +321,19 @@ enum Read {
 }
 
 /// Read chunk `i` from `url` and write it at its offset.
-async fn read_chunk(shared: &Arc<Shared>, url: &str, i: usize) -> Result<Read, Failed> {
+async fn read_chunk(
+    shared: &Arc<Partial>,
+    src: &Sources,
+    url: &str,
+    i: usize,
+) -> Result<Answer, Failed> {
     let start = i as u64 * CHUNK;
     let end = (start + CHUNK).min(shared.size); // exclusive
     let resp = tokio::time::timeout(
         STALL,
-        shared
-            .http
+        src.http
             .get(format!("{url}/v1/cache/{}", shared.key))
-            .bearer_auth(&shared.token)
+            .bearer_auth(&src.token)
             .header(reqwest::header::RANGE, format!("bytes={start}-{}", end - 1))
             .send(),
     )
@@ -460,17 +341,17 @@ async fn read_chunk(shared: &Arc<Shared>, url: &str, i: usize) -> Result<Read, F
     .map_err(|_| Failed::Other(format!("no answer in {STALL:?}")))?
     .map_err(|e| Failed::Other(crate::tls::describe(&e)))?;
     if resp.status() == reqwest::StatusCode::CONFLICT {
-        let chunks = shared.board.lock().expect("board lock").chunks.len();
+        let chunks = shared.board.lock().expect("board lock").len();
         return resp
             .headers()
             .get("x-diffuse-have")
             .and_then(|v| v.to_str().ok())
-            .and_then(|h| super::relay::decode(h, chunks))
-            .map(Read::NotYet)
+            .and_then(|h| decode(h, chunks))
+            .map(Answer::NotYet)
             .ok_or_else(|| Failed::Other("a partial copy without a valid x-diffuse-have".into()));
     }
     if resp.status() == reqwest::StatusCode::NOT_FOUND {
-        return Ok(Read::Missing);
+        return Ok(Answer::Missing);
     }
     if resp.status() != reqwest::StatusCode::PARTIAL_CONTENT {
         return Err(Failed::Other(format!("status {}", resp.status())));
@@ -526,74 +407,12 @@ async fn read_chunk(shared: &Arc<Shared>, url: &str, i: usize) -> Result<Read, F
         )));
     }
     if !shared.board.lock().expect("board lock").claim(i) {
-        return Ok(Read::Sent(0)); // another source's copy landed first
+        return Ok(Answer::Sent(0)); // another source's copy landed first
     }
     let file = shared.clone();
     tokio::task::spawn_blocking(move || file.file.write_all_at(&data, start))
         .await
         .map_err(|e| Failed::Other(e.to_string()))?
-        .map_err(io_failed)?;
-    Ok(Read::Sent(want as u64))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_board_hands_out_each_chunk_then_duplicates_the_last_ones() {
-        let mut b = Board::new(3 * CHUNK - 1);
-        assert_eq!(b.chunks.len(), 3);
-        assert_eq!((b.take(), b.take(), b.take()), (Some(0), Some(1), Some(2)));
-        b.landed(0);
-        // Nothing waits: an idle source joins a chunk one other source reads.
-        assert_eq!(b.take(), Some(1));
-        assert_eq!(b.take(), Some(2));
-        assert_eq!(b.take(), None, "no chunk is read by three sources");
-        assert_eq!(b.prefix, 1);
-        assert!(b.claim(1));
-        assert!(!b.claim(1), "one copy of a chunk is written");
-        b.landed(1);
-        assert_eq!(b.prefix, 2);
-        b.dropped(1); // the slower copy of chunk 1 gave up after the other landed
-        assert_eq!(b.chunks[1], Chunk::Landed);
-        b.dropped(2);
-        b.dropped(2);
-        assert_eq!(b.chunks[2], Chunk::Waiting, "a dropped chunk waits again");
-        assert_eq!(b.take(), Some(2));
-        b.landed(2);
-        b.landed(2);
-        assert!(b.complete());
-    }
-
-    #[test]
-    fn a_partial_source_takes_what_it_has_and_full_sources_then_read_from_the_back() {
-        let mut b = Board::new(6 * CHUNK);
-        let have = [true, true, false, true, false, false];
-        assert_eq!(b.take_among(Some(&have), true), Some(0));
-        b.partial_source = true;
-        assert_eq!(b.take(), Some(5), "a full source starts at the back");
-        assert_eq!(b.take_among(Some(&have), true), Some(1));
-        assert_eq!(b.take_among(Some(&have), true), Some(3));
-        assert_eq!(b.take(), Some(4));
-        assert_eq!(
-            b.take_among(None, true),
-            Some(2),
-            "a partial copy is asked from the front"
-        );
-        b.dropped(2);
-        assert_eq!(b.take(), Some(2));
-        // Nothing waits: the partial copy may duplicate only a chunk it has.
-        assert_eq!(
-            b.take_among(Some(&[false, false, true, false, false, false]), true),
-            Some(2)
-        );
-        assert_eq!(b.take_among(Some(&[false; 6]), true), None);
-    }
-
-    #[test]
-    fn an_empty_object_is_one_chunk() {
-        let mut b = Board::new(0);
-        assert_eq!(b.take(), Some(0));
-    }
+        .map_err(Failed::io)?;
+    Ok(Answer::Sent(want as u64))
 }

@@ -4,15 +4,68 @@
 //! chunks that have landed, see `relay`). A copy a reader found bad is hashed again
 //! and dropped if it is (`verify`).
 
-use super::Ctx;
+use super::config::WorkerConfig;
+use super::ctx::Ctx;
+use super::error::WorkerError;
 use axum::extract::{Path as AxPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 use tower::ServiceExt;
 
+/// The peer data server, running.
+pub(super) struct PeerServer {
+    /// The address it listens at.
+    pub(super) bound: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl PeerServer {
+    /// Listen at `--listen` and serve the cache and the captured output of `ctx`, with TCP_NODELAY
+    /// (a reader asks for the next chunk only when the last one is in) and TLS if configured.
+    pub(super) async fn start(
+        cfg: &WorkerConfig,
+        ctx: &Arc<Ctx>,
+    ) -> Result<PeerServer, WorkerError> {
+        let listen = |source| WorkerError::Listen {
+            addr: cfg.listen,
+            source,
+        };
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(listen)?;
+        let bound = listener.local_addr().map_err(listen)?;
+        let router = axum::Router::new()
+            .route("/v1/cache/{key}", axum::routing::get(serve_object))
+            .route("/v1/logs/{name}", axum::routing::get(serve_log))
+            .with_state(ctx.clone());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let limits = crate::server::Limits {
+            nodelay: true,
+            ..cfg.limits.clone()
+        };
+        let task = tokio::spawn(crate::server::serve(
+            listener,
+            router,
+            limits,
+            cfg.tls.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Ok(PeerServer { bound, stop, task })
+    }
+
+    /// Stop serving, and wait until it has.
+    pub(super) async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
 /// `GET /v1/cache/{key}`: a cached object, to holders of the worker token only.
-pub(super) async fn serve_object(
+async fn serve_object(
     State(ctx): State<Arc<Ctx>>,
     AxPath(key): AxPath<String>,
     headers: HeaderMap,
@@ -51,7 +104,7 @@ pub(super) async fn serve_object(
 
 /// `GET /v1/logs/{name}`: a captured stdout or stderr file, to holders of the worker token (the
 /// dispatcher fetches it for `diffuse logs`). Names are the worker's own: `[A-Za-z0-9._-]` only.
-pub(super) async fn serve_log(
+async fn serve_log(
     State(ctx): State<Arc<Ctx>>,
     AxPath(name): AxPath<String>,
     headers: HeaderMap,

@@ -6,15 +6,15 @@
 //! A `Range` request for an object being read here is answered from the partial file:
 //! - every chunk of the range has landed: 206 with those bytes, the version, and the digest the
 //!   whole object must match (the one this worker's own sources gave);
-//! - otherwise: 409 with `x-diffuse-have`, the landed chunks as a bitmap in hex (chunk `i` is bit
-//!   `i % 4` of hex digit `i / 4`), so the reader asks for one of those instead.
+//! - otherwise: 409 with `x-diffuse-have`, the landed chunks as a bitmap in hex
+//!   ([`super::partial::encode`]), so the reader asks for one of those instead.
 //!
 //! A request without a range gets 404: only a chunked reader can use a partial copy. The reader
 //! hashes the whole object and checks it against the digest before committing, as it does
 //! for any peer, so a relayed chunk that was bad is never kept; and a partial copy is only
 //! listed while its fetch lasts, so a failed fetch stops being served at once.
 
-use super::multi::{Shared, CHUNK};
+use super::partial::{encode, Partial, CHUNK};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
@@ -23,11 +23,11 @@ use std::sync::{Arc, Mutex};
 
 /// The objects being read in chunks here, by cache key.
 #[derive(Default)]
-pub(crate) struct Relays(Mutex<HashMap<String, Arc<Shared>>>);
+pub(super) struct Relays(Mutex<HashMap<String, Arc<Partial>>>);
 
 impl Relays {
     /// Serve the landed chunks of `shared` until the returned guard drops.
-    pub(super) fn list<'a>(&'a self, key: &str, shared: &Arc<Shared>) -> Listed<'a> {
+    pub(super) fn list<'a>(&'a self, key: &str, shared: &Arc<Partial>) -> Listed<'a> {
         self.0
             .lock()
             .expect("relays lock")
@@ -39,7 +39,7 @@ impl Relays {
         }
     }
 
-    fn get(&self, key: &str) -> Option<Arc<Shared>> {
+    fn get(&self, key: &str) -> Option<Arc<Partial>> {
         self.0.lock().expect("relays lock").get(key).cloned()
     }
 }
@@ -48,7 +48,7 @@ impl Relays {
 pub(super) struct Listed<'a> {
     relays: &'a Relays,
     key: String,
-    shared: Arc<Shared>,
+    shared: Arc<Partial>,
 }
 
 impl Drop for Listed<'_> {
@@ -123,47 +123,9 @@ fn parse_range(range: &str, size: u64) -> Option<(u64, u64)> {
     (a <= b && b < size).then_some((a, b))
 }
 
-/// The landed chunks as hex: chunk `i` is bit `i % 4` of digit `i / 4`.
-pub(super) fn encode(have: &[bool]) -> String {
-    have.chunks(4)
-        .map(|four| {
-            let v = four
-                .iter()
-                .enumerate()
-                .fold(0u32, |v, (k, h)| v | (u32::from(*h) << k));
-            char::from_digit(v, 16).expect("a nibble")
-        })
-        .collect()
-}
-
-/// The inverse of [`encode`] for an object of `chunks` chunks; None if malformed.
-pub(super) fn decode(hex: &str, chunks: usize) -> Option<Vec<bool>> {
-    if hex.len() != chunks.div_ceil(4) {
-        return None;
-    }
-    let mut have = Vec::with_capacity(chunks);
-    for c in hex.chars() {
-        let v = c.to_digit(16)?;
-        have.extend((0..4).map(|k| v & (1 << k) != 0));
-    }
-    have.truncate(chunks);
-    Some(have)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_have_bitmap_round_trips() {
-        for n in [1, 3, 4, 5, 9, 256] {
-            let have: Vec<bool> = (0..n).map(|i| i % 3 == 0 || i == n - 1).collect();
-            assert_eq!(decode(&encode(&have), n), Some(have), "{n} chunks");
-        }
-        assert_eq!(encode(&[true, false, false, true, true]), "91");
-        assert_eq!(decode("91", 9), None, "too short for 9 chunks");
-        assert_eq!(decode("g", 1), None);
-    }
 
     #[test]
     fn ranges_are_single_and_within_the_object() {

@@ -1,23 +1,62 @@
-//! Running one assignment: the task's directory, its staged inputs, its process
-//! ([`super::process`]), the uploads of its outputs, and the report.
+//! Running one assignment: its directory ([`super::taskdir`]), its staged inputs
+//! ([`super::inputs`]), its process ([`super::process`]), the uploads of its outputs, and the
+//! report.
 //!
-//! The task's directory (`<cache-dir>/work/<task>.<attempt>`, made only when the task has inputs
-//! or outputs, or runs as another user) is removed once its outputs are uploaded; meanwhile the
-//! outputs' bytes count against the cache quota. Its stdout and stderr are kept under
-//! `<cache-dir>/logs/`.
+//! The task's directory is removed once its outputs are uploaded; meanwhile the outputs' bytes
+//! count against the cache quota. Its stdout and stderr are kept under `<cache-dir>/logs/`.
 
-use super::process::{execute, Exit, Job, Stop};
-use super::stage::{read_uncached, stage, Staged};
-use super::{unix_now, Ctx};
-use crate::cache_dir::CacheDir;
-use crate::proto::{Assignment, KeptOutput, TaskReport, Traffic};
+use super::ctx::Ctx;
+use super::gpus::Gpus;
+use super::inputs::{read_uncached, stage, Staged};
+use super::process::{execute, Ended, Exit, Job, Stop};
+use super::running::Registered;
+use super::taskdir::{log_name, safe_name, TaskDir};
+use crate::proto::{Assignment, KeptOutput, TaskReport, ToDispatcher, Traffic};
 use crate::uri::is_tmp;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
-pub(super) fn noop_report(a: &Assignment) -> TaskReport {
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Run one assignment (or, with `noop`, report it done at once) and send its report, unless
+/// it was stopped because the worker is leaving, or killed by a signal meant for the whole
+/// worker: then it runs again elsewhere.
+pub(super) async fn run_and_report(
+    ctx: Arc<Ctx>,
+    a: Box<Assignment>,
+    registered: Registered,
+    noop: bool,
+) {
+    let report = if noop {
+        Some(noop_report(&a))
+    } else {
+        run_task(&ctx, *a, registered).await
+    };
+    let Some(report) = report else { return };
+    if report.error.is_none()
+        && killed_by_a_stop_signal(report.exit_code)
+        && ctx.running.stopped_with_us().await
+    {
+        // Killed by a signal meant for the whole job (a resource manager's scancel, a node
+        // shutdown): it runs again elsewhere.
+        return;
+    }
+    let _ = ctx.out.send(ToDispatcher::Finished(report));
+}
+
+/// Whether a task's end looks like SIGTERM, SIGKILL, SIGINT or SIGHUP: killed by it (no exit
+/// code), or a shell that ran it and reports 128 + the signal (143, 137, 130, 129).
+fn killed_by_a_stop_signal(exit_code: Option<i32>) -> bool {
+    matches!(exit_code, None | Some(129 | 130 | 137 | 143))
+}
+
+fn noop_report(a: &Assignment) -> TaskReport {
     TaskReport {
         exit_code: Some(0),
         ..blank_report(a, unix_now())
@@ -50,80 +89,18 @@ fn blank_report(a: &Assignment, at: f64) -> TaskReport {
     }
 }
 
-/// Where input `i` is staged in the task's `inputs/` directory: a directory of its own, named
-/// by its number, holding it under its own base name ([`crate::uri::base_name`]): a program
-/// that names its output after its input (`gzip`, `samtools index`), knows a format by its
-/// extension or prints what it read sees `inputs/0/sample.fastq`, and two inputs with one base
-/// name still differ.
-fn staged_name(i: usize, uri: &str) -> PathBuf {
-    Path::new(&i.to_string()).join(crate::uri::base_name(uri))
+/// How an attempt ended short of a report of its own.
+enum Ending {
+    /// It failed with this error.
+    Failed(String),
+    /// It was stopped because the worker is stopping: no report (the dispatcher is told that
+    /// the worker left, and runs it elsewhere).
+    Left,
 }
 
-/// The task id with anything but `[A-Za-z0-9._-]` replaced by `_` (and not `.` or `..`): what
-/// `{id}` becomes in file names.
-pub fn safe_name(task: &str) -> String {
-    let safe: String = task
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    match safe.as_str() {
-        "." | ".." => safe.replace('.', "_"),
-        _ => safe,
-    }
-}
-
-/// A file name for a task directory and its logs: the safe id, a hash of the real one (two ids
-/// may have the same safe form), and the attempt.
-pub fn dir_name(task: &str, attempt: u32) -> String {
-    format!(
-        "{}.{}.{attempt}",
-        safe_name(task),
-        &CacheDir::key(task)[..8]
-    )
-}
-
-/// The file name of an attempt's captured stream (`stdout` or `stderr`) in a worker's log
-/// directory.
-pub fn log_name(task: &str, attempt: u32, stream: &str) -> String {
-    format!("{}.{stream}", dir_name(task, attempt))
-}
-
-/// An attempt in the worker's list of running attempts (so a `Cancel` finds it); removed from
-/// the list when dropped.
-pub(super) struct Registered {
-    ctx: Arc<Ctx>,
-    key: (String, u32),
-    stop: watch::Receiver<Option<Stop>>,
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        self.ctx
-            .running
-            .lock()
-            .expect("running lock")
-            .remove(&self.key);
-    }
-}
-
-/// Put an attempt in the list of running attempts, as soon as its `Run` arrives.
-pub(super) fn register(ctx: &Arc<Ctx>, a: &Assignment) -> Registered {
-    let (stop_tx, stop) = watch::channel(None);
-    let key = (a.task.clone(), a.attempt);
-    ctx.running
-        .lock()
-        .expect("running lock")
-        .insert(key.clone(), stop_tx);
-    Registered {
-        ctx: ctx.clone(),
-        key,
-        stop,
+impl From<String> for Ending {
+    fn from(e: String) -> Ending {
+        Ending::Failed(e)
     }
 }
 
@@ -134,59 +111,99 @@ pub(super) async fn run_task(
     a: Assignment,
     registered: Registered,
 ) -> Option<TaskReport> {
-    let stop_rx = registered.stop.clone();
-
-    let started_at = unix_now();
-    let name = dir_name(&a.task, a.attempt);
-    let dir = ctx.work.join(&name);
-    let mut report = blank_report(&a, started_at);
-    let fail = |mut r: TaskReport, e: String| {
-        r.error = Some(e);
-        r.finished_at = unix_now();
-        Some(r)
-    };
-    let inputs_dir = dir.join("inputs");
-    let outputs_dir = dir.join("outputs");
-    let user = ctx.launch.user.as_ref();
-    // Only the directories the task needs: a short task's cost is mostly file-system calls (a
-    // directory and two files cost more than spawning the process on a busy disk). A task with
-    // neither inputs nor outputs runs in the work directory, unless it runs as another user.
-    let needs_dir = !a.inputs.is_empty() || !a.outputs.is_empty() || user.is_some();
-    // However the attempt ends, its directory goes (a link in it keeps an evicted object's
-    // bytes on disk, outside the quota's count).
-    let _dir = needs_dir.then(|| RemoveOnDrop(dir.clone()));
-    let paths: Vec<PathBuf> = a
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(i, input)| inputs_dir.join(staged_name(i, &input.uri)))
-        .collect();
-    let made = make_dirs(
-        &dir,
-        needs_dir,
-        (!a.inputs.is_empty()).then_some(&inputs_dir),
-        (!a.outputs.is_empty()).then_some(&outputs_dir),
-        &paths,
-        user.map(|u| (u.uid, u.gid)),
+    let stop = registered.stop.clone();
+    let mut report = blank_report(&a, unix_now());
+    let dir = TaskDir::new(
+        &ctx.work,
+        (&a.task, a.attempt),
+        a.inputs.iter().map(|i| i.uri.as_str()),
+        a.outputs.len(),
+        ctx.launch.user.as_ref().map(|u| (u.uid, u.gid)),
     );
-    if let Err(e) = made {
-        return fail(report, format!("cannot create {}: {e}", dir.display()));
+    let ended = match dir.make() {
+        Err(e) => Err(Ending::Failed(format!(
+            "cannot create {}: {e}",
+            dir.path.display()
+        ))),
+        Ok(()) => run_attempt(ctx, &a, &dir, stop, &mut report).await,
+    };
+    match ended {
+        Ok(()) => {
+            report.finished_at = unix_now();
+            Some(report)
+        }
+        Err(Ending::Failed(e)) => {
+            report.error = Some(e);
+            report.finished_at = unix_now();
+            Some(report)
+        }
+        Err(Ending::Left) => None,
     }
+}
+
+/// An attempt in its made directory: stage its inputs, run its process, judge how it ended,
+/// and keep or upload its outputs; what happens goes in `report`.
+async fn run_attempt(
+    ctx: &Arc<Ctx>,
+    a: &Assignment,
+    dir: &TaskDir,
+    stop: watch::Receiver<Option<Stop>>,
+    report: &mut TaskReport,
+) -> Result<(), Ending> {
+    stage_inputs(ctx, a, &dir.staged, report).await?;
+    // `{inputs[i]}` counts the task's inputs as written, repeats included.
+    let by_position: Vec<PathBuf> = if a.positions.is_empty() {
+        dir.staged.clone()
+    } else {
+        a.positions
+            .iter()
+            .map(|&p| dir.staged[p as usize].clone())
+            .collect()
+    };
+    match *stop.borrow() {
+        Some(Stop::Leaving) => return Err(Ending::Left),
+        // Cancelled while its inputs were staged: its program is never started.
+        Some(Stop::Cancelled) => return Err(Ending::Failed("cancelled".into())),
+        _ => {}
+    }
+    let ended = run_process(ctx, a, dir, &by_position, stop, report).await?;
+    report.stdout = ended.stdout.path.as_ref().map(|p| p.display().to_string());
+    report.stderr = ended.stderr.path.as_ref().map(|p| p.display().to_string());
+    report.output_error = ended
+        .stdout
+        .error
+        .clone()
+        .or_else(|| ended.stderr.error.clone());
+    upload_logs(ctx, a, &ended).await?;
+    judge(a, &ended, report)?;
+    if report.exit_code == Some(0) && !dir.outputs.is_empty() {
+        deliver_outputs(ctx, a, &dir.outputs, report).await?;
+    }
+    Ok(())
+}
+
+/// Stage every input concurrently into its place in `paths`, and count in `report` where each
+/// came from. An intermediate object that cannot be staged is named in `lost_input`.
+async fn stage_inputs(
+    ctx: &Arc<Ctx>,
+    a: &Assignment,
+    paths: &[PathBuf],
+    report: &mut TaskReport,
+) -> Result<(), String> {
     let caching = a.caching;
-    let staged =
-        futures_util::future::join_all(a.inputs.iter().zip(&paths).map(|(input, dest)| {
-            let (ctx, input, dest) = (ctx.clone(), input.clone(), dest.clone());
-            async move {
-                // An intermediate object is only on workers: it is staged from a peer even
-                // under a policy that reads everything else straight from storage.
-                if caching || is_tmp(&input.uri) {
-                    stage(ctx, input, dest).await
-                } else {
-                    read_uncached(&ctx, &input, &dest).await
-                }
+    let staged = futures_util::future::join_all(a.inputs.iter().zip(paths).map(|(input, dest)| {
+        let (ctx, input, dest) = (ctx.clone(), input.clone(), dest.clone());
+        async move {
+            // An intermediate object is only on workers: it is staged from a peer even
+            // under a policy that reads everything else straight from storage.
+            if caching || is_tmp(&input.uri) {
+                stage(ctx, input, dest).await
+            } else {
+                read_uncached(&ctx, &input, &dest).await
             }
-        }))
-        .await;
+        }
+    }))
+    .await;
     let mut uncached = Vec::new();
     for (input, s) in a.inputs.iter().zip(staged) {
         match s {
@@ -207,60 +224,43 @@ pub(super) async fn run_task(
                 if is_tmp(&input.uri) {
                     report.lost_input = Some(input.uri.clone());
                 }
-                return fail(report, e);
+                return Err(e);
             }
         }
     }
     report.uncached = uncached;
     report.staged_at = unix_now();
     // What it read is kept with its eviction priority (the last reader's).
-    {
-        let mut cache = ctx.cache.lock().expect("cache lock");
-        for input in &a.inputs {
-            cache.set_priority(&input.uri, a.more.eviction_priority);
-        }
+    let mut cache = ctx.cache.lock().expect("cache lock");
+    for input in &a.inputs {
+        cache.set_priority(&input.uri, a.more.eviction_priority);
     }
-    let outputs: Vec<PathBuf> = (0..a.outputs.len())
-        .map(|i| outputs_dir.join(format!("{i}")))
-        .collect();
-    // `{inputs[i]}` counts the task's inputs as written, repeats included.
-    let by_position: Vec<PathBuf> = if a.positions.is_empty() {
-        paths.clone()
-    } else {
-        a.positions
-            .iter()
-            .map(|&p| paths[p as usize].clone())
-            .collect()
-    };
-    match *stop_rx.borrow() {
-        Some(Stop::Leaving) => return None,
-        // Cancelled while its inputs were staged: its program is never started.
-        Some(Stop::Cancelled) => return fail(report, "cancelled".into()),
-        _ => {}
-    }
-    let gpus = Gpus::take(ctx, a.gpus());
+    Ok(())
+}
+
+/// Run the task's process with its GPUs, environment and limits, until it ends or is stopped;
+/// then remove its staged inputs.
+async fn run_process(
+    ctx: &Arc<Ctx>,
+    a: &Assignment,
+    dir: &TaskDir,
+    inputs: &[PathBuf],
+    stop: watch::Receiver<Option<Stop>>,
+    report: &mut TaskReport,
+) -> Result<Ended, String> {
+    let gpus = ctx.gpus.take(a.gpus());
     report.gpus = gpus.ids();
-    let mut env = vec![
-        ("DIFFUSE_TASK_ID".to_string(), a.task.clone()),
-        ("DIFFUSE_ATTEMPT".to_string(), a.attempt.to_string()),
-        ("DIFFUSE_NODE".to_string(), ctx.name.clone()),
-        ("DIFFUSE_CORES".to_string(), a.cores().to_string()),
-    ];
-    if ctx.gpu_env {
-        env.push(("CUDA_VISIBLE_DEVICES".to_string(), gpus.ids().join(",")));
-    }
-    env.extend(a.more.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let job = Job {
         cmd: &a.cmd,
-        inputs: &by_position,
-        outputs: &outputs,
-        dir: &dir,
+        inputs,
+        outputs: &dir.outputs,
+        dir: &dir.path,
         logs: (
             ctx.logs.join(log_name(&a.task, a.attempt, "stdout")),
             ctx.logs.join(log_name(&a.task, a.attempt, "stderr")),
         ),
         max_output: ctx.max_output,
-        env,
+        env: task_env(ctx, a, &gpus),
         timeout: a.more.timeout_s.map(Duration::from_secs_f64),
         memory: a.memory_limit().zip(ctx.cgroups.as_ref()),
         make_room: {
@@ -272,136 +272,100 @@ pub(super) async fn run_task(
             })
         },
     };
-    let ended = execute(job, &ctx.launch, stop_rx).await;
+    let ended = execute(job, &ctx.launch, stop).await;
     drop(gpus);
-    if needs_dir {
-        let _ = std::fs::remove_dir_all(&inputs_dir);
+    dir.remove_inputs();
+    ended
+}
+
+/// The variables diffuse sets for a task, then the task's own.
+fn task_env(ctx: &Ctx, a: &Assignment, gpus: &Gpus) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("DIFFUSE_TASK_ID".to_string(), a.task.clone()),
+        ("DIFFUSE_ATTEMPT".to_string(), a.attempt.to_string()),
+        ("DIFFUSE_NODE".to_string(), ctx.name.clone()),
+        ("DIFFUSE_CORES".to_string(), a.cores().to_string()),
+    ];
+    if ctx.gpus.env {
+        env.push(("CUDA_VISIBLE_DEVICES".to_string(), gpus.ids().join(",")));
     }
-    let ended = match ended {
-        Ok(e) => e,
-        Err(e) => return fail(report, e),
-    };
-    report.stdout = ended.stdout.path.as_ref().map(|p| p.display().to_string());
-    report.stderr = ended.stderr.path.as_ref().map(|p| p.display().to_string());
-    report.output_error = ended
-        .stdout
-        .error
-        .clone()
-        .or_else(|| ended.stderr.error.clone());
-    if let Err(e) = upload_logs(ctx, &a, &ended).await {
-        return fail(report, e);
-    }
+    env.extend(a.more.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// How the process ended, in `report`: its exit code, or why it was stopped (with the tail of
+/// its stderr to explain a failure).
+fn judge(a: &Assignment, ended: &Ended, report: &mut TaskReport) -> Result<(), Ending> {
     match ended.exit {
         Exit::Code(code) => report.exit_code = code,
-        Exit::Stopped(Stop::Cancelled) => return fail(report, "cancelled".into()),
-        Exit::Stopped(Stop::Leaving) => return None,
+        Exit::Stopped(Stop::Cancelled) => return Err(Ending::Failed("cancelled".into())),
+        Exit::Stopped(Stop::Leaving) => return Err(Ending::Left),
         Exit::Stopped(Stop::TimedOut) => {
             report.timed_out = true;
             report.stderr_tail = ended.stderr.tail_text();
             let limit = a.more.timeout_s.unwrap_or_default();
-            return fail(report, format!("timed out after {limit} s"));
+            return Err(Ending::Failed(format!("timed out after {limit} s")));
         }
     }
     if ended.out_of_memory {
         report.out_of_memory = true;
         report.stderr_tail = ended.stderr.tail_text();
         let limit = crate::size::format_size(a.memory_limit().unwrap_or_default());
-        return fail(
-            report,
-            format!(
-                "killed by the kernel: it used more than its memory limit of {limit} \
-                 (memory_limit, which defaults to memory)"
-            ),
-        );
+        return Err(Ending::Failed(format!(
+            "killed by the kernel: it used more than its memory limit of {limit} \
+             (memory_limit, which defaults to memory)"
+        )));
     }
     if report.exit_code != Some(0) {
         report.stderr_tail = ended.stderr.tail_text();
     }
-    if report.exit_code == Some(0) && !outputs.is_empty() {
-        // The outputs wait on this disk until uploaded: they count against the cache quota.
-        let bytes: u64 = outputs
-            .iter()
-            .filter_map(|p| std::fs::symlink_metadata(p).ok())
-            .map(|m| m.len())
-            .sum();
-        ctx.cache.lock().expect("cache lock").reserve(bytes);
-        ctx.report_evictions();
-        let kept = keep(ctx, &a.outputs, &outputs);
-        let uploaded = match &kept {
-            Ok(_) => upload(ctx, &a.outputs, &outputs).await,
-            Err(e) => Err(e.clone()),
-        };
-        ctx.cache.lock().expect("cache lock").release(bytes);
-        ctx.report_evictions();
-        match (kept, uploaded) {
-            (Ok(kept), Ok(())) => {
-                report.outputs = a.outputs.clone();
-                report.kept = kept;
+    Ok(())
+}
+
+/// After exit code 0: keep the `tmp://` outputs in the cache and upload the others. Until they
+/// are uploaded, their bytes count against the cache quota.
+async fn deliver_outputs(
+    ctx: &Ctx,
+    a: &Assignment,
+    outputs: &[PathBuf],
+    report: &mut TaskReport,
+) -> Result<(), String> {
+    // The outputs wait on this disk until uploaded: they count against the cache quota.
+    let bytes: u64 = outputs
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    ctx.cache.lock().expect("cache lock").reserve(bytes);
+    ctx.report_evictions();
+    let kept = keep(ctx, &a.outputs, outputs);
+    let uploaded = match &kept {
+        Ok(_) => upload(ctx, &a.outputs, outputs).await,
+        Err(e) => Err(e.clone()),
+    };
+    ctx.cache.lock().expect("cache lock").release(bytes);
+    ctx.report_evictions();
+    match (kept, uploaded) {
+        (Ok(kept), Ok(())) => {
+            report.outputs = a.outputs.clone();
+            report.kept = kept;
+            Ok(())
+        }
+        (Ok(kept), Err(e)) => {
+            let mut cache = ctx.cache.lock().expect("cache lock");
+            for k in kept {
+                cache.remove(&k.uri);
             }
-            (Ok(kept), Err(e)) => {
-                let mut cache = ctx.cache.lock().expect("cache lock");
-                for k in kept {
-                    cache.remove(&k.uri);
-                }
-                cache.take_evicted();
-                drop(cache);
-                return fail(report, e);
-            }
-            (Err(e), _) => return fail(report, e),
+            cache.take_evicted();
+            Err(e)
         }
-    }
-    report.finished_at = unix_now();
-    Some(report)
-}
-
-/// GPUs given to a running attempt (positions in the worker's list); given back when dropped.
-struct Gpus<'a> {
-    ctx: &'a Ctx,
-    indices: Vec<usize>,
-}
-
-impl<'a> Gpus<'a> {
-    /// Take `n` free GPUs (the dispatcher only sends a task where that many are free).
-    fn take(ctx: &'a Ctx, n: u32) -> Gpus<'a> {
-        let mut free = ctx.gpus_free.lock().expect("gpu lock");
-        let indices: Vec<usize> = free.iter().copied().take(n as usize).collect();
-        for i in &indices {
-            free.remove(i);
-        }
-        if indices.len() < n as usize {
-            tracing::warn!("asked for {n} GPUs, {} free", indices.len());
-        }
-        Gpus { ctx, indices }
-    }
-}
-
-impl Gpus<'_> {
-    /// Their ids, as `CUDA_VISIBLE_DEVICES` takes them.
-    fn ids(&self) -> Vec<String> {
-        self.indices
-            .iter()
-            .map(|&i| self.ctx.gpu_ids[i].clone())
-            .collect()
-    }
-}
-
-impl Drop for Gpus<'_> {
-    fn drop(&mut self) {
-        self.ctx
-            .gpus_free
-            .lock()
-            .expect("gpu lock")
-            .extend(self.indices.iter().copied());
+        (Err(e), _) => Err(e),
     }
 }
 
 /// Copy the captured stdout and stderr to the task's `stdout`/`stderr` URIs, if it named any (an
 /// empty file when the stream had nothing).
-async fn upload_logs(
-    ctx: &Ctx,
-    a: &Assignment,
-    ended: &super::process::Ended,
-) -> Result<(), String> {
+async fn upload_logs(ctx: &Ctx, a: &Assignment, ended: &Ended) -> Result<(), String> {
     for (uri, captured, stream) in [
         (&a.stdout_uri, &ended.stdout, "stdout"),
         (&a.stderr_uri, &ended.stderr, "stderr"),
@@ -430,42 +394,6 @@ async fn upload_logs(
             .put_file(&uri, src)
             .await
             .map_err(|e| format!("{stream} {}: {e}", crate::uri::redacted(&uri)))?;
-    }
-    Ok(())
-}
-
-/// Create the task's directory, its `inputs/` (with the directory of each staged input in
-/// `staged`) and `outputs/` as needed, owned by the task user if there is one (so that a program
-/// may write next to its input, as `gzip -k` does).
-fn make_dirs(
-    dir: &Path,
-    needs_dir: bool,
-    inputs: Option<&PathBuf>,
-    outputs: Option<&PathBuf>,
-    staged: &[PathBuf],
-    owner: Option<(u32, u32)>,
-) -> std::io::Result<()> {
-    if !needs_dir {
-        return Ok(());
-    }
-    std::fs::create_dir_all(dir)?;
-    let each = staged.iter().filter_map(|p| p.parent());
-    let made: Vec<&Path> = std::iter::once(dir)
-        .chain(
-            [inputs, outputs]
-                .into_iter()
-                .flatten()
-                .map(PathBuf::as_path),
-        )
-        .chain(each)
-        .collect();
-    for d in &made[1..] {
-        std::fs::create_dir(d)?;
-    }
-    if let Some((uid, gid)) = owner {
-        for d in made {
-            std::os::unix::fs::chown(d, Some(uid), Some(gid))?;
-        }
     }
     Ok(())
 }
@@ -543,21 +471,4 @@ async fn upload(ctx: &Ctx, uris: &[String], paths: &[PathBuf]) -> Result<(), Str
             .map_err(|e| format!("output {shown}: {e}"))?;
     }
     Ok(())
-}
-
-/// Removes a file or directory tree when dropped (if it still exists).
-pub(super) struct RemoveOnDrop(pub(super) PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        match std::fs::symlink_metadata(&self.0) {
-            Ok(m) if m.is_dir() => {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-            Ok(_) => {
-                let _ = std::fs::remove_file(&self.0);
-            }
-            Err(_) => {}
-        }
-    }
 }

@@ -1,40 +1,72 @@
-//! Cache hand-off on release, simulated: a released node's pushes are network flows from its
-//! NIC to each target's, cut at the time bound; the node is billed until the last one ends.
+//! Cache hand-off on release, the bookkeeping: released nodes still pushing (allocated and
+//! billed until their last push ends), the pushes under way, the pushed copies nobody has read
+//! yet, and the hand-off report. The engine moves the pushes as network flows and caches them.
 
-use super::*;
+use super::nodes::SimNode;
+use crate::report::HandoffReport;
+use diffuse_core::{Handoff, NodeId, ObjectId};
+use rustc_hash::{FxHashMap, FxHashSet};
 
-impl Simulation {
-    /// `node` is released: with hand-off, it stays allocated, serving only its pushes, until
-    /// they end or the time bound is up; without, its billing ends now.
-    pub(super) fn release(&mut self, node: NodeId, handoff: Vec<Handoff>) {
-        let Some(n) = self.nodes.remove(&node) else {
-            return;
-        };
-        self.pushed_unread.retain(|(holder, _)| *holder != node);
-        if handoff.is_empty() {
-            self.cpu_seconds +=
-                (secs(self.now) - n.joined) * self.cfg.testbed.slots_per_node as f64;
-            return;
-        }
-        // The node stays allocated, serving nothing but its pushes, until they end or
-        // the time bound is up.
-        self.handoff.releases += 1;
-        self.handoff.planned += handoff.len() as u64;
-        self.handoff.planned_bytes += handoff.iter().map(|h| h.size).sum::<u64>();
+/// How a push ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// The target holds the object.
+    Cached,
+    /// The time bound was up.
+    Cut,
+    /// The target was released, or had no room left.
+    Lost,
+}
+
+/// A hand-off push from a released node.
+struct Push {
+    from: NodeId,
+    handoff: Handoff,
+}
+
+/// A released node still pushing its hand-off.
+struct Leaving {
+    node: SimNode,
+    /// Pushes not yet ended.
+    pushes: u32,
+    /// When the core released it, seconds.
+    released: f64,
+}
+
+/// Every hand-off under way, and what hand-off did so far.
+#[derive(Default)]
+pub(super) struct Handoffs {
+    /// Released nodes whose pushes are under way.
+    leaving: FxHashMap<NodeId, Leaving>,
+    pushes: FxHashMap<u64, Push>,
+    next_push: u64,
+    /// Copies hand-off made that nobody has read yet: (node, object).
+    unread: FxHashSet<(NodeId, ObjectId)>,
+    report: HandoffReport,
+}
+
+impl Handoffs {
+    /// Released node `node` (`n`, released at `now` seconds) pushes `handoff`: the ids of its
+    /// pushes, in order.
+    pub(super) fn begin(
+        &mut self,
+        node: NodeId,
+        n: SimNode,
+        handoff: Vec<Handoff>,
+        now: f64,
+    ) -> Vec<u64> {
+        self.report.releases += 1;
+        self.report.planned += handoff.len() as u64;
+        self.report.planned_bytes += handoff.iter().map(|h| h.size).sum::<u64>();
         self.leaving.insert(
             node,
             Leaving {
                 node: n,
                 pushes: handoff.len() as u32,
-                released: secs(self.now),
+                released: now,
             },
         );
-        let bound = self
-            .cfg
-            .handoff
-            .as_ref()
-            .map_or(Duration::ZERO, |h| h.time_bound);
-        let start = self.now + Duration::from_secs_f64(self.cfg.testbed.peer_latency_s);
+        let mut ids = Vec::with_capacity(handoff.len());
         for h in handoff {
             let id = self.next_push;
             self.next_push += 1;
@@ -45,37 +77,23 @@ impl Simulation {
                     handoff: h,
                 },
             );
-            self.push(start, Ev::PushStart(id));
+            ids.push(id);
         }
-        self.push(self.now + bound, Ev::HandoffDeadline(node));
+        ids
     }
 
-    /// A push's start: a flow from the leaving node to its target, or lost if either is gone.
-    pub(super) fn push_start(&mut self, id: u64, t: f64) {
-        let Some(p) = self.pushes.get(&id) else {
-            return;
-        };
-        let (from, to) = (p.from, p.handoff.to);
-        let size = p.handoff.size;
-        match (self.leaving.get(&from), self.nodes.get(&to)) {
-            (Some(l), Some(target)) => {
-                let resources = super::transfers::peer_path(&l.node, target);
-                self.net.start(t, size, &resources, Tag::Push(id));
-            }
-            _ => self.push_ended(id, Ended::Lost),
-        }
+    /// Push `id`, if not ended: from which node, and what.
+    pub(super) fn push(&self, id: u64) -> Option<(NodeId, Handoff)> {
+        self.pushes.get(&id).map(|p| (p.from, p.handoff))
     }
 
-    /// The time bound of `node`'s hand-off: what is still moving is cut, and pushes still
-    /// waiting for their start go too.
-    pub(super) fn handoff_deadline(&mut self, node: NodeId) {
-        if !self.leaving.contains_key(&node) {
-            return;
-        }
-        let pushes = &self.pushes;
-        self.net.cancel(
-            |tag| matches!(tag, Tag::Push(id) if pushes.get(id).is_some_and(|p| p.from == node)),
-        );
+    /// Released node `node`, if it is still pushing.
+    pub(super) fn leaving(&self, node: NodeId) -> Option<&SimNode> {
+        self.leaving.get(&node).map(|l| &l.node)
+    }
+
+    /// The pushes of `node` not ended, by id.
+    pub(super) fn pushes_from(&self, node: NodeId) -> Vec<u64> {
         let mut ids: Vec<u64> = self
             .pushes
             .iter()
@@ -83,62 +101,66 @@ impl Simulation {
             .map(|(id, _)| *id)
             .collect();
         ids.sort();
-        for id in ids {
-            self.push_ended(id, Ended::Cut);
-        }
+        ids
     }
 
-    /// A push's transfer completed: the target caches the object if it still has room for it
-    /// without evicting anything, and tells the core.
-    pub(super) fn push_done(&mut self, id: u64) -> Result<(), SimError> {
-        let Some(p) = self.pushes.get(&id) else {
-            return Ok(());
-        };
-        let h = p.handoff;
-        let mut ended = Ended::Lost;
-        if let Some(target) = self.nodes.get_mut(&h.to) {
-            let c = &mut target.cache;
-            if !c.contains(h.object) && c.used() + h.size <= c.quota() {
-                let admitted = c.insert(h.object, h.size);
-                debug_assert_eq!(admitted, Admission::Stored(Vec::new()));
-                self.core
-                    .handle_object_cached(h.to, h.object, self.now)
-                    .map_err(|e| self.core_err(e))?;
-                self.pushed_unread.insert((h.to, h.object));
-                ended = Ended::Cached;
-            } else if c.contains(h.object) {
-                // The target fetched it meanwhile: nothing lost.
-                ended = Ended::Cached;
-            }
-        }
-        self.push_ended(id, ended);
-        Ok(())
-    }
-
-    /// A push ended (arrived and cached, or given up); the last one of a released node ends its
-    /// billing.
-    fn push_ended(&mut self, id: u64, how: Ended) {
-        let Some(p) = self.pushes.remove(&id) else {
-            return;
-        };
+    /// Push `id` ended `how` at `now` seconds: the slot-seconds to bill if it was its node's
+    /// last (`slots` per node), from joining to now.
+    pub(super) fn ended(&mut self, id: u64, how: Ended, now: f64, slots: f64) -> Option<f64> {
+        let p = self.pushes.remove(&id)?;
         match how {
             Ended::Cached => {
-                self.handoff.pushed += 1;
-                self.handoff.pushed_bytes += p.handoff.size;
+                self.report.pushed += 1;
+                self.report.pushed_bytes += p.handoff.size;
             }
-            Ended::Cut => self.handoff.cut += 1,
-            Ended::Lost => self.handoff.lost += 1,
+            Ended::Cut => self.report.cut += 1,
+            Ended::Lost => self.report.lost += 1,
         }
-        let Some(l) = self.leaving.get_mut(&p.from) else {
-            return;
-        };
+        let l = self.leaving.get_mut(&p.from)?;
         l.pushes -= 1;
-        if l.pushes == 0 {
-            let l = self.leaving.remove(&p.from).expect("leaving node");
-            let slots = self.cfg.testbed.slots_per_node as f64;
-            let now = secs(self.now);
-            self.cpu_seconds += (now - l.node.joined) * slots;
-            self.handoff.cpu_hours += (now - l.released) * slots / 3600.0;
+        if l.pushes > 0 {
+            return None;
         }
+        let l = self.leaving.remove(&p.from).expect("leaving node");
+        self.report.cpu_hours += (now - l.released) * slots / 3600.0;
+        Some((now - l.node.joined) * slots)
+    }
+
+    /// The run ended at `end` seconds: nodes still pushing are billed to the end, as the others
+    /// are. The slot-seconds to bill.
+    pub(super) fn finish(&mut self, end: f64, slots: f64) -> Vec<f64> {
+        let mut billed = Vec::new();
+        for l in std::mem::take(&mut self.leaving).into_values() {
+            billed.push((end - l.node.joined).max(0.0) * slots);
+            self.report.cpu_hours += (end - l.released).max(0.0) * slots / 3600.0;
+        }
+        billed
+    }
+
+    /// `node` cached a pushed copy of `object`.
+    pub(super) fn pushed(&mut self, node: NodeId, object: ObjectId) {
+        self.unread.insert((node, object));
+    }
+
+    /// A task read `object` from `holder`: a pushed copy read for the first time was useful.
+    pub(super) fn read(&mut self, holder: NodeId, object: ObjectId) {
+        if self.unread.remove(&(holder, object)) {
+            self.report.useful += 1;
+        }
+    }
+
+    /// `node` no longer holds `object`.
+    pub(super) fn forget(&mut self, node: NodeId, object: ObjectId) {
+        self.unread.remove(&(node, object));
+    }
+
+    /// `node` was released: its copies are gone.
+    pub(super) fn forget_node(&mut self, node: NodeId) {
+        self.unread.retain(|(holder, _)| *holder != node);
+    }
+
+    /// What hand-off did.
+    pub(super) fn report(&self) -> HandoffReport {
+        self.report
     }
 }

@@ -1,15 +1,16 @@
-//! Staging a task's inputs: a local hit is hard-linked into the task's directory; a miss is
-//! fetched once (single-flight) from the peer the dispatcher named, or from persistent storage,
-//! verified, and committed to the cache.
+//! A task's inputs, put in its directory: a local hit is hard-linked there; a miss is fetched
+//! once (single-flight, [`super::flights`]) from the peer the dispatcher named (from several at
+//! once for a large object, [`super::multi`]), or from persistent storage, verified, and
+//! committed to the cache. Also fetches for no task (hand-offs, replicas, prefetches).
 
-use super::task::RemoveOnDrop;
-use super::Ctx;
+use super::ctx::Ctx;
+use super::fetch_error::Failed;
+use super::taskdir::RemoveOnDrop;
 use crate::cache_dir::{CacheDir, Lookup};
 use crate::proto::{AssignedInput, Held, InputSource, ToDispatcher};
 use crate::storage::StorageError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::sync::watch;
 
 /// Which source an input was finally read from, and how many bytes.
 pub(super) enum Staged {
@@ -75,29 +76,14 @@ pub(super) async fn stage(
             return Ok((Staged::Local(input.size), true));
         }
         // 2. Single-flight: wait for a fetch already under way, then look again; or lead one.
-        let role = {
-            let mut inflight = ctx.inflight.lock().expect("inflight lock");
-            match inflight.get(&input.uri) {
-                Some(rx) if !joined => Err(rx.clone()),
-                _ => {
-                    let (tx, rx) = watch::channel(false);
-                    inflight.insert(input.uri.clone(), rx);
-                    Ok(tx)
-                }
-            }
-        };
-        match role {
+        match ctx.flights.lead_or_join(&input.uri, joined) {
             Err(mut rx) => {
                 let _ = rx.wait_for(|done| *done).await;
                 joined = true;
             }
             Ok(tx) => {
                 let r = fetch(&ctx, &input, &dest).await;
-                ctx.inflight
-                    .lock()
-                    .expect("inflight lock")
-                    .remove(&input.uri);
-                let _ = tx.send(true);
+                ctx.flights.landed(&input.uri, tx);
                 return r;
             }
         }
@@ -119,24 +105,6 @@ pub(super) async fn read_uncached(
             e => e.to_string(),
         })?;
     Ok((Staged::Storage(d.info.size), true))
-}
-
-/// Why a fetch failed.
-pub(super) enum Failed {
-    /// The cache's disk is full: room can be made and the fetch tried again.
-    NoSpace,
-    /// Anything else: the task fails with this.
-    Other(String),
-}
-
-impl From<StorageError> for Failed {
-    fn from(e: StorageError) -> Failed {
-        match e {
-            StorageError::NoSpace(_) => Failed::NoSpace,
-            StorageError::NotFound(u) => Failed::Other(format!("not found: {u}")),
-            e => Failed::Other(e.to_string()),
-        }
-    }
 }
 
 /// How many times a fetch that found the disk full evicts and tries again. Between tries it
@@ -233,7 +201,7 @@ async fn fetch_once(
 
 /// Commit a downloaded temp file with the digest computed while it was written; returns the
 /// path and whether it was cached.
-pub(super) async fn commit(
+async fn commit(
     ctx: &Ctx,
     temp: &Path,
     uri: &str,
@@ -307,7 +275,17 @@ async fn fetch_peers(
         .chain(also.iter().map(String::as_str))
         .take(ctx.fetch_sources)
         .collect();
-    super::multi::fetch(ctx, &sources, input, temp).await
+    let read = super::multi::fetch(ctx, &sources, input, temp).await?;
+    commit(
+        ctx,
+        temp,
+        &input.uri,
+        &input.version,
+        input.size,
+        &read.sha256,
+        read.expected.as_deref(),
+    )
+    .await
 }
 
 async fn fetch_peer(
