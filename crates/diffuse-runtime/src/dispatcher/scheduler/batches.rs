@@ -13,14 +13,17 @@
 //! worker reports the object cached; a failed fetch is planned again without the source that
 //! failed; a worker that leaves gives up its requests.
 //!
-//! Sizes and versions come from the workers' lookups, as for tasks' inputs.
+//! Sizes and versions come from the workers' lookups, as for tasks' inputs. [`Batches`] owns
+//! every batch.
 
-use super::lookup::Waiter;
-use super::Scheduler;
-use crate::proto::{AssignedInput, InputSource, ToWorker, MULTI_SOURCE_MIN};
+use super::lookup::{Lookups, Waiter};
+use super::objects::ObjectTable;
+use super::sessions::Sessions;
+use super::shared::Shared;
+use crate::proto::{InputSource, ToWorker, MULTI_SOURCE_MIN};
 use diffuse_core::bandwidth::Endpoint;
 use diffuse_core::staging::{Chunk, Request, Schedule, StageConfig, Stager};
-use diffuse_core::{NodeId, ObjectId};
+use diffuse_core::{Core, NodeId, ObjectId};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -76,7 +79,7 @@ pub struct StageView {
 }
 
 /// A batch being staged.
-pub struct StageRun {
+struct StageRun {
     view: StageView,
     cfg: StageConfig,
     objects: Vec<ObjectId>,
@@ -110,19 +113,40 @@ impl StageRun {
     }
 }
 
-impl Scheduler {
-    /// Accept a batch: its number, or why not.
-    pub(super) fn stage(&mut self, ask: StageAsk) -> Result<u64, String> {
+/// Every batch staged since the start, by number.
+pub struct Batches {
+    runs: BTreeMap<u64, StageRun>,
+    next: u64,
+}
+
+impl Default for Batches {
+    fn default() -> Batches {
+        Batches {
+            runs: BTreeMap::new(),
+            next: 1,
+        }
+    }
+}
+
+impl Batches {
+    /// Accept a batch: its number, or why not. Its lookups are queued in `lookups`; the caller
+    /// sends them and then [`Batches::pump`]s (unless it was a drop, done at once).
+    pub fn stage(
+        &mut self,
+        ask: StageAsk,
+        sh: &mut Shared,
+        lookups: &mut Lookups,
+    ) -> Result<u64, String> {
         if ask.uris.is_empty() {
             return Err("nothing to stage".into());
         }
         let dests: Vec<NodeId> = if ask.to.is_empty() {
-            self.sessions.nodes().collect()
+            sh.sessions.nodes().collect()
         } else {
             ask.to
                 .iter()
                 .map(|name| {
-                    self.sessions
+                    sh.sessions
                         .by_name(name)
                         .ok_or_else(|| format!("no connected worker is named {name}"))
                 })
@@ -132,34 +156,34 @@ impl Scheduler {
             return Err("no worker is connected".into());
         }
         if ask.drop {
-            return self.unstage(&ask.uris, &dests);
+            return self.unstage(&ask.uris, &dests, sh);
         }
-        let id = self.next_stage;
-        self.next_stage += 1;
+        let id = self.next;
+        self.next += 1;
         let mut objects = Vec::new();
         let mut sizes = FxHashMap::default();
         let mut looking_up = 0;
         for uri in &ask.uris {
-            let o = self.object(uri);
+            let o = sh.objects.intern(uri);
             if objects.contains(&o) {
                 continue;
             }
             objects.push(o);
-            if let Some(size) = self.tmp_sizes.get(&o) {
-                sizes.insert(o, *size);
+            if let Some(size) = sh.objects.tmp_size(o) {
+                sizes.insert(o, size);
             } else if crate::uri::is_tmp(uri) {
                 return Err(format!("{uri}: no worker holds it"));
             } else {
-                self.lookups.want_for(uri, Waiter::Stage(id));
+                lookups.want_for(uri, Waiter::Stage(id));
                 looking_up += 1;
             }
         }
         let objects_n = objects.len();
         let names = dests
             .iter()
-            .filter_map(|n| self.sessions.name(n).map(str::to_string))
+            .filter_map(|n| sh.sessions.name(n).map(str::to_string))
             .collect();
-        self.stages.insert(
+        self.runs.insert(
             id,
             StageRun {
                 objects,
@@ -186,13 +210,16 @@ impl Scheduler {
             },
         );
         tracing::info!(stage = id, schedule = %ask.schedule, "staging {} objects", ask.uris.len());
-        self.send_lookups();
-        self.pump_stages();
         Ok(id)
     }
 
     /// Drop `uris` from `dests`: a batch that is done at once, counting the copies dropped.
-    fn unstage(&mut self, uris: &[String], dests: &[NodeId]) -> Result<u64, String> {
+    fn unstage(
+        &mut self,
+        uris: &[String],
+        dests: &[NodeId],
+        sh: &mut Shared,
+    ) -> Result<u64, String> {
         if let Some(tmp) = uris.iter().find(|u| crate::uri::is_tmp(u)) {
             return Err(format!(
                 "{tmp}: intermediate objects are not dropped (a worker's copy may be the only one)"
@@ -200,29 +227,27 @@ impl Scheduler {
         }
         let mut by_node: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
         for uri in uris {
-            let Some(&o) = self.objects.get(uri) else {
+            let Some(o) = sh.objects.get(uri) else {
                 continue; // never seen: no worker holds it
             };
-            for &n in self.core.locate(o).iter() {
+            for &n in sh.core.locate(o).iter() {
                 if dests.contains(&n) {
                     by_node.entry(n).or_default().push(uri.clone());
                 }
             }
         }
-        let id = self.next_stage;
-        self.next_stage += 1;
+        let id = self.next;
+        self.next += 1;
         let dropped = by_node.values().map(Vec::len).sum();
         for (n, uris) in by_node {
-            if self.sessions.contains(&n) {
-                self.comm.send(n, ToWorker::Drop { uris });
-            }
+            sh.send_connected(n, ToWorker::Drop { uris });
         }
         tracing::info!(stage = id, "dropping {dropped} copies");
         let destinations = dests
             .iter()
-            .filter_map(|n| self.sessions.name(n).map(str::to_string))
+            .filter_map(|n| sh.sessions.name(n).map(str::to_string))
             .collect();
-        self.stages.insert(
+        self.runs.insert(
             id,
             StageRun::new(
                 StageView {
@@ -242,14 +267,14 @@ impl Scheduler {
     }
 
     /// A lookup for batch `id` was answered.
-    pub(super) fn stage_looked_up(
+    pub fn looked_up(
         &mut self,
         id: u64,
         o: ObjectId,
         uri: &str,
         result: &Result<(u64, String), String>,
     ) {
-        let Some(run) = self.stages.get_mut(&id) else {
+        let Some(run) = self.runs.get_mut(&id) else {
             return;
         };
         run.looking_up = run.looking_up.saturating_sub(1);
@@ -265,135 +290,16 @@ impl Scheduler {
     }
 
     /// Start what every batch's stager allows now.
-    pub(super) fn pump_stages(&mut self) {
-        let ids: Vec<u64> = self.stages.keys().copied().collect();
-        for id in ids {
-            self.pump_stage(id);
+    pub fn pump(&mut self, sh: &mut Shared) {
+        for (id, run) in self.runs.iter_mut() {
+            run.pump(*id, sh);
         }
-    }
-
-    fn pump_stage(&mut self, id: u64) {
-        let Some(mut run) = self.stages.remove(&id) else {
-            return;
-        };
-        if run.stager.is_none() && run.looking_up == 0 {
-            run.stager = Some(self.plan_stage(&mut run));
-            run.view.state = "staging".into();
-        }
-        if let Some(stager) = run.stager.as_mut() {
-            while let Some(chunk) = stager.poll(self.core.predictor()) {
-                let (dest, o) = (chunk.dest, chunk.object);
-                if self.send_stage_fetch(&chunk, run.sizes[&o]) {
-                    stager.relay(chunk.id);
-                }
-                run.running.insert((dest, o), chunk);
-            }
-            run.view.running = run.running.len();
-            // Nothing under way and nothing may start: done, or the rest has no source left.
-            if run.running.is_empty() && run.view.state != "done" {
-                for r in stager.unfinished() {
-                    let why = run
-                        .errors
-                        .remove(&(r.dest, r.object))
-                        .unwrap_or_else(|| "no source holds it".into());
-                    let name = self.sessions.name(&r.dest).unwrap_or("?");
-                    let uri = crate::uri::redacted(&self.uris[r.object.0 as usize]);
-                    run.view.failed.push(format!("{uri} -> {name}: {why}"));
-                }
-                run.view.state = "done".into();
-                run.view.seconds = run.started.elapsed().as_secs_f64();
-                tracing::info!(
-                    stage = id,
-                    "staged {} of {} requests: {} bytes in {:.2} s",
-                    run.view.done,
-                    run.view.requests,
-                    run.view.bytes,
-                    run.view.seconds
-                );
-            }
-        }
-        self.stages.insert(id, run);
-    }
-
-    /// The batch's stager: every (object, worker) not yet held, sourced from the holders and
-    /// (for objects storage has) storage.
-    fn plan_stage(&self, run: &mut StageRun) -> Stager {
-        let mut requests = Vec::new();
-        let mut copies = Vec::new();
-        for &o in &run.objects {
-            let Some(&size) = run.sizes.get(&o) else {
-                continue; // its lookup failed
-            };
-            let holders = self.core.locate(o);
-            for h in holders.iter() {
-                copies.push((o, Endpoint::Node(*h)));
-            }
-            if !self.tmp_sizes.contains_key(&o) {
-                copies.push((o, Endpoint::Storage));
-            }
-            for &dest in &run.dests {
-                if !holders.contains(&dest) {
-                    requests.push(Request {
-                        object: o,
-                        // An empty object is still a copy to make: the stager plans one byte.
-                        size: size.max(1),
-                        dest,
-                    });
-                }
-            }
-        }
-        run.view.requests = requests.len();
-        // Each endpoint books at most the best rates it was seen sending and receiving at (its
-        // NIC, as far as known).
-        let caps = self.core.predictor().best_rates();
-        Stager::new(run.cfg, requests, &copies, &caps.out).inbound_caps(&caps.into)
-    }
-
-    /// Send `chunk`'s worker a fetch from its sources: the first peer as the one named, the
-    /// other peers as extra sources; storage only when the plan starts there. True if the
-    /// destination serves the chunks as they land (a large object read from peers: the
-    /// worker's `multi` and `relay`).
-    fn send_stage_fetch(&mut self, chunk: &Chunk, size: u64) -> bool {
-        if !self.sessions.contains(&chunk.dest) {
-            return false;
-        }
-        let urls: Vec<String> = chunk
-            .parts
-            .iter()
-            .filter_map(|p| match p.from {
-                Endpoint::Node(n) => self.sessions.get(&n).map(|s| s.peer_url.clone()),
-                Endpoint::Storage => None,
-            })
-            .collect();
-        let from_storage = chunk
-            .parts
-            .first()
-            .is_none_or(|p| p.from == Endpoint::Storage);
-        let source = match urls.split_first() {
-            Some((url, also)) if !from_storage => InputSource::Peer {
-                url: url.clone(),
-                also: also.to_vec(),
-            },
-            _ => InputSource::Storage,
-        };
-        let relayed = matches!(source, InputSource::Peer { .. }) && size >= MULTI_SOURCE_MIN;
-        let o = chunk.object;
-        let fetch = ToWorker::Fetch {
-            inputs: vec![AssignedInput {
-                uri: self.uris[o.0 as usize].clone(),
-                size,
-                version: self.versions[o.0 as usize].clone(),
-                source,
-            }],
-        };
-        self.comm.send(chunk.dest, fetch);
-        relayed
     }
 
     /// `node` reported `o` cached: a request of a batch may be done.
-    pub(super) fn stage_cached(&mut self, node: NodeId, o: ObjectId) {
+    pub fn cached(&mut self, node: NodeId, o: ObjectId, sh: &mut Shared) {
         let mut touched = false;
-        for run in self.stages.values_mut() {
+        for run in self.runs.values_mut() {
             let Some(chunk) = run.running.remove(&(node, o)) else {
                 continue;
             };
@@ -410,15 +316,15 @@ impl Scheduler {
             run.view.bytes += run.sizes.get(&o).copied().unwrap_or(chunk.len);
         }
         if touched {
-            self.pump_stages();
+            self.pump(sh);
         }
     }
 
     /// `node`'s fetch of `o` failed: a batch's request is planned again without its first
     /// source.
-    pub(super) fn stage_fetch_failed(&mut self, node: NodeId, o: ObjectId, error: &str) {
+    pub fn fetch_failed(&mut self, node: NodeId, o: ObjectId, error: &str, sh: &mut Shared) {
         let mut touched = false;
-        for run in self.stages.values_mut() {
+        for run in self.runs.values_mut() {
             let Some(chunk) = run.running.remove(&(node, o)) else {
                 continue;
             };
@@ -429,21 +335,20 @@ impl Scheduler {
             }
         }
         if touched {
-            self.pump_stages();
+            self.pump(sh);
         }
     }
 
     /// `node` received `bytes` from `from`: counted for the batches with a request to it under
     /// way (a worker's multi-source fetch decides the real shares).
-    pub(super) fn stage_transferred(&mut self, node: NodeId, from: Endpoint, bytes: u64) {
+    pub fn transferred(&mut self, node: NodeId, from: Endpoint, bytes: u64, sessions: &Sessions) {
         let name = match from {
             Endpoint::Storage => "storage".to_string(),
-            Endpoint::Node(n) => self
-                .sessions
+            Endpoint::Node(n) => sessions
                 .name(&n)
                 .map_or_else(|| format!("node {}", n.0), str::to_string),
         };
-        for run in self.stages.values_mut() {
+        for run in self.runs.values_mut() {
             if run.running.keys().any(|(n, _)| *n == node) {
                 *run.view.by_source.entry(name.clone()).or_default() += bytes;
             }
@@ -451,9 +356,9 @@ impl Scheduler {
     }
 
     /// `node` left: batches give up their requests to it and stop reading from it.
-    pub(super) fn stage_node_left(&mut self, node: NodeId) {
+    pub fn node_left(&mut self, node: NodeId, sh: &mut Shared) {
         let name = |n: NodeId| format!("node {}", n.0);
-        for run in self.stages.values_mut() {
+        for run in self.runs.values_mut() {
             if let Some(stager) = run.stager.as_mut() {
                 let given_up = stager.node_left(node);
                 run.running.retain(|(n, _), _| *n != node);
@@ -465,16 +370,129 @@ impl Scheduler {
             }
             run.dests.retain(|n| *n != node);
         }
-        self.pump_stages();
+        self.pump(sh);
     }
 
     /// A batch's progress.
-    pub(super) fn stage_view(&self, id: u64) -> Option<StageView> {
-        let run = self.stages.get(&id)?;
+    pub fn view(&self, id: u64) -> Option<StageView> {
+        let run = self.runs.get(&id)?;
         let mut v = run.view.clone();
         if v.state != "done" {
             v.seconds = run.started.elapsed().as_secs_f64();
         }
         Some(v)
     }
+}
+
+impl StageRun {
+    /// Plan the batch once its lookups are answered, then start what its stager allows now;
+    /// when nothing is under way and nothing may start, it is done.
+    fn pump(&mut self, id: u64, sh: &mut Shared) {
+        if self.stager.is_none() && self.looking_up == 0 {
+            self.stager = Some(self.plan(sh.core, sh.objects));
+            self.view.state = "staging".into();
+        }
+        let Some(stager) = self.stager.as_mut() else {
+            return;
+        };
+        while let Some(chunk) = stager.poll(sh.core.predictor()) {
+            let (dest, o) = (chunk.dest, chunk.object);
+            if send_fetch(&chunk, self.sizes[&o], sh) {
+                stager.relay(chunk.id);
+            }
+            self.running.insert((dest, o), chunk);
+        }
+        self.view.running = self.running.len();
+        // Nothing under way and nothing may start: done, or the rest has no source left.
+        if self.running.is_empty() && self.view.state != "done" {
+            for r in stager.unfinished() {
+                let why = self
+                    .errors
+                    .remove(&(r.dest, r.object))
+                    .unwrap_or_else(|| "no source holds it".into());
+                let name = sh.sessions.name(&r.dest).unwrap_or("?");
+                let uri = crate::uri::redacted(sh.objects.uri(r.object));
+                self.view.failed.push(format!("{uri} -> {name}: {why}"));
+            }
+            self.view.state = "done".into();
+            self.view.seconds = self.started.elapsed().as_secs_f64();
+            tracing::info!(
+                stage = id,
+                "staged {} of {} requests: {} bytes in {:.2} s",
+                self.view.done,
+                self.view.requests,
+                self.view.bytes,
+                self.view.seconds
+            );
+        }
+    }
+
+    /// The batch's stager: every (object, worker) not yet held, sourced from the holders and
+    /// (for objects storage has) storage.
+    fn plan(&mut self, core: &Core, objects: &ObjectTable) -> Stager {
+        let mut requests = Vec::new();
+        let mut copies = Vec::new();
+        for &o in &self.objects {
+            let Some(&size) = self.sizes.get(&o) else {
+                continue; // its lookup failed
+            };
+            let holders = core.locate(o);
+            for h in holders.iter() {
+                copies.push((o, Endpoint::Node(*h)));
+            }
+            if objects.tmp_size(o).is_none() {
+                copies.push((o, Endpoint::Storage));
+            }
+            for &dest in &self.dests {
+                if !holders.contains(&dest) {
+                    requests.push(Request {
+                        object: o,
+                        // An empty object is still a copy to make: the stager plans one byte.
+                        size: size.max(1),
+                        dest,
+                    });
+                }
+            }
+        }
+        self.view.requests = requests.len();
+        // Each endpoint books at most the best rates it was seen sending and receiving at (its
+        // NIC, as far as known).
+        let caps = core.predictor().best_rates();
+        Stager::new(self.cfg, requests, &copies, &caps.out).inbound_caps(&caps.into)
+    }
+}
+
+/// Send `chunk`'s worker a fetch from its sources: the first peer as the one named, the other
+/// peers as extra sources; storage only when the plan starts there. True if the destination
+/// serves the chunks as they land (a large object read from peers: the worker's `multi` and
+/// `relay`).
+fn send_fetch(chunk: &Chunk, size: u64, sh: &mut Shared) -> bool {
+    if !sh.sessions.contains(&chunk.dest) {
+        return false;
+    }
+    let urls: Vec<String> = chunk
+        .parts
+        .iter()
+        .filter_map(|p| match p.from {
+            Endpoint::Node(n) => sh.sessions.get(&n).map(|s| s.peer_url.clone()),
+            Endpoint::Storage => None,
+        })
+        .collect();
+    let from_storage = chunk
+        .parts
+        .first()
+        .is_none_or(|p| p.from == Endpoint::Storage);
+    let source = match urls.split_first() {
+        Some((url, also)) if !from_storage => InputSource::Peer {
+            url: url.clone(),
+            also: also.to_vec(),
+        },
+        _ => InputSource::Storage,
+    };
+    let relayed = matches!(source, InputSource::Peer { .. }) && size >= MULTI_SOURCE_MIN;
+    let fetch = ToWorker::Fetch {
+        inputs: vec![sh.objects.input(chunk.object, size, source)],
+    };
+    sh.comm.send(chunk.dest, fetch);
+    relayed
 }

@@ -2,12 +2,12 @@
 //! the core's [`JobId`] (its unread intermediate objects are released when it ends), has
 //! counters (`GET /v1/jobs/{job}`, `diffuse status --job`) and can be cancelled whole
 //! (`POST /v1/jobs/{job}/cancel`, `diffuse cancel --job`): its queued tasks end at once and its
-//! running tasks' processes are stopped.
+//! running tasks' processes are stopped. [`Jobs`] owns every job's task list.
 
-use super::tasks::Listed;
-use super::{Scheduler, SubmitError};
+use super::tasks::{Listed, TaskTable};
+use super::views::SubmitError;
 use crate::spec::TaskDef;
-use diffuse_core::{JobId, PolicyKind, TaskId};
+use diffuse_core::{Core, JobId, PolicyKind, TaskId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -51,22 +51,39 @@ pub struct JobCancelled {
     pub ended: u64,
 }
 
-impl Scheduler {
-    /// Record task `t` (taken in, new or replayed) in its job; a job's first task gives the
-    /// core the job's policy, if it has one.
-    pub(super) fn join_job(&mut self, t: TaskId) -> JobId {
-        let def = &self.tasks.get(t).def;
+impl JobCancelled {
+    /// Count what cancelling one of the job's tasks answered.
+    pub fn count(&mut self, answer: Result<String, String>) {
+        match answer {
+            Ok(r) if r == "cancelled" => self.cancelled += 1,
+            Ok(_) => self.stopping += 1,
+            // Ended already, or abandoned by the cancel of a task after it.
+            Err(_) => self.ended += 1,
+        }
+    }
+}
+
+/// Every job's tasks, by job name.
+#[derive(Default)]
+pub struct Jobs {
+    by_name: FxHashMap<String, JobTasks>,
+}
+
+impl Jobs {
+    /// Record task `t` (`def`, taken in, new or replayed) in its job; a job's first task gives
+    /// the core the job's policy, if it has one.
+    pub fn join(&mut self, t: TaskId, def: &TaskDef, core: &mut Core) -> JobId {
         let name = def.job().to_string();
         let policy = def.more.as_ref().and_then(|m| m.job_policy);
-        let next = JobId(self.jobs.len() as u32);
-        let entry = self.jobs.entry(name).or_insert_with(|| JobTasks {
+        let next = JobId(self.by_name.len() as u32);
+        let entry = self.by_name.entry(name).or_insert_with(|| JobTasks {
             id: next,
             tasks: Vec::new(),
         });
         entry.tasks.push(t);
         let (id, first) = (entry.id, entry.tasks.len() == 1);
         if let (true, Some(kind)) = (first, policy) {
-            if let Err(e) = self.core.handle_job_policy(id, kind) {
+            if let Err(e) = core.handle_job_policy(id, kind) {
                 tracing::error!("job policy: {e}");
             }
         }
@@ -76,7 +93,7 @@ impl Scheduler {
     /// A job's policy is stated on its tasks (`job_policy`): every task of a job must state
     /// the same one or none, and a job that already has tasks keeps the policy it has. Each
     /// task of the batch is given its job's policy, so the journal replays it with its first.
-    pub(super) fn resolve_job_policies(&self, defs: &mut [TaskDef]) -> Result<(), SubmitError> {
+    pub fn resolve_policies(&self, defs: &mut [TaskDef], core: &Core) -> Result<(), SubmitError> {
         let mut chosen: FxHashMap<String, (PolicyKind, String)> = FxHashMap::default();
         for d in defs.iter() {
             let Some(kind) = d.more.as_ref().and_then(|m| m.job_policy) else {
@@ -89,8 +106,8 @@ impl Scheduler {
                     d.id
                 )))
             };
-            if let Some(j) = self.jobs.get(job) {
-                let has = self.core.job_policy(j.id);
+            if let Some(j) = self.by_name.get(job) {
+                let has = core.job_policy(j.id);
                 if has != Some(kind) {
                     let has = has.map_or("the dispatcher's policy".to_string(), |k| {
                         format!("policy {k}")
@@ -121,22 +138,27 @@ impl Scheduler {
     }
 
     /// The core's id of job `name` (a name never seen gets the next id, unrecorded).
-    pub(super) fn job_id(&self, name: &str) -> JobId {
-        self.jobs
+    pub fn id(&self, name: &str) -> JobId {
+        self.by_name
             .get(name)
-            .map_or(JobId(self.jobs.len() as u32), |j| j.id)
+            .map_or(JobId(self.by_name.len() as u32), |j| j.id)
+    }
+
+    /// The tasks of job `name`, in the order they were taken in; None if no task names it.
+    pub fn tasks(&self, name: &str) -> Option<&[TaskId]> {
+        self.by_name.get(name).map(|j| j.tasks.as_slice())
     }
 
     /// Job `name`'s counters; None if no task names it.
-    pub(super) fn job_view(&self, name: &str) -> Option<JobView> {
-        let j = self.jobs.get(name)?;
+    pub fn view(&self, name: &str, tasks: &TaskTable) -> Option<JobView> {
+        let j = self.by_name.get(name)?;
         let mut v = JobView {
             job: name.to_string(),
             tasks: j.tasks.len() as u64,
             ..JobView::default()
         };
         for t in &j.tasks {
-            match self.tasks.listed(*t) {
+            match tasks.listed(*t) {
                 Listed::Queued => v.queued += 1,
                 Listed::Running => v.running += 1,
                 Listed::Succeeded => v.succeeded += 1,
@@ -145,25 +167,5 @@ impl Scheduler {
             }
         }
         Some(v)
-    }
-
-    /// Cancel every unfinished task of job `name`, the last taken in first (so a task ends
-    /// cancelled before the task it depends on does). None if no task names it.
-    pub(super) fn cancel_job(&mut self, name: &str) -> Option<JobCancelled> {
-        let tasks = self.jobs.get(name)?.tasks.clone();
-        let mut done = JobCancelled {
-            job: name.to_string(),
-            ..JobCancelled::default()
-        };
-        for t in tasks.into_iter().rev() {
-            let id = self.tasks.get(t).def.id.clone();
-            match self.cancel(&id) {
-                Ok(r) if r == "cancelled" => done.cancelled += 1,
-                Ok(_) => done.stopping += 1,
-                // Ended already, or abandoned by the cancel of a task after it.
-                Err(_) => done.ended += 1,
-            }
-        }
-        Some(done)
     }
 }

@@ -41,22 +41,23 @@
 
 pub mod batches;
 pub mod comm;
-mod dataflow;
+pub mod dataflow;
 pub mod jobs;
 pub mod lookup;
 pub mod msg;
 pub mod objects;
-mod placement;
+pub mod placement;
 pub mod pool;
-mod prefetch;
+pub mod prefetch;
 pub mod progress;
 pub mod series;
 pub mod sessions;
+pub mod shared;
 pub mod tasks;
 #[cfg(test)]
 mod tests;
 pub mod views;
-mod workers;
+pub mod workers;
 pub mod writer;
 
 pub use comm::{Comm, LiveComm};
@@ -66,14 +67,28 @@ pub use views::{
 };
 
 use crate::journal::{Journal, OutcomeState, StoredTask, SubmittedTask, TaskOutcome};
-use crate::proto::ToWorker;
+use crate::proto::{Held, LookupResult, TaskReport, ToDispatcher, ToWorker};
+use crate::provisioner::PoolCmd;
 use crate::spec::TaskDef;
-use diffuse_core::{Core, Input, NodeId, ObjectId, Resources, TaskId, TaskSpec, TaskState, Time};
-use lookup::Lookups;
+use batches::{Batches, StageAsk};
+use comm::WorkerLink;
+use dataflow::Deferred;
+use diffuse_core::bandwidth::Endpoint;
+use diffuse_core::{
+    Action, Core, CoreError, Handoff, Input, NodeId, ObjectId, Outcome, Placement, Resources,
+    TaskId, TaskSpec, TaskState, Time,
+};
+use jobs::{JobCancelled, Jobs};
+use lookup::{Lookups, Waiter};
+use objects::{ObjectTable, PlaceError};
+use placement::NodeNames;
+use pool::PoolLink;
+use prefetch::Prefetch;
 use progress::Progress;
-use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use sessions::Sessions;
+use series::Series;
+use sessions::{Session, Sessions};
+use shared::Shared;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tasks::{Listed, Phase, TaskTable};
@@ -107,39 +122,27 @@ pub struct SchedulerConfig {
     pub fixed_pool: Option<u32>,
 }
 
-/// The scheduler's state.
+/// The scheduler's state: the core, and the owners it composes.
 pub struct Scheduler {
     core: Core,
     journal: Journal,
     cfg: SchedulerConfig,
     start: Instant,
     tasks: TaskTable,
-    objects: FxHashMap<String, ObjectId>,
-    uris: Vec<String>,
-    /// The task that writes each intermediate (`tmp://`) object, ended or not.
-    tmp_producer: FxHashMap<ObjectId, TaskId>,
-    /// Sizes of intermediate objects, as their producers reported them.
-    tmp_sizes: FxHashMap<ObjectId, u64>,
-    /// Workers' names as the core knows them (placement hints name them).
-    node_names: FxHashMap<String, diffuse_core::NodeName>,
-    /// The names, by `NodeName`.
-    name_list: Vec<String>,
-    /// `tmp://` objects placed on a worker (`PUT /v1/objects/{uri}/placement`).
-    placed: FxHashMap<ObjectId, String>,
-    /// Every job's tasks, by job name.
-    jobs: FxHashMap<String, jobs::JobTasks>,
-    /// Tasks whose input lookups wait for these tasks to succeed (they may write the inputs).
-    deferred: FxHashMap<TaskId, Vec<TaskId>>,
-    /// For each such task, how many of its dependencies have not succeeded yet.
-    deferred_left: FxHashMap<TaskId, u32>,
-    /// Source version of each object: empty until a lookup or a worker's report gives one.
-    versions: Vec<String>,
+    /// Every object named so far: URIs, versions, producers, placements.
+    objects: ObjectTable,
+    /// Workers' names as the core knows them.
+    names: NodeNames,
+    /// Every job's tasks.
+    jobs: Jobs,
+    /// Tasks whose input lookups wait for other tasks.
+    deferred: Deferred,
     /// Connected workers.
     sessions: Sessions,
     /// The outside: workers' sessions, the pool, the journal writer.
     comm: Box<dyn Comm>,
     /// The elastic pool, unless static.
-    pool: Option<pool::PoolLink>,
+    pool: Option<PoolLink>,
     /// Workers were told to finish: one that connects later is told at once.
     shutting_down: bool,
     lookups: Lookups,
@@ -148,17 +151,26 @@ pub struct Scheduler {
     status: Status,
     /// This round's journal traffic; outcomes not yet confirmed.
     progress: Progress,
-    /// Workers' racks, by name.
-    racks: FxHashMap<String, diffuse_core::RackId>,
-    /// Each worker's share of the storage cap, as last sent.
-    storage_shares: FxHashMap<NodeId, f64>,
-    /// 2Mark's moves under way: (object, to) -> from.
-    moving: FxHashMap<(ObjectId, NodeId), NodeId>,
+    /// Racks, storage shares, 2Mark's moves.
+    prefetch: Prefetch,
     /// The dashboard's samples and last failures.
-    series: series::Series,
-    /// Batches being staged (`diffuse stage`), by number.
-    stages: std::collections::BTreeMap<u64, batches::StageRun>,
-    next_stage: u64,
+    series: Series,
+    /// Batches staged to workers (`diffuse stage`).
+    batches: Batches,
+}
+
+/// The scheduler's [`Shared`] borrow (core, sessions, objects, comm) at this moment, leaving
+/// its other fields free to borrow alongside.
+macro_rules! shared {
+    ($s:ident) => {
+        Shared {
+            now: $s.now(),
+            core: &mut $s.core,
+            sessions: &$s.sessions,
+            objects: &mut $s.objects,
+            comm: &mut *$s.comm,
+        }
+    };
 }
 
 fn unix_now() -> f64 {
@@ -184,17 +196,10 @@ impl Scheduler {
             cfg,
             start: Instant::now(),
             tasks: TaskTable::default(),
-            objects: FxHashMap::default(),
-            uris: Vec::new(),
-            tmp_producer: FxHashMap::default(),
-            tmp_sizes: FxHashMap::default(),
-            node_names: FxHashMap::default(),
-            name_list: Vec::new(),
-            placed: FxHashMap::default(),
-            jobs: FxHashMap::default(),
-            deferred: FxHashMap::default(),
-            deferred_left: FxHashMap::default(),
-            versions: Vec::new(),
+            objects: ObjectTable::default(),
+            names: NodeNames::default(),
+            jobs: Jobs::default(),
+            deferred: Deferred::default(),
             sessions: Sessions::default(),
             comm,
             pool: None,
@@ -203,12 +208,9 @@ impl Scheduler {
             looking_up: 0,
             status: Status::default(),
             progress: Progress::default(),
-            racks: FxHashMap::default(),
-            storage_shares: FxHashMap::default(),
-            moving: FxHashMap::default(),
-            series: series::Series::default(),
-            stages: std::collections::BTreeMap::new(),
-            next_stage: 1,
+            prefetch: Prefetch::default(),
+            series: Series::default(),
+            batches: Batches::default(),
         };
         for st in stored {
             s.restore(st);
@@ -217,7 +219,7 @@ impl Scheduler {
     }
 
     /// Carry provisioning decisions out through this pool.
-    pub fn with_pool(mut self, link: pool::PoolLink) -> Scheduler {
+    pub fn with_pool(mut self, link: PoolLink) -> Scheduler {
         self.pool = Some(link);
         self
     }
@@ -244,12 +246,12 @@ impl Scheduler {
                     .outputs
                     .iter()
                     .filter(|u| crate::uri::is_tmp(u))
-                    .map(|u| self.object(u))
+                    .map(|u| self.objects.intern(u))
                     .collect();
                 let t = self.tasks.insert(def, batch, inputs, Phase::Done(o.state));
                 self.join_job(t);
                 for p in &produces {
-                    self.tmp_producer.insert(*p, t);
+                    self.objects.set_producer(*p, t);
                 }
                 if o.state == OutcomeState::Succeeded && !produces.is_empty() {
                     // Kept as the producer of what it wrote: if no worker brings a copy back and
@@ -257,7 +259,7 @@ impl Scheduler {
                     let mut spec = self.spec_of(t).with_produces(produces);
                     // A remake keeps to the task's hint.
                     let def = self.tasks.get(t).def.clone();
-                    spec.hint = self.placement_of(&def);
+                    spec.hint = self.names.placement_of(&def);
                     let now = self.now();
                     if let Err(e) = self.core.handle_restore_done(spec, now) {
                         tracing::error!("journal replay: {e}");
@@ -272,7 +274,7 @@ impl Scheduler {
     fn inputs_of(&mut self, def: &TaskDef) -> Vec<(ObjectId, u64)> {
         let mut inputs: Vec<(ObjectId, u64)> = Vec::with_capacity(def.inputs.len());
         for uri in &def.inputs {
-            let o = self.object(uri);
+            let o = self.objects.intern(uri);
             if !inputs.iter().any(|(x, _)| *x == o) {
                 inputs.push((o, 0));
             }
@@ -280,17 +282,16 @@ impl Scheduler {
         inputs
     }
 
-    /// Take a task in (new or replayed; a batch in the order [`Scheduler::check_dataflow`]
-    /// gives). It enters the core at once: held while workers look up its inputs' sizes and
+    /// Take a task in (new or replayed; a batch in the order [`dataflow::check`] gives). It enters the core at once: held while workers look up its inputs' sizes and
     /// versions (`tmp://` inputs are not looked up: their producers report them), and blocked
     /// until what it depends on has succeeded. A dependency that already failed fails it.
     fn accept(&mut self, def: TaskDef, batch: u64, attempts: u32) {
-        let deps = self.deps_of(&def);
+        let deps = dataflow::deps_of(&def, &mut self.objects, &self.tasks, &self.core);
         let inputs = self.inputs_of(&def);
         let lookups: Vec<ObjectId> = inputs
             .iter()
             .map(|(o, _)| *o)
-            .filter(|o| !crate::uri::is_tmp(&self.uris[o.0 as usize]))
+            .filter(|o| !crate::uri::is_tmp(self.objects.uri(*o)))
             .collect();
         let phase = if lookups.is_empty() {
             Phase::Live
@@ -308,8 +309,8 @@ impl Scheduler {
             dataflow::Deps::Failed(e) => {
                 for uri in self.tasks.get(t).def.outputs.clone() {
                     if crate::uri::is_tmp(&uri) {
-                        let o = self.object(&uri);
-                        self.tmp_producer.insert(o, t);
+                        let o = self.objects.intern(&uri);
+                        self.objects.set_producer(o, t);
                     }
                 }
                 self.tasks.get_mut(t).phase = Phase::Live;
@@ -318,7 +319,7 @@ impl Scheduler {
             }
         };
         for p in &produces {
-            self.tmp_producer.insert(*p, t);
+            self.objects.set_producer(*p, t);
         }
         // Its inputs are looked up once the tasks it waits for have succeeded: they may be
         // what writes them.
@@ -329,17 +330,14 @@ impl Scheduler {
             .collect();
         let mut spec = self.spec_of(t).with_after(after).with_produces(produces);
         let def = self.tasks.get(t).def.clone();
-        spec.hint = self.placement_of(&def);
+        spec.hint = self.names.placement_of(&def);
         if !lookups.is_empty() {
             spec = spec.held();
             self.looking_up += 1;
             if unfinished.is_empty() {
                 self.want_lookups(t);
             } else {
-                self.deferred_left.insert(t, unfinished.len() as u32);
-                for d in unfinished {
-                    self.deferred.entry(d).or_default().push(t);
-                }
+                self.deferred.wait(t, unfinished);
             }
         }
         let now = self.now();
@@ -354,38 +352,25 @@ impl Scheduler {
     fn want_lookups(&mut self, t: TaskId) {
         let objects: Vec<ObjectId> = self.tasks.get(t).inputs.iter().map(|(o, _)| *o).collect();
         for o in objects {
-            let uri = &self.uris[o.0 as usize];
+            let uri = self.objects.uri(o);
             if !crate::uri::is_tmp(uri) {
-                self.lookups.want(&uri.clone(), t);
+                self.lookups.want(uri, t);
             }
         }
     }
 
     /// `t` succeeded: tasks whose lookups waited for it may now look up their inputs.
     fn wake_deferred(&mut self, t: TaskId) {
-        for w in self.deferred.remove(&t).unwrap_or_default() {
-            let Some(left) = self.deferred_left.get_mut(&w) else {
-                continue;
-            };
-            *left -= 1;
-            if *left == 0 {
-                self.deferred_left.remove(&w);
-                if matches!(self.tasks.get(w).phase, Phase::Lookup { .. }) {
-                    self.want_lookups(w);
-                }
+        for w in self.deferred.succeeded(t) {
+            if matches!(self.tasks.get(w).phase, Phase::Lookup { .. }) {
+                self.want_lookups(w);
             }
         }
     }
 
-    fn object(&mut self, uri: &str) -> ObjectId {
-        if let Some(o) = self.objects.get(uri) {
-            return *o;
-        }
-        let o = ObjectId(self.uris.len() as u64);
-        self.objects.insert(uri.to_string(), o);
-        self.uris.push(uri.to_string());
-        self.versions.push(String::new());
-        o
+    /// Record task `t` in its job (see [`Jobs::join`]).
+    fn join_job(&mut self, t: TaskId) {
+        self.jobs.join(t, &self.tasks.get(t).def, &mut self.core);
     }
 
     fn spec_of(&self, id: TaskId) -> TaskSpec {
@@ -408,7 +393,7 @@ impl Scheduler {
             disk: more.disk.unwrap_or(0),
         })
         .with_priority(more.priority)
-        .with_job(self.job_id(task.def.job()))
+        .with_job(self.jobs.id(task.def.job()))
         .with_dad_beta(more.dad_beta)
         .with_retries(more.retries.unwrap_or(self.cfg.task_defaults.retries))
         .with_walltime(
@@ -467,10 +452,15 @@ impl Scheduler {
     /// the storage cap's shares, the dashboard's sample, the core's timers.
     pub fn tick(&mut self) {
         self.check_heartbeats();
-        self.finish_handoffs();
+        if let Some(p) = &mut self.pool {
+            p.finish_handoffs(&mut *self.comm);
+        }
         self.fail_unfit();
-        self.share_storage_cap();
-        self.sample();
+        self.prefetch.share_storage_cap(&mut shared!(self));
+        if self.series.due() {
+            let s = self.status();
+            self.series.sample(&s, unix_now());
+        }
         let now = self.now();
         self.core.handle_waiting_demand(self.looking_up);
         if self.core.poll_timeout().is_some_and(|t| t <= now) {
@@ -507,12 +497,17 @@ impl Scheduler {
             SchedulerMsg::Cancel(id, reply) => {
                 let _ = reply.send(self.cancel(&id));
             }
-            SchedulerMsg::Pool(ev) => self.on_pool_event(ev),
+            SchedulerMsg::Pool(ev) => {
+                let now = self.now();
+                if let Some(p) = &mut self.pool {
+                    p.on_event(ev, &mut self.core, now);
+                }
+            }
             SchedulerMsg::Status(reply) => {
                 let _ = reply.send(self.status());
             }
             SchedulerMsg::Series(since, reply) => {
-                let _ = reply.send(self.points_since(since));
+                let _ = reply.send(self.series.points_since(since));
             }
             SchedulerMsg::Task(id, reply) => {
                 let view = self.tasks.id_of(&id).map(|t| self.view(t));
@@ -535,7 +530,7 @@ impl Scheduler {
                 let names = match self.objects.get(&uri) {
                     Some(o) => self
                         .core
-                        .locate(*o)
+                        .locate(o)
                         .iter()
                         .filter_map(|n| self.sessions.name(n).map(str::to_string))
                         .collect(),
@@ -544,13 +539,16 @@ impl Scheduler {
                 let _ = reply.send(names);
             }
             SchedulerMsg::Job(name, reply) => {
-                let _ = reply.send(self.job_view(&name));
+                let _ = reply.send(self.jobs.view(&name, &self.tasks));
             }
             SchedulerMsg::CancelJob(name, reply) => {
                 let _ = reply.send(self.cancel_job(&name));
             }
             SchedulerMsg::Object(uri, reply) => {
-                let _ = reply.send(self.object_view(&uri));
+                let view = self
+                    .objects
+                    .view(&uri, &self.core, &self.sessions, &self.tasks);
+                let _ = reply.send(view);
             }
             SchedulerMsg::Place(uri, name, reply) => {
                 let _ = reply.send(self.place(&uri, &name));
@@ -580,7 +578,7 @@ impl Scheduler {
                 let _ = reply.send(self.stage(ask));
             }
             SchedulerMsg::StageView(id, reply) => {
-                let _ = reply.send(self.stage_view(id));
+                let _ = reply.send(self.batches.view(id));
             }
             SchedulerMsg::ShutdownWorkers => {
                 self.shutting_down = true;
@@ -603,7 +601,8 @@ impl Scheduler {
                 format!("{}: {}", task.def.id, self.spec_of(*t).resources)
             })
             .collect();
-        let (worker_list, pool) = self.workers_view();
+        let (worker_list, pool) =
+            pool::workers_view(self.pool.as_ref(), &self.core, &self.sessions);
         let mut workers_by_state: std::collections::BTreeMap<String, u32> = pool::WORKER_STATES
             .iter()
             .map(|s| (s.to_string(), 0))
@@ -630,8 +629,8 @@ impl Scheduler {
             storage_cap: self.core.config().storage_cap,
             storage_budget_used: self.core.storage_budget_used(),
             two_mark: self.core.two_mark_stats(),
-            recent_failures: self.recent_failures(),
-            links: self.links(),
+            recent_failures: self.series.recent_failures(),
+            links: prefetch::links(&self.core, &self.sessions),
             ..self.status.clone()
         }
     }
@@ -672,10 +671,9 @@ impl Scheduler {
                 return;
             }
         }
-        let order = match self
-            .check_hints(&defs)
-            .and_then(|()| self.resolve_job_policies(&mut defs))
-            .and_then(|()| self.check_dataflow(&defs))
+        let order = match placement::check_hints(&defs, &self.sessions, &self.core)
+            .and_then(|()| self.jobs.resolve_policies(&mut defs, &self.core))
+            .and_then(|()| dataflow::check(&defs, &self.objects, &self.tasks))
         {
             Ok(order) => order,
             Err(e) => {
@@ -802,7 +800,7 @@ impl Scheduler {
     /// task still shows as running and is not counted as ended, so nothing a client has seen
     /// ended can run again after a crash of the dispatcher.
     fn record_outcome(&mut self, t: TaskId, o: TaskOutcome) {
-        self.note_failure(&o);
+        self.series.note_failure(&o);
         self.tasks.list_as(t, Listed::Running);
         self.progress.outcome(o);
     }
@@ -813,5 +811,585 @@ impl Scheduler {
             .values()
             .map(|s| (s.name.clone(), s.slots))
             .collect()
+    }
+}
+
+/// Messages from workers and the core's actions, routed among the owners.
+impl Scheduler {
+    fn worker_up(&mut self, conn: u64, hello: ToDispatcher, link: WorkerLink) {
+        let ToDispatcher::Hello {
+            name,
+            slots,
+            memory,
+            gpus,
+            disk,
+            peer_url,
+            held,
+            request,
+            leaves_in_s,
+            eviction,
+            cache_quota,
+            rack,
+            ..
+        } = hello
+        else {
+            return;
+        };
+        let node = self.sessions.next_node();
+        let now = self.now();
+        let capacity = Resources {
+            cores: slots.max(1),
+            memory: memory.unwrap_or(u64::MAX),
+            gpus,
+            disk: disk.unwrap_or(u64::MAX),
+        };
+        if let Err(e) = self.core.handle_node_joined_with(node, capacity, now) {
+            tracing::error!("worker {name}: {e}");
+            return;
+        }
+        let label = self.names.id(&name);
+        let _ = self.core.handle_node_named(node, label);
+        let _ = self
+            .core
+            .handle_node_cache(node, cache_quota, eviction.unwrap_or_default(), now);
+        if let Some(r) = rack.as_deref().filter(|r| !r.is_empty()) {
+            let rack = self.prefetch.rack_id(r);
+            let _ = self.core.handle_node_rack(node, rack);
+        }
+        if let Some(s) = leaves_in_s.filter(|s| s.is_finite() && *s >= 0.0) {
+            let ends = now + Duration::from_secs_f64(s.min(1e9));
+            self.core.handle_node_deadline(node, Some(ends));
+        }
+        self.comm.attach(node, link);
+        self.comm.send(
+            node,
+            ToWorker::Welcome {
+                node: node.0,
+                heartbeat_ms: self.cfg.heartbeat.as_millis() as u64,
+            },
+        );
+        if self.shutting_down {
+            self.comm.send(node, ToWorker::Shutdown);
+        }
+        tracing::info!(worker = %name, slots, peer = %peer_url, "worker joined");
+        if let Some(p) = &self.pool {
+            p.joined(&request, &mut *self.comm);
+        }
+        self.sessions.insert(
+            node,
+            Session {
+                conn,
+                name,
+                request,
+                peer_url,
+                slots,
+                last_seen: Instant::now(),
+                cache: (cache_quota, 0, 0),
+            },
+        );
+        // Its share of the storage cap reaches it before any task or fetch does.
+        self.prefetch.share_storage_cap(&mut shared!(self));
+        self.cached(node, held);
+    }
+
+    /// `node` holds these objects. A version not yet known is taken as the current one until a
+    /// lookup says otherwise; a copy of another version than the current one is dropped.
+    fn cached(&mut self, node: NodeId, held: Vec<Held>) {
+        let now = self.now();
+        let mut stale = Vec::new();
+        for h in held {
+            let o = self.objects.intern(&h.uri);
+            let known = self.objects.version_mut(o);
+            if known.is_empty() {
+                *known = h.version.clone();
+            }
+            if *known == h.version {
+                let _ = self.core.handle_object_cached(node, o, now);
+                if let Some(p) = &mut self.pool {
+                    p.handed_off(node, o, &mut *self.comm);
+                }
+                self.prefetch.move_ended(node, o, &mut shared!(self));
+                self.batches.cached(node, o, &mut shared!(self));
+            } else {
+                stale.push(h.uri);
+            }
+        }
+        if !stale.is_empty() {
+            shared!(self).send_connected(node, ToWorker::Drop { uris: stale });
+        }
+    }
+
+    fn on_worker_message(&mut self, conn: u64, msg: ToDispatcher) {
+        let Some(node) = self.sessions.node_of(conn) else {
+            // A connection already given up: its results belong to attempts run again elsewhere.
+            if let ToDispatcher::Finished(r) = msg {
+                tracing::warn!(task = %r.task, attempt = r.attempt, "stale result refused (its worker was given up)");
+            }
+            return;
+        };
+        if let Some(s) = self.sessions.get_mut(&node) {
+            s.last_seen = Instant::now();
+        }
+        let now = self.now();
+        match msg {
+            ToDispatcher::Heartbeat | ToDispatcher::Hello { .. } => {}
+            ToDispatcher::Load {
+                load1,
+                cache_used,
+                cache_objects,
+            } => {
+                let slots = self.sessions.get(&node).map_or(1, |s| s.slots.max(1));
+                self.core.handle_node_load(node, load1 / slots as f64);
+                if let (Some(s), Some(used)) = (self.sessions.get_mut(&node), cache_used) {
+                    s.cache.1 = used;
+                    s.cache.2 = cache_objects.unwrap_or(0);
+                }
+            }
+            ToDispatcher::Cached { objects } => self.cached(node, objects),
+            ToDispatcher::Evicted { uris } => {
+                for uri in uris {
+                    if let Some(o) = self.objects.get(&uri) {
+                        let _ = self.core.handle_object_evicted(node, o, now);
+                    }
+                }
+            }
+            ToDispatcher::Finished(report) => self.finished(node, report),
+            ToDispatcher::LookedUp { id, results } => self.looked_up(node, id, results),
+            ToDispatcher::Leaving => self.node_lost(node, "it is stopping", false),
+            ToDispatcher::FetchFailed { uri, error } => self.fetch_failed(node, &uri, &error),
+            ToDispatcher::Transferred {
+                from,
+                bytes,
+                seconds,
+            } => self.transferred(node, from.as_deref(), bytes, seconds),
+            ToDispatcher::BadCopy { uri, peer } => {
+                prefetch::bad_copy(node, &uri, &peer, &mut shared!(self))
+            }
+        }
+    }
+
+    fn finished(&mut self, node: NodeId, mut report: TaskReport) {
+        let Some(t) = self.tasks.id_of(&report.task) else {
+            return;
+        };
+        report.hint_held = placement::hint_held(&self.tasks.get(t).def, &self.sessions, node);
+        let lost = report
+            .lost_input
+            .as_ref()
+            .and_then(|uri| self.objects.get(uri));
+        let outcome = workers::outcome_of(&report, lost);
+        let now = self.now();
+        let current = matches!(self.core.task_state(t), Some(TaskState::Running { node: n, attempt, .. }) if n == node && attempt == report.attempt);
+        if current && outcome == Outcome::Succeeded {
+            // What it wrote to tmp:// is on its worker: readers may now be sent there.
+            for k in &report.kept {
+                let o = self.objects.intern(&k.uri);
+                *self.objects.version_mut(o) = k.sha256.clone();
+                self.objects.set_tmp_size(o, k.size);
+                self.core.handle_intermediate_size(o, k.size);
+                let _ = self.core.handle_object_cached(node, o, now);
+                self.copy_placed(o);
+            }
+        }
+        let remake = matches!(self.tasks.get(t).phase, Phase::Done(_));
+        let result = self
+            .core
+            .handle_task_finished(t, report.attempt, outcome, now);
+        if !report.kept.is_empty() && !matches!(result, Ok(TaskState::Finished(Outcome::Succeeded)))
+        {
+            // Not a success the core took: what it kept is no one's input.
+            let uris = report.kept.iter().map(|k| k.uri.clone()).collect();
+            shared!(self).send_connected(node, ToWorker::Drop { uris });
+        }
+        if remake && result.is_ok() {
+            // A producer run again to remake a lost object: its recorded outcome stands.
+            tracing::info!(task = %report.task, attempt = report.attempt, "ran again to remake its intermediate objects: {}", if report.succeeded() { "done".to_string() } else { report.failure() });
+            self.attempt_failed(&report);
+            return;
+        }
+        match result {
+            Ok(TaskState::Queued) => {
+                // A retryable failure with retries left: the task runs again; this attempt's
+                // report is kept with the attempt.
+                tracing::info!(task = %report.task, attempt = report.attempt, "failed ({}); retrying", report.failure());
+                self.tasks.list_as(t, Listed::Queued);
+                self.attempt_failed(&report);
+            }
+            Ok(state) => {
+                let st = match state {
+                    TaskState::Cancelled => OutcomeState::Cancelled,
+                    TaskState::Finished(Outcome::Succeeded) => OutcomeState::Succeeded,
+                    _ => OutcomeState::Failed,
+                };
+                workers::add_traffic(&mut self.status, &report);
+                self.tasks.get_mut(t).phase = Phase::Done(st);
+                let o = TaskOutcome {
+                    id: report.task.clone(),
+                    state: st,
+                    attempt: report.attempt,
+                    node: self.sessions.name(&node).map(str::to_string),
+                    exit_code: report.exit_code,
+                    error: report.error.clone(),
+                    result_json: serde_json::to_string(&report).expect("report serializes"),
+                    finished_at: report.finished_at,
+                };
+                self.record_outcome(t, o);
+                if st == OutcomeState::Succeeded {
+                    self.wake_deferred(t);
+                }
+            }
+            Err(CoreError::StaleAttempt { .. })
+            | Err(CoreError::UnknownTask(_))
+            | Err(CoreError::NotRunning(_)) => {
+                tracing::warn!(task = %report.task, attempt = report.attempt, "stale result refused");
+            }
+            Err(e) => tracing::error!(task = %report.task, "result refused: {e}"),
+        }
+    }
+
+    /// An attempt ended and its task goes on (a retry, a remake): its traffic is counted and
+    /// its report kept with the attempt.
+    fn attempt_failed(&mut self, report: &TaskReport) {
+        workers::add_traffic(&mut self.status, report);
+        self.progress.attempt_result(
+            report.task.clone(),
+            report.attempt,
+            serde_json::to_string(report).expect("report serializes"),
+        );
+    }
+
+    /// `node` is gone: lost (`crashed`: its running tasks count a crash) or left cleanly.
+    fn node_lost(&mut self, node: NodeId, why: &str, crashed: bool) {
+        let Some(session) = self.sessions.remove(node) else {
+            return;
+        };
+        self.comm.detach(node);
+        self.lookups.node_lost(node);
+        if let Some(p) = &self.pool {
+            p.disconnected(&session, &mut *self.comm);
+        }
+        self.batches.node_left(node, &mut shared!(self));
+        let running = self.core.running_on(node).to_vec();
+        if crashed {
+            tracing::warn!(worker = %session.name, "worker lost ({why}); its tasks run again elsewhere");
+        } else {
+            tracing::info!(worker = %session.name, "worker left ({why}); its tasks run again elsewhere");
+        }
+        let now = self.now();
+        let lost = if crashed {
+            self.core.handle_node_lost(node, now)
+        } else {
+            self.core.handle_node_left(node, now)
+        };
+        let Ok(lost) = lost else { return };
+        let limit = self.core.config().crash_limit;
+        for t in running {
+            if lost.failed.contains(&t) {
+                self.finish_without_running(
+                    t,
+                    OutcomeState::Failed,
+                    Some(format!("its worker was lost {limit} times")),
+                );
+            } else if lost.cancelled.contains(&t) {
+                self.finish_without_running(
+                    t,
+                    OutcomeState::Cancelled,
+                    Some("cancelled; its worker was lost while it ran".into()),
+                );
+            } else if !matches!(self.tasks.get(t).phase, Phase::Done(_)) {
+                self.tasks.list_as(t, Listed::Queued);
+            }
+        }
+    }
+
+    fn check_heartbeats(&mut self) {
+        for node in self.sessions.silent(self.cfg.heartbeat_timeout) {
+            self.node_lost(node, "heartbeat timeout", true);
+        }
+    }
+
+    /// Send waiting lookups to the connected workers.
+    fn send_lookups(&mut self) {
+        // With no worker, an elastic pool grows for these tasks: the core counts them as
+        // demand (`handle_waiting_demand`).
+        if !self.lookups.has_queued() || self.sessions.is_empty() {
+            return;
+        }
+        let mut workers: Vec<NodeId> = self.sessions.nodes().collect();
+        workers.sort();
+        self.lookups
+            .send(&workers, &mut *self.comm, self.cfg.lookup_timeout);
+    }
+
+    /// A worker answered a lookup: record sizes and versions (a changed version invalidates every
+    /// cached copy), and let the tasks whose every input is now known move on, in submission
+    /// order: into the core's queue, or failed with their first lookup error.
+    fn looked_up(&mut self, node: NodeId, id: u64, results: Vec<LookupResult>) {
+        let mut ready = Vec::new();
+        for (uri, result, waiters) in self.lookups.answered(node, id, results) {
+            let o = self.objects.intern(&uri);
+            let mut waiting = Vec::with_capacity(waiters.len());
+            for w in waiters {
+                match w {
+                    Waiter::Task(t) => waiting.push(t),
+                    Waiter::Stage(s) => self.batches.looked_up(s, o, &uri, &result),
+                }
+            }
+            let error = match result {
+                Ok((size, version)) => {
+                    workers::note_version(o, &uri, version, &mut shared!(self));
+                    for &t in &waiting {
+                        if let Some(i) = self.tasks.get_mut(t).inputs.iter_mut().find(|i| i.0 == o)
+                        {
+                            i.1 = size;
+                        }
+                    }
+                    None
+                }
+                Err(e) => Some(format!("input {}: {e}", crate::uri::redacted(&uri))),
+            };
+            for t in waiting {
+                if let Phase::Lookup {
+                    pending,
+                    error: first,
+                    ..
+                } = &mut self.tasks.get_mut(t).phase
+                {
+                    *pending -= 1;
+                    if first.is_none() {
+                        first.clone_from(&error);
+                    }
+                    if *pending == 0 {
+                        ready.push(t);
+                    }
+                }
+            }
+        }
+        ready.sort();
+        for t in ready {
+            self.inputs_known(t);
+        }
+        self.batches.pump(&mut shared!(self));
+    }
+
+    /// Every input of `t` (in [`Phase::Lookup`]) was looked up: it enters the core's queue, or
+    /// fails with its first lookup error.
+    fn inputs_known(&mut self, t: TaskId) {
+        let Phase::Lookup { error, .. } = self.tasks.get(t).phase.clone() else {
+            return;
+        };
+        let now = self.now();
+        match error {
+            Some(e) => {
+                // The tasks that depend on it are abandoned (`Action::Abandon`).
+                let _ = self.core.handle_failed_unrun(t, now);
+                self.finish_without_running(t, OutcomeState::Failed, Some(e))
+            }
+            None => {
+                self.looking_up -= 1;
+                self.tasks.get_mut(t).phase = Phase::Live;
+                let sizes: Vec<(ObjectId, u64)> = self.tasks.get(t).inputs.clone();
+                self.status.demand_bytes += sizes.iter().map(|(_, s)| s).sum::<u64>();
+                if let Err(e) = self.core.handle_inputs_known(t, &sizes, now) {
+                    tracing::error!(task = %self.tasks.get(t).def.id, "{e}");
+                }
+            }
+        }
+    }
+
+    /// A worker could not fetch `uri`.
+    fn fetch_failed(&mut self, node: NodeId, uri: &str, error: &str) {
+        tracing::info!(uri = %crate::uri::redacted(uri), "fetch failed: {error}");
+        if let Some(o) = self.objects.get(uri) {
+            let now = self.now();
+            self.core.handle_prefetch_failed(node, o, now);
+            self.prefetch.move_ended(node, o, &mut shared!(self));
+            self.batches
+                .fetch_failed(node, o, error, &mut shared!(self));
+        }
+    }
+
+    /// `node` received `bytes` from `from` (a peer's URL, None: storage) in `seconds`.
+    fn transferred(&mut self, node: NodeId, from: Option<&str>, bytes: u64, seconds: f64) {
+        let from = match from {
+            None => Endpoint::Storage,
+            Some(url) => match self.sessions.at_url(url) {
+                Some(n) => Endpoint::Node(n),
+                None => return, // it left
+            },
+        };
+        self.core.handle_transfer(from, node, bytes, seconds);
+        self.batches.transferred(node, from, bytes, &self.sessions);
+    }
+
+    /// Carry out the core's actions.
+    fn drain_actions(&mut self) {
+        let now = self.now();
+        while let Some(action) = self.core.poll_action(now) {
+            match action {
+                Action::Dispatch(d) => workers::dispatch(
+                    d,
+                    &mut shared!(self),
+                    &mut self.tasks,
+                    &mut self.progress,
+                    self.cfg.task_defaults.task_timeout,
+                ),
+                Action::Provision { nodes } => match &self.pool {
+                    Some(_) => self.comm.pool(PoolCmd::Acquire(nodes)),
+                    // Static: workers are the ones that connect.
+                    None => self.core.handle_provision_failed(nodes, self.now()),
+                },
+                Action::Release { node, handoff } => self.release(node, handoff),
+                Action::Abandon { task, why } => {
+                    let limit = self.core.config().crash_limit;
+                    let error = dataflow::abandoned_why(
+                        why,
+                        &self.tasks,
+                        &self.objects,
+                        &self.names,
+                        limit,
+                    );
+                    if !matches!(self.tasks.get(task).phase, Phase::Done(_)) {
+                        self.finish_without_running(task, OutcomeState::Failed, Some(error));
+                    }
+                }
+                Action::DropObject { object, nodes } => {
+                    dataflow::drop_object(&mut shared!(self), object, nodes)
+                }
+                Action::Replicate { object, from, to } => {
+                    let size = self.objects.tmp_size(object).unwrap_or(0);
+                    shared!(self).fetch_from_peer(object, size, from, to);
+                }
+                Action::Prefetch { object, size, node } => {
+                    prefetch::prefetch_object(object, size, node, &mut shared!(self))
+                }
+                Action::Evict { node, object } => {
+                    prefetch::evict_copy(node, object, &mut shared!(self))
+                }
+                Action::Move {
+                    object,
+                    size,
+                    from,
+                    to,
+                } => self
+                    .prefetch
+                    .move_copy(object, size, from, to, &mut shared!(self)),
+            }
+        }
+    }
+
+    /// The core released idle worker `node`: its session is closed for the core, batches give
+    /// up their requests to it, and it hands its cache off before it leaves (an elastic pool)
+    /// or leaves at once.
+    fn release(&mut self, node: NodeId, handoff: Vec<Handoff>) {
+        // Its messages are no longer the core's business; its peer server still serves.
+        let Some(s) = self.sessions.remove(node) else {
+            return;
+        };
+        self.batches.node_left(node, &mut shared!(self));
+        let sh = &mut shared!(self);
+        match self.pool.as_mut() {
+            Some(p) => p.release(node, s, handoff, sh),
+            None => pool::finish_release(sh.comm, false, node, s),
+        }
+    }
+
+    /// If `o` was placed on a worker that lacks it, that worker fetches it from a holder.
+    fn copy_placed(&mut self, o: ObjectId) {
+        let Some(name) = self.objects.placed(o) else {
+            return;
+        };
+        let Some(target) = self.sessions.by_name(name) else {
+            return;
+        };
+        let holders = self.core.locate(o);
+        if holders.contains(&target) {
+            return;
+        }
+        if let Some(&from) = holders.first() {
+            let size = self.objects.tmp_size(o).unwrap_or(0);
+            shared!(self).fetch_from_peer(o, size, from, target);
+        }
+    }
+
+    /// Place `tmp://` object `uri` on worker `name`: its producer, if it has not started, will
+    /// run only there (a strict hint); if it runs, the object is copied there once written; if
+    /// written, it is copied there now. Returns what was done, in a few words.
+    fn place(&mut self, uri: &str, name: &str) -> Result<String, PlaceError> {
+        let Some(o) = self.objects.get(uri) else {
+            return Err(PlaceError::Unknown(format!(
+                "no task reads or writes {uri}"
+            )));
+        };
+        let Some(producer) = self.objects.producer(o) else {
+            return Err(PlaceError::Invalid(format!(
+                "{uri}: only tmp:// objects are placed (others are cached where tasks read them)"
+            )));
+        };
+        if !self.sessions.values().any(|s| s.name == name) {
+            return Err(PlaceError::Invalid(format!(
+                "no worker named '{name}' is connected"
+            )));
+        }
+        let view = self
+            .objects
+            .view(uri, &self.core, &self.sessions, &self.tasks)
+            .expect("known object");
+        if matches!(view.state, "failed" | "released") {
+            return Err(PlaceError::Invalid(format!(
+                "{uri} is {}: there is nothing to place",
+                view.state
+            )));
+        }
+        self.objects.place(o, name);
+        if view.nodes.iter().any(|n| n == name) {
+            return Ok(format!("{uri} is already on '{name}'"));
+        }
+        if view.state == "written" {
+            self.copy_placed(o);
+            return Ok(format!("{uri} is being copied to '{name}'"));
+        }
+        let hint = Placement {
+            node: self.names.id(name),
+            strict: true,
+            wait: Duration::ZERO,
+        };
+        let now = self.now();
+        let producer_id = &self.tasks.get(producer).def.id;
+        match self.core.handle_hint(producer, hint, now) {
+            Ok(true) => Ok(format!("its producer '{producer_id}' will run on '{name}'")),
+            // Running (or run again to remake it): copied there once written.
+            _ => Ok(format!(
+                "{uri} will be copied to '{name}' once its producer '{producer_id}' has written it"
+            )),
+        }
+    }
+
+    /// Accept a batch to stage (`diffuse stage`): its number, or why not.
+    fn stage(&mut self, ask: StageAsk) -> Result<u64, String> {
+        let drop = ask.drop;
+        let id = self
+            .batches
+            .stage(ask, &mut shared!(self), &mut self.lookups)?;
+        if !drop {
+            self.send_lookups();
+            self.batches.pump(&mut shared!(self));
+        }
+        Ok(id)
+    }
+
+    /// Cancel every unfinished task of job `name`, the last taken in first (so a task ends
+    /// cancelled before the task it depends on does). None if no task names it.
+    fn cancel_job(&mut self, name: &str) -> Option<JobCancelled> {
+        let tasks = self.jobs.tasks(name)?.to_vec();
+        let mut done = JobCancelled {
+            job: name.to_string(),
+            ..JobCancelled::default()
+        };
+        for t in tasks.into_iter().rev() {
+            let id = self.tasks.get(t).def.id.clone();
+            done.count(self.cancel(&id));
+        }
+        Some(done)
     }
 }

@@ -1,11 +1,14 @@
-//! Hercules' locate and place, live: `GET /v1/objects/{uri}` says where an object is and what
-//! state it is in; `PUT /v1/objects/{uri}/placement` asks for a `tmp://` object on a worker
-//! (its producer runs there if it has not started; once written, the object is copied there).
+//! The object table: every object a task or a batch names, by URI and by the core's
+//! [`ObjectId`], with what the dispatcher knows of it (its source version, the task that writes
+//! it and the size it reported, for `tmp://` ones; the worker it was placed on), and Hercules'
+//! locate, live (`GET /v1/objects/{uri}`: where an object is and what state it is in).
 
-use super::{Phase, Scheduler};
+use super::sessions::Sessions;
+use super::tasks::{Phase, TaskTable};
 use crate::journal::OutcomeState;
-use crate::proto::{AssignedInput, InputSource, ToWorker};
-use diffuse_core::{NodeId, ObjectId, Placement};
+use crate::proto::{AssignedInput, InputSource};
+use diffuse_core::{Core, ObjectId, TaskId};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 /// What `GET /v1/objects/{uri}` shows.
@@ -40,18 +43,110 @@ pub enum PlaceError {
     Invalid(String),
 }
 
-impl Scheduler {
+/// Every object named so far. An object's id is its index; ids are never reused.
+#[derive(Default)]
+pub struct ObjectTable {
+    ids: FxHashMap<String, ObjectId>,
+    uris: Vec<String>,
+    /// Source version of each object: empty until a lookup or a worker's report gives one.
+    versions: Vec<String>,
+    /// The task that writes each intermediate (`tmp://`) object, ended or not.
+    producers: FxHashMap<ObjectId, TaskId>,
+    /// Sizes of intermediate objects, as their producers reported them.
+    tmp_sizes: FxHashMap<ObjectId, u64>,
+    /// `tmp://` objects placed on a worker (`PUT /v1/objects/{uri}/placement`), by its name.
+    placed: FxHashMap<ObjectId, String>,
+}
+
+impl ObjectTable {
+    /// The id of `uri`, given now if it has none yet.
+    pub fn intern(&mut self, uri: &str) -> ObjectId {
+        if let Some(o) = self.ids.get(uri) {
+            return *o;
+        }
+        let o = ObjectId(self.uris.len() as u64);
+        self.ids.insert(uri.to_string(), o);
+        self.uris.push(uri.to_string());
+        self.versions.push(String::new());
+        o
+    }
+
+    /// The id of `uri`, if it has one.
+    pub fn get(&self, uri: &str) -> Option<ObjectId> {
+        self.ids.get(uri).copied()
+    }
+
+    /// The URI of `o`.
+    pub fn uri(&self, o: ObjectId) -> &str {
+        &self.uris[o.0 as usize]
+    }
+
+    /// The source version of `o` (empty: not known yet).
+    pub fn version(&self, o: ObjectId) -> &str {
+        &self.versions[o.0 as usize]
+    }
+
+    /// The source version of `o`, to change.
+    pub fn version_mut(&mut self, o: ObjectId) -> &mut String {
+        &mut self.versions[o.0 as usize]
+    }
+
+    /// The task that writes `o` (`tmp://` objects only).
+    pub fn producer(&self, o: ObjectId) -> Option<TaskId> {
+        self.producers.get(&o).copied()
+    }
+
+    /// `t` writes `o`.
+    pub fn set_producer(&mut self, o: ObjectId, t: TaskId) {
+        self.producers.insert(o, t);
+    }
+
+    /// The size `o`'s producer reported (`tmp://` objects only, once written).
+    pub fn tmp_size(&self, o: ObjectId) -> Option<u64> {
+        self.tmp_sizes.get(&o).copied()
+    }
+
+    /// `o`'s producer wrote `size` bytes.
+    pub fn set_tmp_size(&mut self, o: ObjectId, size: u64) {
+        self.tmp_sizes.insert(o, size);
+    }
+
+    /// The name of the worker `o` was placed on.
+    pub fn placed(&self, o: ObjectId) -> Option<&str> {
+        self.placed.get(&o).map(String::as_str)
+    }
+
+    /// `o` is placed on the worker named `name`.
+    pub fn place(&mut self, o: ObjectId, name: &str) {
+        self.placed.insert(o, name.to_string());
+    }
+
+    /// `o` as a worker is told to read or fetch it: `size` bytes from `source`.
+    pub fn input(&self, o: ObjectId, size: u64, source: InputSource) -> AssignedInput {
+        AssignedInput {
+            uri: self.uri(o).to_string(),
+            size,
+            version: self.version(o).to_string(),
+            source,
+        }
+    }
+
     /// Where `uri` is, and its state; None if no task names it.
-    pub(super) fn object_view(&self, uri: &str) -> Option<ObjectView> {
-        let o = *self.objects.get(uri)?;
-        let nodes: Vec<String> = self
-            .core
+    pub fn view(
+        &self,
+        uri: &str,
+        core: &Core,
+        sessions: &Sessions,
+        tasks: &TaskTable,
+    ) -> Option<ObjectView> {
+        let o = self.get(uri)?;
+        let nodes: Vec<String> = core
             .locate(o)
             .iter()
-            .filter_map(|n| self.sessions.name(n).map(str::to_string))
+            .filter_map(|n| sessions.name(n).map(str::to_string))
             .collect();
-        let placed = self.placed.get(&o).cloned();
-        let Some(&producer) = self.tmp_producer.get(&o) else {
+        let placed = self.placed(o).map(str::to_string);
+        let Some(producer) = self.producer(o) else {
             let state = if nodes.is_empty() {
                 "uncached"
             } else {
@@ -66,10 +161,7 @@ impl Scheduler {
                 placed,
             });
         };
-        let state = match (
-            &self.tasks.get(producer).phase,
-            self.core.intermediate_holders(o),
-        ) {
+        let state = match (&tasks.get(producer).phase, core.intermediate_holders(o)) {
             (_, Some(h)) if !h.is_empty() => "written",
             (Phase::Done(OutcomeState::Succeeded), Some(_)) => "lost",
             (Phase::Done(OutcomeState::Succeeded), None) => "released",
@@ -80,103 +172,18 @@ impl Scheduler {
             uri: uri.to_string(),
             state,
             nodes,
-            size: self.tmp_sizes.get(&o).copied(),
-            producer: Some(self.tasks.get(producer).def.id.clone()),
+            size: self.tmp_size(o),
+            producer: Some(tasks.get(producer).def.id.clone()),
             placed,
         })
     }
+}
 
-    /// Place `tmp://` object `uri` on worker `name`: its producer, if it has not started, will
-    /// run only there (a strict hint); if it runs, the object is copied there once written; if
-    /// written, it is copied there now. Returns what was done, in a few words.
-    pub(super) fn place(&mut self, uri: &str, name: &str) -> Result<String, PlaceError> {
-        let Some(&o) = self.objects.get(uri) else {
-            return Err(PlaceError::Unknown(format!(
-                "no task reads or writes {uri}"
-            )));
-        };
-        let Some(&producer) = self.tmp_producer.get(&o) else {
-            return Err(PlaceError::Invalid(format!(
-                "{uri}: only tmp:// objects are placed (others are cached where tasks read them)"
-            )));
-        };
-        if !self.sessions.values().any(|s| s.name == name) {
-            return Err(PlaceError::Invalid(format!(
-                "no worker named '{name}' is connected"
-            )));
-        }
-        let view = self.object_view(uri).expect("known object");
-        if matches!(view.state, "failed" | "released") {
-            return Err(PlaceError::Invalid(format!(
-                "{uri} is {}: there is nothing to place",
-                view.state
-            )));
-        }
-        self.placed.insert(o, name.to_string());
-        if view.nodes.iter().any(|n| n == name) {
-            return Ok(format!("{uri} is already on '{name}'"));
-        }
-        if view.state == "written" {
-            self.copy_placed(o);
-            return Ok(format!("{uri} is being copied to '{name}'"));
-        }
-        let hint = Placement {
-            node: self.node_name(name),
-            strict: true,
-            wait: std::time::Duration::ZERO,
-        };
-        let now = self.now();
-        match self.core.handle_hint(producer, hint, now) {
-            Ok(true) => Ok(format!(
-                "its producer '{}' will run on '{name}'",
-                self.tasks.get(producer).def.id
-            )),
-            // Running (or run again to remake it): copied there once written.
-            _ => Ok(format!(
-                "{uri} will be copied to '{name}' once its producer '{}' has written it",
-                self.tasks.get(producer).def.id
-            )),
-        }
-    }
+/// The id of a URI the table knows (panics if it does not, as a map's index does).
+impl std::ops::Index<&str> for ObjectTable {
+    type Output = ObjectId;
 
-    /// If `o` was placed on a worker that lacks it, that worker fetches it from a holder.
-    pub(super) fn copy_placed(&mut self, o: ObjectId) {
-        let Some(name) = self.placed.get(&o) else {
-            return;
-        };
-        let Some(target) = self.sessions.by_name(name) else {
-            return;
-        };
-        let holders = self.core.locate(o);
-        if holders.contains(&target) {
-            return;
-        }
-        if let Some(&from) = holders.first() {
-            self.copy_object(o, from, target);
-        }
-    }
-
-    /// Worker `to` fetches `o` from worker `from`, as a peer read (placement, replicas ahead of
-    /// time); it reports the copy when it is cached.
-    pub(super) fn copy_object(&mut self, o: ObjectId, from: NodeId, to: NodeId) {
-        let (Some(source), true) = (self.sessions.get(&from), self.sessions.contains(&to)) else {
-            return;
-        };
-        let size = self.tmp_sizes.get(&o).copied().unwrap_or(0);
-        let input = AssignedInput {
-            uri: self.uris[o.0 as usize].clone(),
-            size,
-            version: self.versions[o.0 as usize].clone(),
-            source: InputSource::Peer {
-                url: source.peer_url.clone(),
-                also: self.other_holders(o, size, from, to),
-            },
-        };
-        self.comm.send(
-            to,
-            ToWorker::Fetch {
-                inputs: vec![input],
-            },
-        );
+    fn index(&self, uri: &str) -> &ObjectId {
+        &self.ids[uri]
     }
 }

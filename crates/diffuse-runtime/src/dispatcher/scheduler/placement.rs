@@ -1,120 +1,121 @@
-//! Placement hints, live: workers' names become the core's [`NodeName`]s, a strict hint is
-//! checked at submission against the workers connected then, and whether a hint held is
-//! recorded with the task's result. The rule itself is the core's ([`diffuse_core::Placement`]).
+//! Placement hints, live: workers' names become the core's [`NodeName`]s ([`NodeNames`]), a
+//! strict hint is checked at submission against the workers connected then, and whether a hint
+//! held is recorded with the task's result. The rule itself is the core's
+//! ([`diffuse_core::Placement`]).
 
-use super::{Scheduler, SubmitError};
+use super::sessions::Sessions;
+use super::views::SubmitError;
 use crate::spec::TaskDef;
-use diffuse_core::{NodeId, NodeName, Placement, TaskId};
+use diffuse_core::{Core, NodeId, NodeName, Placement};
+use rustc_hash::FxHashMap;
 
-impl Scheduler {
+/// Workers' names as the core knows them (placement hints name them).
+#[derive(Default)]
+pub struct NodeNames {
+    ids: FxHashMap<String, NodeName>,
+    /// The names, by `NodeName`.
+    names: Vec<String>,
+}
+
+impl NodeNames {
     /// The core's name for worker name `name` (the same for every worker of that name).
-    pub(super) fn node_name(&mut self, name: &str) -> NodeName {
-        if let Some(n) = self.node_names.get(name) {
+    pub fn id(&mut self, name: &str) -> NodeName {
+        if let Some(n) = self.ids.get(name) {
             return *n;
         }
-        let n = NodeName(self.name_list.len() as u32);
-        self.node_names.insert(name.to_string(), n);
-        self.name_list.push(name.to_string());
+        let n = NodeName(self.names.len() as u32);
+        self.ids.insert(name.to_string(), n);
+        self.names.push(name.to_string());
         n
     }
 
     /// The core's form of `def`'s hint, if it has one.
-    pub(super) fn placement_of(&mut self, def: &TaskDef) -> Option<Placement> {
+    pub fn placement_of(&mut self, def: &TaskDef) -> Option<Placement> {
         let h = def.more.as_ref()?.hint.as_ref()?;
         Some(Placement {
-            node: self.node_name(h.name()),
+            node: self.id(h.name()),
             strict: h.strict,
             wait: h.wait(),
         })
     }
 
-    /// A strict hint must name a connected worker (and a slot it has): else the batch is
-    /// refused, naming the task and the workers there are.
-    pub(super) fn check_hints(&self, defs: &[TaskDef]) -> Result<(), SubmitError> {
-        for d in defs {
-            let Some(h) = d.more.as_ref().and_then(|m| m.hint.as_ref()) else {
-                continue;
-            };
-            if !h.strict {
-                continue;
-            }
-            let slots = self
-                .sessions
-                .values()
-                .filter(|s| s.name == h.name())
-                .map(|s| s.slots)
-                .max();
-            let more = d.more();
-            let want = diffuse_core::Resources {
-                cores: more.cores.unwrap_or(1),
-                memory: more.memory.unwrap_or(0),
-                gpus: more.gpus.unwrap_or(0),
-                disk: more.disk.unwrap_or(0),
-            };
-            let fits = self
-                .sessions
-                .iter()
-                .filter(|(_, s)| s.name == h.name())
-                .any(|(n, _)| {
-                    self.core
-                        .node_capacity(*n)
-                        .is_some_and(|c| want.fits_in(&c))
-                });
-            let refuse = |why: String| {
-                Err(SubmitError::Invalid(format!(
-                    "task '{}': field 'hint': {why}",
-                    d.id
-                )))
-            };
-            match (slots, h.slot_index()) {
-                (None, _) => {
-                    let mut names: Vec<&str> =
-                        self.sessions.values().map(|s| s.name.as_str()).collect();
-                    names.sort_unstable();
-                    names.dedup();
-                    let shown = match names.len() {
-                        0 => "none is connected".to_string(),
-                        n if n > 10 => format!("connected: {}, ...", names[..10].join(", ")),
-                        _ => format!("connected: {}", names.join(", ")),
-                    };
-                    return refuse(format!(
-                        "no worker named '{}' is connected, and a strict hint runs only there ({shown})",
-                        h.name()
-                    ));
-                }
-                (Some(n), Some(i)) if i >= n => {
-                    return refuse(format!(
-                        "worker '{}' has {n} slots (0 to {}), not slot {i}",
-                        h.name(),
-                        n - 1
-                    ));
-                }
-                (Some(_), _) if !fits => {
-                    return refuse(format!(
-                        "it asks for {want}, more than worker '{}' has, and a strict hint runs only there",
-                        h.name()
-                    ));
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether `t`'s hint held on `node` (None: it has none).
-    pub(super) fn hint_held(&self, t: TaskId, node: NodeId) -> Option<bool> {
-        let h = self.tasks.get(t).def.more.as_ref()?.hint.as_ref()?;
-        Some(self.sessions.get(&node).is_some_and(|s| s.name == h.name()))
-    }
-
     /// The error of a task whose strict hint's worker left.
-    pub(super) fn hinted_worker_left(&self, name: NodeName) -> String {
-        let name = self
-            .name_list
-            .get(name.0 as usize)
-            .map_or("?", String::as_str);
+    pub fn hinted_worker_left(&self, name: NodeName) -> String {
+        let name = self.names.get(name.0 as usize).map_or("?", String::as_str);
         format!(
             "hint: worker '{name}' left the pool, and a strict hint runs only there (a lost connection counts as leaving)"
         )
     }
+}
+
+/// A strict hint must name a connected worker (and a slot it has): else the batch is refused,
+/// naming the task and the workers there are.
+pub fn check_hints(defs: &[TaskDef], sessions: &Sessions, core: &Core) -> Result<(), SubmitError> {
+    for d in defs {
+        let Some(h) = d.more.as_ref().and_then(|m| m.hint.as_ref()) else {
+            continue;
+        };
+        if !h.strict {
+            continue;
+        }
+        let slots = sessions
+            .values()
+            .filter(|s| s.name == h.name())
+            .map(|s| s.slots)
+            .max();
+        let more = d.more();
+        let want = diffuse_core::Resources {
+            cores: more.cores.unwrap_or(1),
+            memory: more.memory.unwrap_or(0),
+            gpus: more.gpus.unwrap_or(0),
+            disk: more.disk.unwrap_or(0),
+        };
+        let fits = sessions
+            .iter()
+            .filter(|(_, s)| s.name == h.name())
+            .any(|(n, _)| core.node_capacity(*n).is_some_and(|c| want.fits_in(&c)));
+        let refuse = |why: String| {
+            Err(SubmitError::Invalid(format!(
+                "task '{}': field 'hint': {why}",
+                d.id
+            )))
+        };
+        match (slots, h.slot_index()) {
+            (None, _) => {
+                let mut names: Vec<&str> = sessions.values().map(|s| s.name.as_str()).collect();
+                names.sort_unstable();
+                names.dedup();
+                let shown = match names.len() {
+                    0 => "none is connected".to_string(),
+                    n if n > 10 => format!("connected: {}, ...", names[..10].join(", ")),
+                    _ => format!("connected: {}", names.join(", ")),
+                };
+                return refuse(format!(
+                    "no worker named '{}' is connected, and a strict hint runs only there ({shown})",
+                    h.name()
+                ));
+            }
+            (Some(n), Some(i)) if i >= n => {
+                return refuse(format!(
+                    "worker '{}' has {n} slots (0 to {}), not slot {i}",
+                    h.name(),
+                    n - 1
+                ));
+            }
+            (Some(_), _) if !fits => {
+                return refuse(format!(
+                    "it asks for {want}, more than worker '{}' has, and a strict hint runs only there",
+                    h.name()
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether `def`'s hint held on `node` (None: it has none).
+pub fn hint_held(def: &TaskDef, sessions: &Sessions, node: NodeId) -> Option<bool> {
+    let h = def.more.as_ref()?.hint.as_ref()?;
+    Some(sessions.get(&node).is_some_and(|s| s.name == h.name()))
 }

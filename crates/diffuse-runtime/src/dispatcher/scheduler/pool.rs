@@ -5,12 +5,12 @@
 //! fetching from it as from any peer, and it leaves once they have their copies.
 
 use super::comm::Comm;
-use super::sessions::Session;
-use super::Scheduler;
+use super::sessions::{Session, Sessions};
+use super::shared::Shared;
 use crate::dispatcher::metrics::Histogram;
 use crate::proto::{AssignedInput, InputSource, ToWorker};
 use crate::provisioner::{PoolCmd, PoolEvent, RequestState};
-use diffuse_core::{Handoff, NodeId, ObjectId};
+use diffuse_core::{Core, Handoff, NodeId, ObjectId, Time};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -132,26 +132,13 @@ pub const WORKER_STATES: [&str; 7] = [
     "releasing",
 ];
 
-impl Scheduler {
-    /// The core asks for `nodes` more workers.
-    pub(super) fn provision(&mut self, nodes: u32) {
-        match &self.pool {
-            Some(_) => self.comm.pool(PoolCmd::Acquire(nodes)),
-            // Static: workers are the ones that connect.
-            None => self.core.handle_provision_failed(nodes, self.now()),
-        }
-    }
-
-    /// The core released an idle worker. First the objects of its plan are pushed to the
-    /// survivors (each target fetches from it as from any peer); then, once every copy is
-    /// reported cached or the time bound passes, it is told to shut down and its job given back.
-    pub(super) fn release(&mut self, node: NodeId, handoff: Vec<Handoff>) {
-        // Its messages are no longer the core's business; its peer server still serves.
-        let Some(s) = self.sessions.remove(node) else {
-            return;
-        };
-        self.stage_node_left(node);
-        let bound = self
+impl PoolLink {
+    /// The core released idle worker `node` (its session `s` already closed for the core).
+    /// First the objects of its plan are pushed to the survivors (each target fetches from it
+    /// as from any peer); then, once every copy is reported cached or the time bound passes, it
+    /// is told to shut down and its job given back.
+    pub fn release(&mut self, node: NodeId, s: Session, handoff: Vec<Handoff>, sh: &mut Shared) {
+        let bound = sh
             .core
             .config()
             .handoff
@@ -161,25 +148,21 @@ impl Scheduler {
         let mut by_target: BTreeMap<NodeId, Vec<AssignedInput>> = BTreeMap::new();
         let mut waiting = Vec::new();
         for h in handoff {
-            if !self.sessions.contains(&h.to) {
+            if !sh.sessions.contains(&h.to) {
                 continue;
             }
-            by_target.entry(h.to).or_default().push(AssignedInput {
-                uri: self.uris[h.object.0 as usize].clone(),
-                size: h.size,
-                version: self.versions[h.object.0 as usize].clone(),
-                source: InputSource::Peer {
-                    url: s.peer_url.clone(),
-                    also: self.other_holders(h.object, h.size, node, h.to),
-                },
-            });
+            let source = InputSource::Peer {
+                url: s.peer_url.clone(),
+                also: sh.other_holders(h.object, h.size, node, h.to),
+            };
+            by_target
+                .entry(h.to)
+                .or_default()
+                .push(sh.objects.input(h.object, h.size, source));
             waiting.push((h.to, h.object, h.size));
         }
-        let Some(p) = self.pool.as_mut() else {
-            return finish_release(&mut *self.comm, false, node, s);
-        };
         if waiting.is_empty() {
-            return finish_release(&mut *self.comm, true, node, s);
+            return finish_release(sh.comm, true, node, s);
         }
         tracing::info!(
             worker = %s.name,
@@ -188,9 +171,9 @@ impl Scheduler {
             "handing its cache off before release"
         );
         for (target, inputs) in by_target {
-            self.comm.send(target, ToWorker::Fetch { inputs });
+            sh.comm.send(target, ToWorker::Fetch { inputs });
         }
-        p.handing.push(Handing {
+        self.handing.push(Handing {
             node,
             session: s,
             waiting,
@@ -199,55 +182,52 @@ impl Scheduler {
     }
 
     /// `node` now holds `object`: a hand-off waiting for it is one copy closer to done.
-    pub(super) fn handed_off(&mut self, node: NodeId, object: ObjectId) {
-        let Some(p) = self.pool.as_mut() else { return };
-        for h in &mut p.handing {
+    pub fn handed_off(&mut self, node: NodeId, object: ObjectId, comm: &mut dyn Comm) {
+        for h in &mut self.handing {
             if let Some(i) = h
                 .waiting
                 .iter()
                 .position(|(n, o, _)| *n == node && *o == object)
             {
                 let (_, _, bytes) = h.waiting.swap_remove(i);
-                p.handed.0 += 1;
-                p.handed.1 += bytes;
+                self.handed.0 += 1;
+                self.handed.1 += bytes;
             }
         }
-        self.finish_handoffs();
+        self.finish_handoffs(comm);
     }
 
     /// Release the workers whose hand-off is complete or out of time.
-    pub(super) fn finish_handoffs(&mut self) {
-        let Some(p) = self.pool.as_mut() else { return };
+    pub fn finish_handoffs(&mut self, comm: &mut dyn Comm) {
         let now = Instant::now();
-        let (done, going): (Vec<Handing>, Vec<Handing>) = std::mem::take(&mut p.handing)
+        let (done, going): (Vec<Handing>, Vec<Handing>) = std::mem::take(&mut self.handing)
             .into_iter()
             .partition(|h| h.waiting.is_empty() || now >= h.until);
-        p.handing = going;
+        self.handing = going;
         for h in done {
             if !h.waiting.is_empty() {
                 tracing::info!(worker = %h.session.name, left = h.waiting.len(), "hand-off cut at its time bound");
             }
-            finish_release(&mut *self.comm, true, h.node, h.session);
+            finish_release(comm, true, h.node, h.session);
         }
     }
 
-    /// A worker of a pool request connected.
-    pub(super) fn pool_joined(&mut self, request: &Option<String>) {
-        if let (Some(_), Some(r)) = (&self.pool, request) {
-            self.comm.pool(PoolCmd::Joined(r.clone()));
+    /// A worker of pool request `request` (if it answers one) connected.
+    pub fn joined(&self, request: &Option<String>, comm: &mut dyn Comm) {
+        if let Some(r) = request {
+            comm.pool(PoolCmd::Joined(r.clone()));
         }
     }
 
     /// A worker of a pool request is gone without being released.
-    pub(super) fn pool_disconnected(&mut self, session: &Session) {
-        if let (Some(_), Some(r)) = (&self.pool, &session.request) {
-            self.comm.pool(PoolCmd::Disconnected(r.clone()));
+    pub fn disconnected(&self, session: &Session, comm: &mut dyn Comm) {
+        if let Some(r) = &session.request {
+            comm.pool(PoolCmd::Disconnected(r.clone()));
         }
     }
 
-    pub(super) fn on_pool_event(&mut self, ev: PoolEvent) {
-        let now = self.now();
-        let Some(p) = self.pool.as_mut() else { return };
+    /// News from the pool task.
+    pub fn on_event(&mut self, ev: PoolEvent, core: &mut Core, now: Time) {
         match ev {
             PoolEvent::State {
                 request,
@@ -255,128 +235,136 @@ impl Scheduler {
                 state,
             } => {
                 if state == RequestState::Gone {
-                    p.rows.remove(&request);
+                    self.rows.remove(&request);
                 } else {
-                    p.rows.insert(request, (job, state));
+                    self.rows.insert(request, (job, state));
                 }
             }
             PoolEvent::NeverJoined { request, reason } => {
-                p.never_joined += 1;
-                p.last_error = Some(format!("{request}: {reason}"));
-                self.core.handle_provision_failed(1, now);
+                self.never_joined += 1;
+                self.last_error = Some(format!("{request}: {reason}"));
+                core.handle_provision_failed(1, now);
             }
-            PoolEvent::Error(e) => p.last_error = e,
+            PoolEvent::Error(e) => self.last_error = e,
             PoolEvent::Extra {
                 adopted, message, ..
             } => {
                 if adopted {
-                    p.extra.0 += 1;
+                    self.extra.0 += 1;
                 } else {
-                    p.extra.1 += 1;
+                    self.extra.1 += 1;
                 }
-                p.extra.2 = Some(message);
+                self.extra.2 = Some(message);
             }
             PoolEvent::Started { request, seconds } => {
                 tracing::info!(request, seconds, "worker joined");
-                p.startup.observe(seconds);
+                self.startup.observe(seconds);
             }
         }
     }
 
-    /// Every worker by name: connected ones as running or idle, the pool's other requests in
-    /// their own states.
-    /// A connected worker's slots and how many its running tasks hold.
-    fn slot_use(&self, node: NodeId, s: &Session) -> (u32, u32) {
-        let held = self.core.node_used_cores(node);
-        (s.slots, held)
+    /// The pool's settings and counters.
+    fn view(&self) -> PoolView {
+        PoolView {
+            provisioner: self.provisioner.clone(),
+            min_workers: self.min,
+            max_workers: self.max,
+            failed_requests: self.never_joined,
+            handed_off: self.handed.0,
+            handed_off_bytes: self.handed.1,
+            last_error: self.last_error.clone(),
+            extra_jobs_adopted: self.extra.0,
+            extra_jobs_cancelled: self.extra.1,
+            last_extra_job: self.extra.2.clone(),
+            startup_seconds: self.startup.clone(),
+        }
     }
+}
 
-    pub(super) fn workers_view(&self) -> (Vec<WorkerView>, Option<PoolView>) {
-        let mut by_request: BTreeMap<&str, &Session> = BTreeMap::new();
-        let mut views = Vec::new();
-        for (node, s) in self.sessions.iter() {
-            let busy = !self.core.running_on(*node).is_empty();
-            let state = if busy { "running" } else { "idle" };
-            match &s.request {
-                Some(r) => {
-                    by_request.insert(r, s);
-                }
-                None => views.push(WorkerView {
-                    name: s.name.clone(),
-                    state: state.into(),
-                    job: None,
-                    slots: Some(self.slot_use(*node, s)),
-                    cache: Some(s.cache),
-                }),
+/// A connected worker's slots and how many its running tasks hold.
+fn slot_use(core: &Core, node: NodeId, s: &Session) -> (u32, u32) {
+    let held = core.node_used_cores(node);
+    (s.slots, held)
+}
+
+/// Every worker by name: connected ones as running or idle, the pool's other requests (if it
+/// is elastic) in their own states; and the pool's view.
+pub fn workers_view(
+    pool: Option<&PoolLink>,
+    core: &Core,
+    sessions: &Sessions,
+) -> (Vec<WorkerView>, Option<PoolView>) {
+    let mut by_request: BTreeMap<&str, &Session> = BTreeMap::new();
+    let mut views = Vec::new();
+    for (node, s) in sessions.iter() {
+        let busy = !core.running_on(*node).is_empty();
+        let state = if busy { "running" } else { "idle" };
+        match &s.request {
+            Some(r) => {
+                by_request.insert(r, s);
             }
-        }
-        let Some(p) = &self.pool else {
-            views.sort_by(|a, b| a.name.cmp(&b.name));
-            return (views, None);
-        };
-        for (request, (job, state)) in &p.rows {
-            let handing = p
-                .handing
-                .iter()
-                .any(|h| h.session.request.as_deref() == Some(request.as_str()));
-            let state = match (state, by_request.get(request.as_str())) {
-                _ if handing => "releasing",
-                (RequestState::Releasing, _) => "releasing",
-                (_, Some(_)) => "", // shown below, from its session
-                (RequestState::Requested, _) => "requested",
-                (RequestState::Pending, _) => "pending",
-                (RequestState::Starting, _) => "starting",
-                (RequestState::Joined | RequestState::Lost, _) => "lost",
-                (RequestState::Gone, _) => continue,
-            };
-            if !state.is_empty() {
-                views.push(WorkerView {
-                    name: request.clone(),
-                    state: state.into(),
-                    job: job.clone(),
-                    slots: None,
-                    cache: None,
-                });
-            }
-        }
-        for (node, s) in self.sessions.iter() {
-            let Some(r) = &s.request else { continue };
-            if p.rows
-                .get(r)
-                .is_some_and(|(_, st)| *st == RequestState::Releasing)
-            {
-                continue;
-            }
-            let busy = !self.core.running_on(*node).is_empty();
-            views.push(WorkerView {
+            None => views.push(WorkerView {
                 name: s.name.clone(),
-                state: if busy { "running" } else { "idle" }.into(),
-                job: p.rows.get(r).and_then(|(j, _)| j.clone()),
-                slots: Some(self.slot_use(*node, s)),
+                state: state.into(),
+                job: None,
+                slots: Some(slot_use(core, *node, s)),
                 cache: Some(s.cache),
+            }),
+        }
+    }
+    let Some(p) = pool else {
+        views.sort_by(|a, b| a.name.cmp(&b.name));
+        return (views, None);
+    };
+    for (request, (job, state)) in &p.rows {
+        let handing = p
+            .handing
+            .iter()
+            .any(|h| h.session.request.as_deref() == Some(request.as_str()));
+        let state = match (state, by_request.get(request.as_str())) {
+            _ if handing => "releasing",
+            (RequestState::Releasing, _) => "releasing",
+            (_, Some(_)) => "", // shown below, from its session
+            (RequestState::Requested, _) => "requested",
+            (RequestState::Pending, _) => "pending",
+            (RequestState::Starting, _) => "starting",
+            (RequestState::Joined | RequestState::Lost, _) => "lost",
+            (RequestState::Gone, _) => continue,
+        };
+        if !state.is_empty() {
+            views.push(WorkerView {
+                name: request.clone(),
+                state: state.into(),
+                job: job.clone(),
+                slots: None,
+                cache: None,
             });
         }
-        views.sort_by(|a, b| a.name.cmp(&b.name));
-        let view = PoolView {
-            provisioner: p.provisioner.clone(),
-            min_workers: p.min,
-            max_workers: p.max,
-            failed_requests: p.never_joined,
-            handed_off: p.handed.0,
-            handed_off_bytes: p.handed.1,
-            last_error: p.last_error.clone(),
-            extra_jobs_adopted: p.extra.0,
-            extra_jobs_cancelled: p.extra.1,
-            last_extra_job: p.extra.2.clone(),
-            startup_seconds: p.startup.clone(),
-        };
-        (views, Some(view))
     }
+    for (node, s) in sessions.iter() {
+        let Some(r) = &s.request else { continue };
+        if p.rows
+            .get(r)
+            .is_some_and(|(_, st)| *st == RequestState::Releasing)
+        {
+            continue;
+        }
+        let busy = !core.running_on(*node).is_empty();
+        views.push(WorkerView {
+            name: s.name.clone(),
+            state: if busy { "running" } else { "idle" }.into(),
+            job: p.rows.get(r).and_then(|(j, _)| j.clone()),
+            slots: Some(slot_use(core, *node, s)),
+            cache: Some(s.cache),
+        });
+    }
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    (views, Some(p.view()))
 }
 
 /// Tell a released worker (`node`) to shut down and close its session, and give its job back
 /// to the pool (if the pool is elastic).
-fn finish_release(comm: &mut dyn Comm, elastic: bool, node: NodeId, s: Session) {
+pub fn finish_release(comm: &mut dyn Comm, elastic: bool, node: NodeId, s: Session) {
     comm.send(node, ToWorker::Shutdown);
     comm.detach(node);
     tracing::info!(worker = %s.name, "idle worker released");

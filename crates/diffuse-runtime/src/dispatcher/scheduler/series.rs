@@ -1,7 +1,7 @@
 //! What the dashboard draws: one sample of the dispatcher's counters a second, the last hour
 //! of them kept (`GET /v1/series`), and the last failures (in `/v1/status`).
 
-use super::Scheduler;
+use super::views::{Failure, Status};
 use crate::journal::{OutcomeState, TaskOutcome};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -52,44 +52,30 @@ pub struct Point {
     pub failed: u64,
 }
 
-/// A failed task, for the dashboard.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Failure {
-    /// Task id.
-    pub id: String,
-    /// Worker of its last attempt.
-    pub node: Option<String>,
-    /// Why, in a few words.
-    pub why: String,
-    /// Unix time it ended.
-    pub at: f64,
-}
-
 /// The samples and the last failures.
 #[derive(Debug, Default)]
-pub(super) struct Series {
+pub struct Series {
     points: VecDeque<Point>,
     next: u64,
     last: Option<Instant>,
     failures: VecDeque<Failure>,
 }
 
-impl Scheduler {
-    /// Take a sample if a second has passed since the last.
-    pub(super) fn sample(&mut self) {
-        if self
-            .series
+impl Series {
+    /// Whether a second has passed since the last sample (or none was taken).
+    pub fn due(&self) -> bool {
+        !self
             .last
             .is_some_and(|l| l.elapsed() < Duration::from_secs(1))
-        {
-            return;
-        }
-        self.series.last = Some(Instant::now());
-        let s = self.status();
-        self.series.next += 1;
+    }
+
+    /// Take a sample of `s`, at unix time `t`.
+    pub fn sample(&mut self, s: &Status, t: f64) {
+        self.last = Some(Instant::now());
+        self.next += 1;
         let p = Point {
-            seq: self.series.next,
-            t: super::unix_now(),
+            seq: self.next,
+            t,
             queued: s.queued,
             running: s.running,
             workers: s.workers,
@@ -106,16 +92,15 @@ impl Scheduler {
             succeeded: s.succeeded,
             failed: s.failed,
         };
-        if self.series.points.len() == KEPT {
-            self.series.points.pop_front();
+        if self.points.len() == KEPT {
+            self.points.pop_front();
         }
-        self.series.points.push_back(p);
+        self.points.push_back(p);
     }
 
     /// The samples after number `since`.
-    pub(super) fn points_since(&self, since: u64) -> Vec<Point> {
-        self.series
-            .points
+    pub fn points_since(&self, since: u64) -> Vec<Point> {
+        self.points
             .iter()
             .filter(|p| p.seq > since)
             .cloned()
@@ -123,7 +108,7 @@ impl Scheduler {
     }
 
     /// An outcome was recorded: a failure is kept for the dashboard.
-    pub(super) fn note_failure(&mut self, o: &TaskOutcome) {
+    pub fn note_failure(&mut self, o: &TaskOutcome) {
         if o.state != OutcomeState::Failed {
             return;
         }
@@ -132,10 +117,10 @@ impl Scheduler {
             (None, Some(c)) => format!("exit code {c}"),
             (None, None) => "killed by a signal".into(),
         };
-        if self.series.failures.len() == FAILURES_KEPT {
-            self.series.failures.pop_front();
+        if self.failures.len() == FAILURES_KEPT {
+            self.failures.pop_front();
         }
-        self.series.failures.push_back(Failure {
+        self.failures.push_back(Failure {
             id: o.id.clone(),
             node: o.node.clone(),
             why,
@@ -144,7 +129,7 @@ impl Scheduler {
     }
 
     /// The last failures, newest first.
-    pub(super) fn recent_failures(&self) -> Vec<Failure> {
-        self.series.failures.iter().rev().cloned().collect()
+    pub fn recent_failures(&self) -> Vec<Failure> {
+        self.failures.iter().rev().cloned().collect()
     }
 }

@@ -3,7 +3,6 @@
 //! types, shared by the scheduler's modules and the HTTP API.
 
 use super::pool::{PoolView, WorkerView};
-use super::series::Failure;
 use super::tasks::{BatchCounts, Listed};
 use crate::dispatcher::metrics::Histogram;
 use crate::journal::TaskOutcome;
@@ -179,4 +178,17 @@ pub struct BatchView {
     /// Counters.
     #[serde(flatten)]
     pub counts: BatchCounts,
+}
+
+/// A failed task, for the dashboard.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    /// Task id.
+    pub id: String,
+    /// Worker of its last attempt.
+    pub node: Option<String>,
+    /// Why, in a few words.
+    pub why: String,
+    /// Unix time it ended.
+    pub at: f64,
 }

@@ -249,7 +249,7 @@ fn a_staged_batch_copies_an_object_to_every_worker_and_reports_done() {
     assert!(!fetches.is_empty(), "the stager starts copies");
     // Each worker that fetched reports its copy; the stager plans the rest (from them).
     for _ in 0..4 {
-        let view = env.s.stage_view(id).expect("the batch");
+        let view = env.s.batches.view(id).expect("the batch");
         if view.state == "done" {
             break;
         }
@@ -271,7 +271,7 @@ fn a_staged_batch_copies_an_object_to_every_worker_and_reports_done() {
             );
         }
     }
-    let view = env.s.stage_view(id).expect("the batch");
+    let view = env.s.batches.view(id).expect("the batch");
     assert_eq!(view.state, "done", "{view:?}");
     assert_eq!((view.requests, view.done), (2, 2));
     assert!(view.failed.is_empty());
