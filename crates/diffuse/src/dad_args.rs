@@ -18,7 +18,7 @@ pub struct DadArgs {
     dad_delay: u32,
     /// DAD: seconds between scheduling rounds while a task is delayed (a delay of N rounds
     /// lasts about N times this when nothing else happens).
-    #[arg(long, default_value_t = 1.0, value_parser = crate::sim::positive_seconds, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::numbers::positive_seconds, allow_hyphen_values = true)]
     dad_round: f64,
 }
 

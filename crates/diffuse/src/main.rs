@@ -7,6 +7,7 @@
 mod config;
 mod dad_args;
 mod live;
+mod numbers;
 mod sim;
 mod sim_tasks;
 mod size;

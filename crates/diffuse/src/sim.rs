@@ -1,5 +1,6 @@
 //! `diffuse sim`: run the simulator and report, or reproduce the paper's experiments.
 
+use crate::numbers::{positive_f64, positive_seconds};
 use crate::size::{format_size, parse_size};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -51,32 +52,6 @@ pub enum ProvisioningArg {
     Static,
     /// Acquire nodes as the queue grows, release after an idle timeout.
     Dynamic,
-}
-
-fn positive_f64(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if !v.is_finite() {
-        Err(format!("'{s}' must be a finite number"))
-    } else if v > 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("'{s}' must be greater than zero"))
-    }
-}
-
-/// A duration in seconds: positive and at most 10^9 s (about 31 years).
-pub fn positive_seconds(s: &str) -> Result<f64, String> {
-    seconds(s)
-}
-
-/// A duration in seconds: positive and at most 10^9 s (about 31 years).
-fn seconds(s: &str) -> Result<f64, String> {
-    let v = positive_f64(s)?;
-    if v <= 1e9 {
-        Ok(v)
-    } else {
-        Err(format!("'{s}' seconds is more than 1e9 (about 31 years)"))
-    }
 }
 
 /// `--eviction`: a per-node policy, or 2Mark across nodes.
@@ -147,7 +122,7 @@ pub fn read_testbed(path: &std::path::Path) -> Result<Testbed, String> {
 fn seconds_or_zero(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(0.0) => Ok(0.0),
-        _ => seconds(s),
+        _ => positive_seconds(s),
     }
 }
 
@@ -220,7 +195,7 @@ pub struct SimArgs {
     #[arg(long, value_parser = |s: &str| s.parse::<StepPolicy>())]
     step: Option<StepPolicy>,
     /// Dynamic provisioning: release a node idle this many seconds.
-    #[arg(long, default_value_t = 30.0, value_parser = seconds, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = 30.0, value_parser = positive_seconds, allow_hyphen_values = true)]
     idle_timeout: f64,
     /// Dynamic provisioning: nodes kept even when idle.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
@@ -232,7 +207,7 @@ pub struct SimArgs {
     handoff: HandoffArg,
     /// Dynamic provisioning: seconds a released node may spend on its hand-off pushes (it is
     /// billed until they end); what has not arrived by then is given up.
-    #[arg(long, default_value_t = 10.0, value_parser = seconds, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = 10.0, value_parser = positive_seconds, allow_hyphen_values = true)]
     handoff_time: f64,
     /// Testbed model: a preset, teragrid-2007 (MI), teragrid-2008 (SW, AP), local (arrivals:
     /// local worker processes on one machine, see docs/simulation.md), tsukuba-2014 or
@@ -252,7 +227,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "FILE")]
     arrivals: Option<PathBuf>,
     /// AP compute time per task, seconds (the paper uses 1 and 0.1).
-    #[arg(long, default_value_t = 1.0, value_parser = seconds, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = 1.0, value_parser = positive_seconds, allow_hyphen_values = true)]
     ap_compute: f64,
     /// Most concurrent peer reads one node serves; a busier holder is passed over for another
     /// holder or for storage (0: no limit).

@@ -22,7 +22,7 @@
 //! reads at the same path (the shared file system the tasks read), or that a web server serves
 //! at `--scratch-url` (the HTTP store the tasks read), and removed at the end.
 
-use super::client::{Client, ClientArgs};
+use super::api::{Client, ClientArgs};
 use super::runtime;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};

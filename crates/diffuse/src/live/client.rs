@@ -1,10 +1,5 @@
-//! The client commands: `submit`, `status`, `wait`, `logs`, `cancel` (and the [`Client`] that
-//! `tasks`, `locate` and `place` use too).
-//!
-//! A dispatcher served over TLS is named with `https://`; `--tls-ca FILE` (or `DIFFUSE_TLS_CA`)
-//! adds a site's CA to the roots trusted (the system's and the built-in ones stay). A failed TLS
-//! handshake (an untrusted certificate, a server that does not speak TLS) is an error at once,
-//! never retried, and says what to do.
+//! The client commands: `submit`, `status`, `wait`, `logs`, `cancel`, over the dispatcher's
+//! API as [`super::api`] calls it (TLS included).
 //!
 //! `diffuse submit` checks the whole task file first (nothing is sent if any line is wrong),
 //! then sends it in batches of at most [`BATCH_TASKS`] tasks and [`BATCH_BYTES`] bytes, each
@@ -12,7 +7,8 @@
 //! `$XDG_STATE_HOME/diffuse/batches.jsonl` (default `~/.local/state/...`), so that a later
 //! `diffuse wait` on the same machine waits for exactly the tasks this user submitted.
 
-use super::{read_token, runtime, DEFAULT_DISPATCHER};
+use super::api::{CallError, Client, ClientArgs};
+use super::runtime;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use diffuse_runtime::spec::{parse_numbered_bytes, TaskDef};
@@ -27,21 +23,6 @@ use std::time::{Duration, Instant};
 pub const BATCH_TASKS: usize = 50_000;
 /// Most bytes in one request (well under the dispatcher's 64 MiB limit).
 pub const BATCH_BYTES: usize = 8 << 20;
-
-/// Arguments of the client commands.
-#[derive(Args, Debug)]
-pub struct ClientArgs {
-    /// Dispatcher URL [default: $DIFFUSE_DISPATCHER or http://127.0.0.1:8700].
-    #[arg(long)]
-    dispatcher: Option<String>,
-    /// File holding the client token [default: $DIFFUSE_CLIENT_TOKEN].
-    #[arg(long)]
-    token_file: Option<PathBuf>,
-    /// CA certificates (a PEM bundle) to trust, besides the system's, for an https://
-    /// dispatcher: a site's own CA.
-    #[arg(long, env = "DIFFUSE_TLS_CA", value_name = "FILE")]
-    tls_ca: Option<PathBuf>,
-}
 
 /// Arguments of `diffuse submit`.
 #[derive(Args, Debug)]
@@ -102,118 +83,6 @@ pub struct WaitArgs {
     #[command(flatten)]
     client: ClientArgs,
 }
-
-pub(crate) struct Client {
-    pub(crate) url: String,
-    token: String,
-    pub(crate) http: reqwest::Client,
-}
-
-impl Client {
-    pub(crate) fn new(a: &ClientArgs) -> Result<Client> {
-        let url = a
-            .dispatcher
-            .clone()
-            .or_else(|| std::env::var("DIFFUSE_DISPATCHER").ok())
-            .unwrap_or_else(|| DEFAULT_DISPATCHER.into());
-        let trust = diffuse_runtime::tls::Trust::from_option(a.tls_ca.as_deref())
-            .context("--tls-ca/DIFFUSE_TLS_CA")?;
-        Ok(Client {
-            url: url.trim_end_matches('/').to_string(),
-            token: read_token(&a.token_file, "DIFFUSE_CLIENT_TOKEN", "--token-file")?,
-            http: trust
-                .reqwest(
-                    reqwest::Client::builder()
-                        .connect_timeout(Duration::from_secs(10))
-                        .timeout(Duration::from_secs(300)),
-                )
-                .build()?,
-        })
-    }
-
-    /// The error of a request that got no answer: a failed TLS handshake (not worth retrying),
-    /// or an unreachable dispatcher; with the causes and, for TLS, what to do.
-    pub(crate) fn unanswered(&self, e: &reqwest::Error) -> CallError {
-        let why = diffuse_runtime::tls::describe(e);
-        if diffuse_runtime::tls::tls_failure(e).is_some() {
-            CallError::Tls(format!("cannot connect to {}: {why}", self.url))
-        } else {
-            CallError::Unreachable(format!("cannot reach {}: {why}", self.url))
-        }
-    }
-
-    /// Send `req`; the JSON answer, or an error with the dispatcher's message (or the HTTP
-    /// status and body when it is not JSON). `Unreachable` errors are told apart so callers
-    /// can retry.
-    pub(crate) async fn call(&self, req: reqwest::RequestBuilder) -> Result<Value, CallError> {
-        let resp = req
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| self.unanswered(&e))?;
-        let code = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if !code.is_success() {
-            let msg = body
-                .get("error")
-                .and_then(|e| e.as_str())
-                .map(String::from)
-                .unwrap_or_else(|| text.trim().chars().take(300).collect());
-            return Err(CallError::Refused {
-                code: code.as_u16(),
-                message: format!("{} ({code}): {msg}", self.url),
-            });
-        }
-        Ok(body)
-    }
-
-    async fn status(&self) -> Result<Value, CallError> {
-        self.call(self.http.get(format!("{}/v1/status", self.url)))
-            .await
-    }
-}
-
-#[derive(Debug)]
-pub(crate) enum CallError {
-    /// No answer (the dispatcher may be restarting): worth retrying.
-    Unreachable(String),
-    /// The TLS handshake failed: retrying would not help.
-    Tls(String),
-    /// An answer other than success.
-    Refused { code: u16, message: String },
-}
-
-impl CallError {
-    /// A refusal with one of `codes` (an unknown object, a bad request): its reason on stderr
-    /// and exit code 1. Anything else is an error.
-    pub(crate) fn exit_if(self, codes: &[u16]) -> Result<ExitCode> {
-        match self {
-            CallError::Refused { code, message } if codes.contains(&code) => {
-                let why = message.split_once("): ").map_or(&*message, |(_, m)| m);
-                eprintln!("error: {why}");
-                Ok(ExitCode::from(1))
-            }
-            CallError::Refused { message, .. }
-            | CallError::Unreachable(message)
-            | CallError::Tls(message) => {
-                bail!("{message}")
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::Unreachable(m)
-            | CallError::Tls(m)
-            | CallError::Refused { message: m, .. } => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for CallError {}
 
 /// One line of the record of submitted batches.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -678,127 +547,19 @@ struct Progress {
 /// `diffuse wait`: until the awaited tasks have ended; exit 1 if any of them failed.
 pub fn wait(a: WaitArgs) -> Result<ExitCode> {
     let c = Client::new(&a.client)?;
-    let batches: Vec<u64> = if a.all {
-        Vec::new()
-    } else if !a.batches.is_empty() {
-        a.batches.clone()
-    } else {
-        let mut b: Vec<u64> = remembered(&c.url).iter().map(|r| r.batch).collect();
-        b.sort_unstable();
-        b.dedup();
-        if b.is_empty() {
-            bail!(
-                "nothing to wait for: no batch submitted to {} from here since the last `diffuse wait` (give batch numbers, or --all)",
-                c.url
-            );
-        }
-        b
-    };
+    let batches = awaited_batches(&a, &c)?;
     let rt = runtime()?;
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let every = if tty {
-        Duration::from_secs(1)
-    } else {
-        Duration::from_secs(10)
-    };
-    let mut last_print: Option<Instant> = None;
-    let mut unreachable_since: Option<Instant> = None;
-    let mut no_worker_since: Option<Instant> = None;
-    let mut warned_no_worker = false;
-    let mut warned_unfit = 0;
+    let mut watch = Watch::new(a.json);
     let progress = rt.block_on(async {
         loop {
-            let round = async {
-                let status = c.status().await?;
-                let p = if a.all {
-                    Progress {
-                        tasks: status["submitted"].as_u64().unwrap_or(0),
-                        pending: ["queued", "running", "ending"]
-                            .iter()
-                            .map(|k| status[k].as_u64().unwrap_or(0))
-                            .sum(),
-                        succeeded: status["succeeded"].as_u64().unwrap_or(0),
-                        failed: status["failed"].as_u64().unwrap_or(0),
-                        cancelled: status["cancelled"].as_u64().unwrap_or(0),
-                        failed_ids: Vec::new(),
-                    }
-                } else {
-                    let mut p = Progress::default();
-                    for b in &batches {
-                        let v = c
-                            .call(c.http.get(format!("{}/v1/batches/{b}", c.url)))
-                            .await?;
-                        p.tasks += v["tasks"].as_u64().unwrap_or(0);
-                        p.pending += v["pending"].as_u64().unwrap_or(0);
-                        p.succeeded += v["succeeded"].as_u64().unwrap_or(0);
-                        p.failed += v["failed"].as_u64().unwrap_or(0);
-                        p.cancelled += v["cancelled"].as_u64().unwrap_or(0);
-                        for id in v["failed_ids"].as_array().into_iter().flatten() {
-                            if p.failed_ids.len() < 10 {
-                                p.failed_ids.push(id.as_str().unwrap_or_default().to_string());
-                            }
-                        }
-                    }
-                    p
-                };
-                Ok::<_, CallError>((status, p))
-            };
-            match round.await {
+            match progress(&c, a.all, &batches).await {
                 Ok((status, p)) => {
-                    if unreachable_since.take().is_some() && !a.json {
-                        eprintln!("the dispatcher answers again");
-                    }
-                    if p.pending == 0 {
+                    if watch.answered(&c, &status, &p) {
                         return Ok(p);
-                    }
-                    let workers = status["workers"].as_u64().unwrap_or(0);
-                    if workers == 0 {
-                        let since = *no_worker_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() > Duration::from_secs(5) && !warned_no_worker {
-                            eprintln!(
-                                "warning: no worker is connected to {}: the {} queued tasks wait for one",
-                                c.url, p.pending
-                            );
-                            warned_no_worker = true;
-                        }
-                    } else {
-                        no_worker_since = None;
-                        warned_no_worker = false;
-                    }
-                    let unfit = status["unschedulable"].as_u64().unwrap_or(0);
-                    if unfit > warned_unfit {
-                        let examples: Vec<&str> = status["unschedulable_examples"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|e| e.as_str())
-                            .collect();
-                        eprintln!(
-                            "warning: {unfit} queued task(s) fit no connected worker and wait for a bigger one (cancel them with `diffuse cancel`): {}",
-                            examples.join("; ")
-                        );
-                    }
-                    warned_unfit = unfit;
-                    if !a.json && last_print.is_none_or(|t| t.elapsed() >= every) {
-                        last_print = Some(Instant::now());
-                        let done = p.succeeded + p.failed + p.cancelled;
-                        let line = format!(
-                            "waiting: {done}/{} done ({} failed); dispatcher: {} running, {} queued, {} workers",
-                            p.tasks,
-                            p.failed,
-                            status["running"].as_u64().unwrap_or(0) + status["ending"].as_u64().unwrap_or(0),
-                            status["queued"].as_u64().unwrap_or(0),
-                            workers
-                        );
-                        if tty {
-                            eprint!("\r{line}   ");
-                        } else {
-                            eprintln!("{line}");
-                        }
                     }
                 }
                 Err(CallError::Unreachable(e)) => {
-                    let since = *unreachable_since.get_or_insert_with(|| {
+                    let since = *watch.unreachable_since.get_or_insert_with(|| {
                         if !a.json {
                             eprintln!("\n{e}; retrying (it may be restarting)");
                         }
@@ -817,34 +578,200 @@ pub fn wait(a: WaitArgs) -> Result<ExitCode> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     })?;
-    if tty && !a.json {
+    if watch.tty && !a.json {
         eprintln!();
     }
     if !a.all && a.batches.is_empty() {
         forget(&c.url, &batches);
     }
-    if a.json {
-        println!("{}", serde_json::to_string(&progress)?);
-    } else {
-        println!(
-            "{} tasks: {} succeeded, {} failed, {} cancelled",
-            progress.tasks, progress.succeeded, progress.failed, progress.cancelled
-        );
-        if !progress.failed_ids.is_empty() {
-            println!(
-                "failed: {}{}",
-                progress.failed_ids.join(", "),
-                if progress.failed as usize > progress.failed_ids.len() {
-                    ", ..."
-                } else {
-                    ""
-                }
-            );
-        }
-    }
+    print_progress(&progress, a.json)?;
     Ok(if progress.failed + progress.cancelled > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The batches `diffuse wait` waits for: those given, none with `--all`, else those recorded
+/// as submitted to this dispatcher from here.
+fn awaited_batches(a: &WaitArgs, c: &Client) -> Result<Vec<u64>> {
+    if a.all {
+        return Ok(Vec::new());
+    }
+    if !a.batches.is_empty() {
+        return Ok(a.batches.clone());
+    }
+    let mut b: Vec<u64> = remembered(&c.url).iter().map(|r| r.batch).collect();
+    b.sort_unstable();
+    b.dedup();
+    if b.is_empty() {
+        bail!(
+            "nothing to wait for: no batch submitted to {} from here since the last `diffuse wait` (give batch numbers, or --all)",
+            c.url
+        );
+    }
+    Ok(b)
+}
+
+/// The dispatcher's status and where the awaited tasks stand: all its tasks with `all`, else
+/// those of `batches`.
+async fn progress(c: &Client, all: bool, batches: &[u64]) -> Result<(Value, Progress), CallError> {
+    let status = c.status().await?;
+    if all {
+        let p = Progress {
+            tasks: status["submitted"].as_u64().unwrap_or(0),
+            pending: ["queued", "running", "ending"]
+                .iter()
+                .map(|k| status[k].as_u64().unwrap_or(0))
+                .sum(),
+            succeeded: status["succeeded"].as_u64().unwrap_or(0),
+            failed: status["failed"].as_u64().unwrap_or(0),
+            cancelled: status["cancelled"].as_u64().unwrap_or(0),
+            failed_ids: Vec::new(),
+        };
+        return Ok((status, p));
+    }
+    let mut p = Progress::default();
+    for b in batches {
+        let v = c
+            .call(c.http.get(format!("{}/v1/batches/{b}", c.url)))
+            .await?;
+        p.tasks += v["tasks"].as_u64().unwrap_or(0);
+        p.pending += v["pending"].as_u64().unwrap_or(0);
+        p.succeeded += v["succeeded"].as_u64().unwrap_or(0);
+        p.failed += v["failed"].as_u64().unwrap_or(0);
+        p.cancelled += v["cancelled"].as_u64().unwrap_or(0);
+        for id in v["failed_ids"].as_array().into_iter().flatten() {
+            if p.failed_ids.len() < 10 {
+                p.failed_ids
+                    .push(id.as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+    Ok((status, p))
+}
+
+/// What `diffuse wait` has told so far on stderr, and when: the progress line, and the
+/// warnings (no worker, tasks no worker fits, the dispatcher unreachable).
+struct Watch {
+    json: bool,
+    tty: bool,
+    /// How often the progress line is printed.
+    every: Duration,
+    last_print: Option<Instant>,
+    unreachable_since: Option<Instant>,
+    no_worker_since: Option<Instant>,
+    warned_no_worker: bool,
+    warned_unfit: u64,
+}
+
+impl Watch {
+    fn new(json: bool) -> Watch {
+        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        Watch {
+            json,
+            tty,
+            every: if tty {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_secs(10)
+            },
+            last_print: None,
+            unreachable_since: None,
+            no_worker_since: None,
+            warned_no_worker: false,
+            warned_unfit: 0,
+        }
+    }
+
+    /// The dispatcher answered with `status` and the awaited tasks stand at `p`: whether they
+    /// have all ended; if not, what is worth telling (no worker, unfit tasks, progress).
+    fn answered(&mut self, c: &Client, status: &Value, p: &Progress) -> bool {
+        if self.unreachable_since.take().is_some() && !self.json {
+            eprintln!("the dispatcher answers again");
+        }
+        if p.pending == 0 {
+            return true;
+        }
+        let workers = status["workers"].as_u64().unwrap_or(0);
+        self.warn_no_worker(c, workers, p.pending);
+        self.warn_unfit(status);
+        if !self.json && self.last_print.is_none_or(|t| t.elapsed() >= self.every) {
+            self.last_print = Some(Instant::now());
+            let done = p.succeeded + p.failed + p.cancelled;
+            let line = format!(
+                "waiting: {done}/{} done ({} failed); dispatcher: {} running, {} queued, {} workers",
+                p.tasks,
+                p.failed,
+                status["running"].as_u64().unwrap_or(0) + status["ending"].as_u64().unwrap_or(0),
+                status["queued"].as_u64().unwrap_or(0),
+                workers
+            );
+            if self.tty {
+                eprint!("\r{line}   ");
+            } else {
+                eprintln!("{line}");
+            }
+        }
+        false
+    }
+
+    /// No worker for over 5 s while `pending` tasks wait: said once until one connects.
+    fn warn_no_worker(&mut self, c: &Client, workers: u64, pending: u64) {
+        if workers == 0 {
+            let since = *self.no_worker_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > Duration::from_secs(5) && !self.warned_no_worker {
+                eprintln!(
+                    "warning: no worker is connected to {}: the {} queued tasks wait for one",
+                    c.url, pending
+                );
+                self.warned_no_worker = true;
+            }
+        } else {
+            self.no_worker_since = None;
+            self.warned_no_worker = false;
+        }
+    }
+
+    /// More queued tasks than last time fit no connected worker: said with examples.
+    fn warn_unfit(&mut self, status: &Value) {
+        let unfit = status["unschedulable"].as_u64().unwrap_or(0);
+        if unfit > self.warned_unfit {
+            let examples: Vec<&str> = status["unschedulable_examples"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.as_str())
+                .collect();
+            eprintln!(
+                "warning: {unfit} queued task(s) fit no connected worker and wait for a bigger one (cancel them with `diffuse cancel`): {}",
+                examples.join("; ")
+            );
+        }
+        self.warned_unfit = unfit;
+    }
+}
+
+/// The outcome of `diffuse wait`: counts and the first failed ids, or one JSON object.
+fn print_progress(progress: &Progress, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(progress)?);
+        return Ok(());
+    }
+    println!(
+        "{} tasks: {} succeeded, {} failed, {} cancelled",
+        progress.tasks, progress.succeeded, progress.failed, progress.cancelled
+    );
+    if !progress.failed_ids.is_empty() {
+        println!(
+            "failed: {}{}",
+            progress.failed_ids.join(", "),
+            if progress.failed as usize > progress.failed_ids.len() {
+                ", ..."
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! `diffuse status --job J` and `diffuse cancel --job J`, through `/v1/jobs/{job}`.
 
-use super::client::Client;
+use super::api::Client;
 use anyhow::Result;
 use serde_json::Value;
 use std::process::ExitCode;

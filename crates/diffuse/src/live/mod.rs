@@ -2,6 +2,7 @@
 //! `status`, `wait` ([`client`]), and what they share: tokens, logging, the runtime, and the
 //! hardening every long-running process applies at start.
 
+pub mod api;
 pub mod cache;
 pub mod calibrate;
 pub mod client;

@@ -1,7 +1,7 @@
 //! `diffuse locate` and `diffuse place`: Hercules' locate and place, through the dispatcher's
 //! `/v1/objects/{uri}` routes.
 
-use super::client::{Client, ClientArgs};
+use super::api::{Client, ClientArgs};
 use super::runtime;
 use anyhow::Result;
 use serde_json::Value;

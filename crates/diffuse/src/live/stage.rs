@@ -2,7 +2,7 @@
 //! GDS schedules it (or LDS, or naive, to compare), through `POST /v1/stage`; follow its
 //! progress and print a summary.
 
-use super::client::{Client, ClientArgs};
+use super::api::{Client, ClientArgs};
 use super::runtime;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;

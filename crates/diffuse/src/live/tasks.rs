@@ -1,7 +1,7 @@
 //! `diffuse tasks`: a dispatcher's tasks, all or in one state, as a table or as JSON, page after
 //! page of `GET /v1/tasks`.
 
-use super::client::{Client, ClientArgs};
+use super::api::{Client, ClientArgs};
 use super::runtime;
 use anyhow::Result;
 use clap::Args;
