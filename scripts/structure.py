@@ -175,9 +175,18 @@ def rust_crate_graph(src, files):
         mod = module_of(src, f)
         children = {m[len(mod)] for m in mods if len(m) == len(mod) + 1 and m[: len(mod)] == mod}
         paths = []
+        # Inside an inline `mod x { ... }`, `super::` is this file's own module: drop one.
+        inline = inline_module_spans(code)
+
+        def local(path, at):
+            if path.startswith("super::") and any(a <= at < b for a, b in inline):
+                return "self::" + path[len("super::"):]
+            return path
+
         for m in re.finditer(r"\buse\s+([^;]+);", code):
-            paths += use_paths(m.group(1))
-        paths += re.findall(r"\b((?:crate|super|self)(?:::\w+)+|(?:crate|super|self)::\*)", code)
+            paths += [local(p, m.start()) for p in use_paths(m.group(1))]
+        for m in re.finditer(r"\b((?:crate|super|self)(?:::\w+)+|(?:crate|super|self)::\*)", code):
+            paths.append(local(m.group(1), m.start()))
         for c in children:
             paths += re.findall(r"(?<![\w:])(" + c + r"(?:::\w+)+)", code)
         for p in paths:
@@ -197,6 +206,15 @@ def rust_crate_graph(src, files):
                 why.setdefault((f, o), "impl " + m.group(2))
                 why.setdefault((o, f), "impl " + m.group(2) + " (elsewhere)")
     return edges, why
+
+
+def inline_module_spans(code):
+    """Character spans of inline `mod x { ... }` blocks (rustfmt layout)."""
+    spans = []
+    for m in re.finditer(r"^(\s*)(pub(\([^)]*\))?\s+)?mod\s+\w+\s*\{\s*$", code, re.M):
+        close = re.compile("^" + m.group(1) + "}", re.M).search(code, m.end())
+        spans.append((m.end(), close.start() if close else len(code)))
+    return spans
 
 
 def resolve(mods, mod, segs, reexports=None):

@@ -69,9 +69,10 @@ pub fn with_env(mut cmd: Command) -> Command {
     cmd
 }
 
-/// The whole command line: the derived one, with the environment and `--config` added.
-pub fn command() -> Command {
-    with_env(<super::Cli as clap::CommandFactory>::command())
+/// The whole command line: `base` (the derived one, which the binary's root owns), with the
+/// environment and `--config` added.
+fn command(base: &Command) -> Command {
+    with_env(base.clone())
 }
 
 /// The configuration file to read: `explicit` (`--config` or `$DIFFUSE_CONFIG`, which must
@@ -216,10 +217,11 @@ pub enum Origin {
 /// (if any) and the ids it set. With `strict` false, missing or bad arguments are let through
 /// (for `diffuse config`, which shows what is set).
 pub fn matches(
+    base: &Command,
     argv: Vec<OsString>,
     strict: bool,
 ) -> Result<(ArgMatches, Option<PathBuf>, Vec<String>), Error> {
-    let cmd = command();
+    let cmd = command(base);
     // First what the flags and the environment set (required options may be in the file).
     let loose = cmd
         .clone()
@@ -262,19 +264,23 @@ pub type Setting = (String, Vec<String>, Origin);
 
 /// Each option of `section` (`dispatcher` or `worker`) as the command would see it with no
 /// flags: its value and where it came from; and the settings file read.
-pub fn effective(section: &str, config: Option<&Path>) -> Result<(Option<PathBuf>, Vec<Setting>)> {
+pub fn effective(
+    base: &Command,
+    section: &str,
+    config: Option<&Path>,
+) -> Result<(Option<PathBuf>, Vec<Setting>)> {
     let mut argv: Vec<OsString> = vec!["diffuse".into(), section.into()];
     if let Some(c) = config {
         argv.push(OsString::from("--config"));
         argv.push(c.as_os_str().to_os_string());
     }
-    let (m, file, from_file) = match matches(argv, false) {
+    let (m, file, from_file) = match matches(base, argv, false) {
         Ok(x) => x,
         Err(Error::Clap(e)) => bail!("{}", e.render()),
         Err(Error::Config(e)) => return Err(e),
     };
     let (_, sub_m) = m.subcommand().expect("a subcommand");
-    let cmd = command();
+    let cmd = command(base);
     let sub = cmd.find_subcommand(section).expect("a subcommand");
     let mut out = Vec::new();
     for arg in sub.get_arguments() {
@@ -324,12 +330,12 @@ pub struct ConfigArgs {
 
 /// `diffuse config`: the settings `diffuse dispatcher` or `diffuse worker` would start with here
 /// (no flags), and where each came from.
-pub fn show(a: ConfigArgs) -> Result<std::process::ExitCode> {
+pub fn show(base: &Command, a: ConfigArgs) -> Result<std::process::ExitCode> {
     let config = a
         .config
         .clone()
         .or_else(|| std::env::var_os("DIFFUSE_CONFIG").map(PathBuf::from));
-    let (file, settings) = match effective(&a.section, config.as_deref()) {
+    let (file, settings) = match effective(base, &a.section, config.as_deref()) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("error: {e:#}");

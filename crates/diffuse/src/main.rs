@@ -13,7 +13,7 @@ mod sim_tasks;
 mod size;
 mod transfer_args;
 
-use clap::{FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// diffuse: run many short tasks where their data already is.
@@ -77,7 +77,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let (matches, file, _) = match config::matches(std::env::args_os().collect(), true) {
+    let base = Cli::command();
+    let (matches, file, _) = match config::matches(&base, std::env::args_os().collect(), true) {
         Ok(m) => m,
         Err(config::Error::Clap(e)) => e.exit(),
         Err(config::Error::Config(e)) => {
@@ -90,7 +91,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
-        Command::Config(args) => config::show(args),
+        Command::Config(args) => config::show(&base, args),
         Command::Sim(args) => sim::run(args),
         Command::Run(args) => live::run::run(args),
         Command::Demo(args) => live::run::demo(args),

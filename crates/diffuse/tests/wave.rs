@@ -46,6 +46,57 @@ fn crest(start: f64, secs: usize, peak: f64) -> Vec<f64> {
     at
 }
 
+/// A thread that samples `/v1/status` every 200 ms into `samples` until `stop`.
+fn sample_status(
+    c: &Cluster,
+    start: Instant,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let (url, token) = (c.url.clone(), c.client_token.clone());
+    std::thread::spawn(move || {
+        let http = reqwest::blocking::Client::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let s: Option<Value> = http
+                .get(format!("{url}/v1/status"))
+                .bearer_auth(&token)
+                .timeout(Duration::from_secs(5))
+                .send()
+                .ok()
+                .and_then(|r| r.json().ok());
+            if let Some(s) = s {
+                let (all, connected) = workers(&s);
+                samples.lock().unwrap().push(Sample {
+                    t: start.elapsed().as_secs_f64(),
+                    all,
+                    connected,
+                    queued: s["queued"].as_u64().unwrap_or(0),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
+}
+
+/// Submit each task at its arrival time (seconds after `start`; those due together in one
+/// batch).
+fn submit_on_time(c: &Cluster, tasks: &[Value], arrivals: &[f64], start: Instant) {
+    let mut i = 0;
+    while i < tasks.len() {
+        let due = start + Duration::from_secs_f64(arrivals[i]);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let now = start.elapsed().as_secs_f64();
+        let mut j = i;
+        while j < tasks.len() && arrivals[j] <= now + 0.001 {
+            j += 1;
+        }
+        c.submit(&tasks[i..j]);
+        i = j;
+    }
+}
+
 #[test]
 fn workers_rise_with_each_crest_and_are_released_in_the_lull() {
     const MAX: u64 = 4;
@@ -93,48 +144,8 @@ fn workers_rise_with_each_crest_and_are_released_in_the_lull() {
     let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
     let start = Instant::now();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let (url, token) = (c.url.clone(), c.client_token.clone());
-        let (samples, stop) = (samples.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let http = reqwest::blocking::Client::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let s: Option<Value> = http
-                    .get(format!("{url}/v1/status"))
-                    .bearer_auth(&token)
-                    .timeout(Duration::from_secs(5))
-                    .send()
-                    .ok()
-                    .and_then(|r| r.json().ok());
-                if let Some(s) = s {
-                    let (all, connected) = workers(&s);
-                    samples.lock().unwrap().push(Sample {
-                        t: start.elapsed().as_secs_f64(),
-                        all,
-                        connected,
-                        queued: s["queued"].as_u64().unwrap_or(0),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        })
-    };
-
-    // Submit each task at its arrival time (those due together in one batch).
-    let mut i = 0;
-    while i < tasks.len() {
-        let due = start + Duration::from_secs_f64(arrivals[i]);
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        let now = start.elapsed().as_secs_f64();
-        let mut j = i;
-        while j < tasks.len() && arrivals[j] <= now + 0.001 {
-            j += 1;
-        }
-        c.submit(&tasks[i..j]);
-        i = j;
-    }
+    let sampler = sample_status(&c, start, samples.clone(), stop.clone());
+    submit_on_time(&c, &tasks, &arrivals, start);
     for t in &tasks {
         let (task, _) = c.wait_succeeded(t["id"].as_str().unwrap());
         assert_eq!(task["state"], "succeeded", "{task}");

@@ -76,26 +76,7 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
     }
     let c = Client::new(&a.client)?;
     let rt = runtime()?;
-    let status = rt.block_on(c.call(c.http.get(format!("{}/v1/status", c.url))))?;
-    let workers: Vec<String> = status["worker_list"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|w| w["state"] == "running" || w["state"] == "idle")
-        .filter_map(|w| w["name"].as_str().map(String::from))
-        .collect();
-    if workers.is_empty() {
-        bail!("no worker is connected to {}: start the pool first", c.url);
-    }
-    let startup = &status["pool"]["startup_seconds"];
-    let measured_startup = match (startup["sum"].as_f64(), startup["count"].as_u64()) {
-        (Some(sum), Some(count)) if count > 0 => Some((sum / count as f64, count)),
-        _ => None,
-    };
-    let slots = status["slots"]
-        .as_u64()
-        .unwrap_or(workers.len() as u64)
-        .max(1);
+    let pool = Pool::ask(&c, &rt)?;
     let nonce = format!(
         "{:x}",
         std::time::SystemTime::now()
@@ -106,90 +87,198 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
     std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let _cleanup = Cleanup(dir.clone());
     eprintln!(
-        "calibrating {} workers ({slots} slots) with {} MB probes in {}",
-        workers.len(),
+        "calibrating {} workers ({} slots) with {} MB probes in {}",
+        pool.workers.len(),
+        pool.slots,
         a.probe_size / 1_000_000,
         dir.display()
     );
-    let dir_name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let probe = |name: &str, size: u64| -> Result<String> {
-        let p = dir.join(name);
-        write_probe(&p, size)?;
-        Ok(match &a.scratch_url {
-            Some(url) => format!("{}/{dir_name}/{name}", url.trim_end_matches('/')),
-            None => format!("file://{}", p.display()),
-        })
-    };
-    let n = workers.len();
-    let mut big = Vec::new();
-    let mut tiny = Vec::new();
-    for i in 0..n {
-        big.push(probe(&format!("big-{i}"), a.probe_size)?);
-        tiny.push(probe(&format!("tiny-{i}"), 1)?);
-    }
+    let probes = Probes::write(&a, &dir, pool.workers.len())?;
     let session = Session {
         c: &c,
         rt: &rt,
         prefix: format!("calibrate-{nonce}"),
     };
-    let read = |step: &str, on: &dyn Fn(usize) -> usize, uris: &[String]| -> Result<Vec<Ran>> {
-        let tasks: Vec<Value> = (0..n)
-            .map(|i| {
-                json!({"id": format!("{step}-{i}"), "cmd": "cat {inputs[0]} > /dev/null",
-                       "inputs": [uris[i]], "hint": {"node": workers[on(i)], "strict": true}})
-            })
-            .collect();
-        session.run(tasks)
+    let reads = Reads::measure(&session, &pool.workers, &probes, a.probe_size as f64)?;
+    let per_task = dispatch_cost(&session, pool.slots)?;
+    let n = pool.workers.len();
+    let testbed = diffuse_sim::Testbed {
+        name: a.name.clone(),
+        nodes: n as u32,
+        slots_per_node: (pool.slots / n as u64).max(1) as u32,
+        cache_bytes: None,
+        storage_bw: reads.aggregate,
+        storage_latency_s: reads.storage_latency,
+        nic_bw: reads.nic,
+        disk_bw: reads.disk,
+        peer_latency_s: reads.peer_latency,
+        dispatch_latency_s: per_task,
+        node_startup_s: pool.startup.map_or(a.node_startup, |m| m.0),
+        rack_size: 0,
+        rack_uplink_bw: 0.0,
+        storage_share_spread: reads.spread,
     };
-    let own = |i: usize| i;
-    let next = |i: usize| (i + 1) % n;
-    let size = a.probe_size as f64;
+    testbed.check().map_err(anyhow::Error::msg)?;
+    write_testbed(&a, &c.url, &pool, &testbed)
+}
 
-    let from_storage = read("storage", &own, &big)?;
-    check_traffic(&from_storage, 2, "storage")?;
-    let single: Vec<f64> = from_storage.iter().map(|r| size / r.staging).collect();
-    let slowest = from_storage.iter().map(|r| r.staging).fold(0.0, f64::max);
-    let aggregate = size * n as f64 / slowest;
-    let weights = share_weights(&from_storage.iter().map(|r| r.staging).collect::<Vec<_>>());
-    let spread = coefficient_of_variation(&weights).min(diffuse_sim::testbed::MAX_SHARE_SPREAD);
-    eprintln!(
-        "storage: {} each, {} together; shares {} (spread {spread:.2})",
-        rates(&single),
-        mb(aggregate),
-        weights
-            .iter()
-            .map(|w| format!("{w:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let local = read("local", &own, &big)?;
-    check_traffic(&local, 0, "local")?;
-    let disk: Vec<f64> = local.iter().map(|r| size / r.running).collect();
-    eprintln!("local reads: {}", rates(&disk));
-    let storage_tiny = read("storage-latency", &own, &tiny)?;
-    let storage_latency = median(storage_tiny.iter().map(|r| r.staging).collect());
-    let (nic, peer_latency) = if n > 1 {
-        let peer = read("peer", &next, &big)?;
-        check_traffic(&peer, 1, "peer")?;
-        let rates_peer: Vec<f64> = peer.iter().map(|r| size / r.staging).collect();
-        eprintln!("peer reads: {}", rates(&rates_peer));
-        let peer_tiny = read("peer-latency", &next, &tiny)?;
-        (
-            median(rates_peer),
-            median(peer_tiny.iter().map(|r| r.staging).collect()),
-        )
-    } else {
-        eprintln!("one worker: no peer to read from; the NIC is taken as the storage rate");
-        (median(single.clone()), storage_latency)
-    };
-    eprintln!(
-        "latency: storage {:.1} ms, peer {:.1} ms",
-        storage_latency * 1e3,
-        peer_latency * 1e3
-    );
+/// The pool as the dispatcher shows it when calibration starts.
+struct Pool {
+    /// Names of the connected workers.
+    workers: Vec<String>,
+    /// Slots they have together.
+    slots: u64,
+    /// The mean start-up time of the workers the pool started, and how many.
+    startup: Option<(f64, u64)>,
+}
+
+impl Pool {
+    fn ask(c: &Client, rt: &tokio::runtime::Runtime) -> Result<Pool> {
+        let status = rt.block_on(c.call(c.http.get(format!("{}/v1/status", c.url))))?;
+        let workers: Vec<String> = status["worker_list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|w| w["state"] == "running" || w["state"] == "idle")
+            .filter_map(|w| w["name"].as_str().map(String::from))
+            .collect();
+        if workers.is_empty() {
+            bail!("no worker is connected to {}: start the pool first", c.url);
+        }
+        let startup = &status["pool"]["startup_seconds"];
+        let startup = match (startup["sum"].as_f64(), startup["count"].as_u64()) {
+            (Some(sum), Some(count)) if count > 0 => Some((sum / count as f64, count)),
+            _ => None,
+        };
+        let slots = status["slots"]
+            .as_u64()
+            .unwrap_or(workers.len() as u64)
+            .max(1);
+        Ok(Pool {
+            workers,
+            slots,
+            startup,
+        })
+    }
+}
+
+/// The probe files, one large and one of a byte per worker, as URIs the workers read.
+struct Probes {
+    big: Vec<String>,
+    tiny: Vec<String>,
+}
+
+impl Probes {
+    fn write(a: &CalibrateArgs, dir: &Path, n: usize) -> Result<Probes> {
+        let dir_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let probe = |name: &str, size: u64| -> Result<String> {
+            let p = dir.join(name);
+            write_probe(&p, size)?;
+            Ok(match &a.scratch_url {
+                Some(url) => format!("{}/{dir_name}/{name}", url.trim_end_matches('/')),
+                None => format!("file://{}", p.display()),
+            })
+        };
+        let mut probes = Probes {
+            big: Vec::new(),
+            tiny: Vec::new(),
+        };
+        for i in 0..n {
+            probes.big.push(probe(&format!("big-{i}"), a.probe_size)?);
+            probes.tiny.push(probe(&format!("tiny-{i}"), 1)?);
+        }
+        Ok(probes)
+    }
+}
+
+/// Read rates and latencies of storage, peers and local disks.
+struct Reads {
+    /// Bytes per second of `n` fresh storage reads at once (over the slowest one's time).
+    aggregate: f64,
+    /// How unequally those reads shared the storage.
+    spread: f64,
+    /// The median peer read rate.
+    nic: f64,
+    /// The median cached read rate.
+    disk: f64,
+    storage_latency: f64,
+    peer_latency: f64,
+}
+
+impl Reads {
+    fn measure(session: &Session, workers: &[String], probes: &Probes, size: f64) -> Result<Reads> {
+        let n = workers.len();
+        let read = |step: &str, on: &dyn Fn(usize) -> usize, uris: &[String]| {
+            let tasks: Vec<Value> = (0..n)
+                .map(|i| {
+                    json!({"id": format!("{step}-{i}"), "cmd": "cat {inputs[0]} > /dev/null",
+                           "inputs": [uris[i]], "hint": {"node": workers[on(i)], "strict": true}})
+                })
+                .collect();
+            session.run(tasks)
+        };
+        let own = |i: usize| i;
+        let next = |i: usize| (i + 1) % n;
+
+        let from_storage = read("storage", &own, &probes.big)?;
+        check_traffic(&from_storage, 2, "storage")?;
+        let single: Vec<f64> = from_storage.iter().map(|r| size / r.staging).collect();
+        let slowest = from_storage.iter().map(|r| r.staging).fold(0.0, f64::max);
+        let aggregate = size * n as f64 / slowest;
+        let weights = share_weights(&from_storage.iter().map(|r| r.staging).collect::<Vec<_>>());
+        let spread = coefficient_of_variation(&weights).min(diffuse_sim::testbed::MAX_SHARE_SPREAD);
+        eprintln!(
+            "storage: {} each, {} together; shares {} (spread {spread:.2})",
+            rates(&single),
+            mb(aggregate),
+            weights
+                .iter()
+                .map(|w| format!("{w:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let local = read("local", &own, &probes.big)?;
+        check_traffic(&local, 0, "local")?;
+        let disk: Vec<f64> = local.iter().map(|r| size / r.running).collect();
+        eprintln!("local reads: {}", rates(&disk));
+        let storage_tiny = read("storage-latency", &own, &probes.tiny)?;
+        let storage_latency = median(storage_tiny.iter().map(|r| r.staging).collect());
+        let (nic, peer_latency) = if n > 1 {
+            let peer = read("peer", &next, &probes.big)?;
+            check_traffic(&peer, 1, "peer")?;
+            let rates_peer: Vec<f64> = peer.iter().map(|r| size / r.staging).collect();
+            eprintln!("peer reads: {}", rates(&rates_peer));
+            let peer_tiny = read("peer-latency", &next, &probes.tiny)?;
+            (
+                median(rates_peer),
+                median(peer_tiny.iter().map(|r| r.staging).collect()),
+            )
+        } else {
+            eprintln!("one worker: no peer to read from; the NIC is taken as the storage rate");
+            (median(single.clone()), storage_latency)
+        };
+        eprintln!(
+            "latency: storage {:.1} ms, peer {:.1} ms",
+            storage_latency * 1e3,
+            peer_latency * 1e3
+        );
+        Ok(Reads {
+            aggregate,
+            spread,
+            nic,
+            disk: median(disk),
+            storage_latency,
+            peer_latency,
+        })
+    }
+}
+
+/// What an empty task costs a slot: many `true` tasks on every slot, wall time times slots
+/// over tasks.
+fn dispatch_cost(session: &Session, slots: u64) -> Result<f64> {
     let empties = (10 * slots).max(20);
     let started = Instant::now();
     session.run(
@@ -202,25 +291,17 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
         "an empty task costs {:.1} ms of a slot ({empties} on {slots} slots)",
         per_task * 1e3
     );
+    Ok(per_task)
+}
 
-    let testbed = diffuse_sim::Testbed {
-        name: a.name.clone(),
-        nodes: n as u32,
-        slots_per_node: (slots / n as u64).max(1) as u32,
-        cache_bytes: None,
-        storage_bw: aggregate,
-        storage_latency_s: storage_latency,
-        nic_bw: nic,
-        disk_bw: median(disk),
-        peer_latency_s: peer_latency,
-        dispatch_latency_s: per_task,
-        node_startup_s: measured_startup.map_or(a.node_startup, |m| m.0),
-        rack_size: 0,
-        rack_uplink_bw: 0.0,
-        storage_share_spread: spread,
-    };
-    testbed.check().map_err(anyhow::Error::msg)?;
-    let startup_note = match measured_startup {
+/// The testbed file, with how each figure was measured, to `--out` or stdout.
+fn write_testbed(
+    a: &CalibrateArgs,
+    url: &str,
+    pool: &Pool,
+    testbed: &diffuse_sim::Testbed,
+) -> Result<ExitCode> {
+    let startup_note = match pool.startup {
         Some((mean, count)) => {
             eprintln!("worker start-up: {mean:.2} s (mean of {count} the pool started)");
             format!("the mean of the {count} workers the pool started")
@@ -228,16 +309,18 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
         None => "given (--node-startup), not measured".into(),
     };
     let text = format!(
-        "# Measured by `diffuse calibrate` on {} ({} workers, {slots} slots, {} MB probes).\n\
+        "# Measured by `diffuse calibrate` on {} ({} workers, {} slots, {} MB probes).\n\
          # storage_bytes_per_s: {n} fresh reads at once, bytes over the slowest read's time;\n\
          # storage_share_spread: how unequally those reads shared it (0: equally);\n\
          # nic_bytes_per_s: the median peer read; disk_bytes_per_s: the median cached read;\n\
          # latencies: the median one-byte read; dispatch_latency_s: an empty task's cost to a\n\
          # slot; node_startup_s: {startup_note}.\n{}",
-        c.url,
-        n,
+        url,
+        pool.workers.len(),
+        pool.slots,
         a.probe_size / 1_000_000,
-        toml::to_string(&testbed)?
+        toml::to_string(testbed)?,
+        n = pool.workers.len(),
     );
     match &a.out {
         Some(path) => {

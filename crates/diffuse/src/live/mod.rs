@@ -9,7 +9,7 @@ pub mod client;
 pub mod each;
 pub mod jobs;
 pub mod objects;
-pub mod pool;
+pub mod pool_args;
 pub mod run;
 pub mod serve;
 pub mod stage;

@@ -165,7 +165,7 @@ pub struct DispatcherArgs {
     #[command(flatten)]
     tls: TlsArgs,
     #[command(flatten)]
-    pool: super::pool::PoolArgs,
+    pool: super::pool_args::PoolArgs,
 }
 
 /// `diffuse dispatcher`.
