@@ -13,7 +13,7 @@
 
 use crate::action::{Abandoned, Action, Dispatch, Source};
 use crate::cache::EvictionPolicy;
-use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
+use crate::dispatch::{DispatchPolicy, PolicyKind, PolicyParams, SchedView};
 use crate::handoff::{self, CacheModel, Handoff, HandoffConfig, PlanInput, Target, Want};
 use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};
 use crate::index::LocationIndex;
@@ -120,6 +120,16 @@ impl Default for CoreConfig {
             prefetch: None,
             two_mark: false,
             bandwidth: Default::default(),
+        }
+    }
+}
+
+impl CoreConfig {
+    /// The parameters the dispatch policies are built with (GCC's threshold, DAD's).
+    pub fn policy_params(&self) -> PolicyParams {
+        PolicyParams {
+            threshold: self.threshold,
+            dad: self.dad,
         }
     }
 }
@@ -382,7 +392,7 @@ pub struct Core {
 impl Core {
     /// A core with the built-in policy named in `cfg`.
     pub fn new(cfg: CoreConfig) -> Core {
-        let policy = cfg.policy.build(&cfg);
+        let policy = cfg.policy.build(&cfg.policy_params());
         Core::with_policy(cfg, policy)
     }
 

@@ -8,10 +8,11 @@
 //! | module | what it holds | paper term |
 //! |---|---|---|
 //! | [`core`] | [`Core`]: tasks, nodes, slots; `handle_*` in, `poll_*` out | dispatcher |
-//! | [`dispatch`] | FA, MCU, MCH, GCC behind the [`DispatchPolicy`] trait | data-aware scheduler |
+//! | [`dispatch`] | every dispatch policy behind the [`DispatchPolicy`] trait, one file each, listed once in `dispatch::registry` | data-aware scheduler |
 //! | [`locality`] | per-node candidate sets that make a decision O(\|Ti\| + log \|Q\|) | scheduling window |
-//! | [`dad`] | DAD's score of file locality and load, with a bounded delay | data-aware dispatching |
-//! | [`mixapart`] | MixApart's locality tiers (node, rack, in transfer, anywhere, storage) | compute scheduler |
+//! | [`dad`] (= `dispatch::dad`) | DAD's score of file locality and load, with a bounded delay | data-aware dispatching |
+//! | `dispatch::tiers` | MixApart's locality tiers (node, rack, in transfer, anywhere, storage) | compute scheduler |
+//! | [`mixapart`] | MixApart's transfer scheduler: its settings and counters | data transfer scheduler |
 //! | [`racks`] | which nodes share a switch | rack |
 //! | [`queue`] | the wait queue by priority and its window boundary | wait queue, window W |
 //! | [`resources`] | cores, memory, GPUs, disk: asked by tasks, had by nodes | executor = core |
@@ -30,7 +31,6 @@ pub mod action;
 pub mod bandwidth;
 pub mod cache;
 pub mod core;
-pub mod dad;
 pub mod dispatch;
 pub mod handoff;
 pub mod ids;
@@ -50,8 +50,9 @@ pub mod twomark;
 pub use crate::action::{Abandoned, Action, Dispatch, Source};
 pub use crate::cache::{Admission, EvictionPolicy, NodeCache};
 pub use crate::core::{Core, CoreConfig, CoreError, Counts, JobOrder, LostTasks};
-pub use crate::dad::DadConfig;
-pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
+pub use crate::dispatch::dad;
+pub use crate::dispatch::dad::DadConfig;
+pub use crate::dispatch::{DispatchPolicy, PolicyKind, PolicyParams, SchedView};
 pub use crate::handoff::{Handoff, HandoffConfig};
 pub use crate::ids::{JobId, NodeId, NodeName, ObjectId, RackId, TaskId};
 pub use crate::mixapart::{PrefetchConfig, PrefetchStats};
