@@ -14,7 +14,12 @@
 use crate::action::{Abandoned, Action, Dispatch, Source};
 use crate::cache::EvictionPolicy;
 use crate::dispatch::{DispatchPolicy, PolicyKind, PolicyParams, SchedView};
-use crate::handoff::{self, CacheModel, Handoff, HandoffConfig, PlanInput, Target, Want};
+use crate::handoff::{CacheModel, Handoff, HandoffConfig};
+use crate::hooks::handoff::CacheHandoff;
+use crate::hooks::hook::{CoreView, Effect, Effects, Gone, Hook};
+use crate::hooks::prefetch::TransferScheduler;
+use crate::hooks::registry::{registry, HookSettings};
+use crate::hooks::two_mark::TwoMarkHook;
 use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
@@ -31,14 +36,12 @@ use std::time::Duration;
 use thiserror::Error;
 
 mod dataflow;
-mod eviction;
 mod invariants;
 mod jobs;
 mod nodes;
 pub use jobs::JobOrder;
 use jobs::Share;
 mod placement;
-mod prefetch;
 mod provisioning;
 mod sources;
 
@@ -348,8 +351,6 @@ pub struct Core {
     /// queued: counted as demand by provisioning.
     waiting: u64,
     counts: Counts,
-    /// The nodes' caches as hand-off plans them (only with hand-off on and a data-aware policy).
-    caches: Option<CacheModel>,
     /// Intermediate objects, by object.
     intermediates: FxHashMap<ObjectId, Intermediate>,
     /// For each task, the blocked tasks waiting for it to succeed.
@@ -381,10 +382,9 @@ pub struct Core {
     job_queues: FxHashMap<JobId, BTreeSet<u64>>,
     /// Which nodes share a rack ([`Core::handle_node_rack`]).
     racks: Racks,
-    /// The transfer scheduler's bookkeeping (used only with `prefetch`).
-    transfers: prefetch::Transfers,
-    /// 2Mark's marks and model of the caches (`two_mark`, with a policy that caches).
-    two_mark: Option<crate::twomark::TwoMark>,
+    /// The policies that act after dispatch ([`crate::hooks`]), in the order they hear each
+    /// event. A hook is taken out (None) only while it is being called.
+    hooks: Vec<Option<Box<dyn Hook>>>,
     /// Rates achieved by past transfers, per pair ([`Core::handle_transfer`]).
     bandwidth: crate::bandwidth::Predictor,
 }
@@ -402,8 +402,14 @@ impl Core {
             Provisioning::Static => None,
             Provisioning::Dynamic(d) => Some(Allocator::new(d.clone())),
         };
-        let caches = (cfg.handoff.is_some() && policy.uses_locality()).then(CacheModel::new);
-        let two_mark = (cfg.two_mark && policy.uses_locality()).then(crate::twomark::TwoMark::new);
+        let hooks = registry(&HookSettings {
+            handoff: cfg.handoff.as_ref(),
+            storage_cap: cfg.storage_cap,
+            prefetch: cfg.prefetch,
+            fair: cfg.job_order == JobOrder::Fair,
+            two_mark: cfg.two_mark,
+            caching: policy.uses_locality(),
+        });
         let bandwidth = cfg.bandwidth;
         let tracking = policy.uses_locality();
         Core {
@@ -425,7 +431,6 @@ impl Core {
             next_check: Time::ZERO,
             waiting: 0,
             counts: Counts::default(),
-            caches,
             intermediates: FxHashMap::default(),
             dependents: FxHashMap::default(),
             jobs: FxHashMap::default(),
@@ -442,8 +447,7 @@ impl Core {
             tracking,
             job_queues: FxHashMap::default(),
             racks: Racks::new(),
-            transfers: prefetch::Transfers::default(),
-            two_mark,
+            hooks: hooks.into_iter().map(Some).collect(),
             bandwidth: crate::bandwidth::Predictor::new(bandwidth),
         }
     }
@@ -483,7 +487,7 @@ impl Core {
 
     /// The nodes' caches as cache hand-off sees them (None: hand-off is off).
     pub fn cache_model(&self) -> Option<&CacheModel> {
-        self.caches.as_ref()
+        self.hook::<CacheHandoff>().map(CacheHandoff::model)
     }
 
     /// Nodes that hold `object` (Hercules' `locate`).
@@ -526,7 +530,7 @@ impl Core {
         attempts: u32,
         _now: Time,
     ) -> Result<(), CoreError> {
-        self.two_mark_sizes(&spec.inputs);
+        self.notify(None, |h, _, _| h.task_submitted(&spec.inputs));
         self.admit(spec, attempts)
     }
 
@@ -630,7 +634,7 @@ impl Core {
             });
         }
         if outcome == Outcome::Succeeded && !cancelled {
-            self.learn_io_rate(task, since, now);
+            self.notify(None, |h, v, _| h.task_succeeded(v, task, since, now));
         }
         self.release_slot(task, node);
         if let Some(n) = self.nodes.get_mut(&node) {
@@ -687,7 +691,7 @@ impl Core {
     }
 
     fn release_slot(&mut self, task: TaskId, node: NodeId) {
-        self.transfers_task_ended(task);
+        self.notify(None, |h, _, fx| h.task_ended(task, fx));
         let (peers, fetching) = match &self.tasks[&task].phase {
             Phase::Running {
                 peers, fetching, ..
@@ -695,17 +699,11 @@ impl Core {
             _ => (Vec::new(), Vec::new()),
         };
         for object in fetching {
-            let key = (node, object);
-            if let Some(c) = self.incoming.get_mut(&key) {
-                *c -= 1;
-                if *c == 0 {
-                    self.incoming.remove(&key);
-                    self.effective_remove_if_unused(node, object);
-                    if !self.index.holds(node, object) {
-                        // Never landed: 2Mark forgets the copy it made room for.
-                        self.two_mark_evicted(node, object);
-                    }
-                }
+            if self.transfer_ended(node, object) && !self.index.holds(node, object) {
+                // Never landed (2Mark forgets the copy it made room for).
+                self.notify(None, |h, _, _| {
+                    h.copy_gone(node, object, Gone::NeverLanded, false)
+                });
             }
         }
         for p in peers {
@@ -743,11 +741,7 @@ impl Core {
             self.dirty = true;
         }
         self.effective_add(node, object);
-        if let Some(c) = self.caches.as_mut() {
-            c.cached(node, object);
-        }
-        self.transfer_landed(node, object);
-        self.two_mark_cached(node, object);
+        self.notify(None, |h, v, fx| h.object_cached(v, node, object, fx));
         Ok(())
     }
 
@@ -761,15 +755,7 @@ impl Core {
         if !self.nodes.contains_key(&node) {
             return Err(CoreError::UnknownNode(node));
         }
-        self.transfer_evicted(node, object);
-        self.two_mark_evicted(node, object);
-        if self.index.remove(node, object) {
-            self.effective_remove_if_unused(node, object);
-            if let Some(c) = self.caches.as_mut() {
-                c.evicted(node, object);
-            }
-            self.copies_lost(&[object]);
-        }
+        self.copy_gone(node, object, Gone::Reported, None);
         Ok(())
     }
 
@@ -798,17 +784,142 @@ impl Core {
         for n in &holders {
             self.index.remove(*n, object);
             self.effective_remove_if_unused(*n, object);
-            self.transfer_evicted(*n, object);
-            self.two_mark_evicted(*n, object);
+            self.notify(None, |h, _, _| {
+                h.copy_gone(*n, object, Gone::Invalidated, true)
+            });
         }
-        if let Some(c) = self.caches.as_mut() {
-            c.invalidated(object, &holders);
-        }
+        self.notify(None, |h, _, _| h.object_invalidated(object, &holders));
         if !holders.is_empty() {
             // A task held back for a holder (MCH) may now run anywhere.
             self.dirty = true;
         }
         holders
+    }
+
+    // ----- after-dispatch policies ([`crate::hooks`]) -----
+
+    /// Tell every hook but `skip` of an event, in the registry's order; each hook's effects are
+    /// carried out before the next hears of it.
+    fn notify(
+        &mut self,
+        skip: Option<usize>,
+        mut event: impl FnMut(&mut dyn Hook, &dyn CoreView, &mut Effects),
+    ) {
+        for i in 0..self.hooks.len() {
+            if skip == Some(i) {
+                continue;
+            }
+            let Some(mut hook) = self.hooks[i].take() else {
+                continue;
+            };
+            let mut fx = Effects::default();
+            event(hook.as_mut(), &*self, &mut fx);
+            self.hooks[i] = Some(hook);
+            self.apply(i, fx);
+        }
+    }
+
+    /// Carry out what hook `origin` asked for, in order.
+    fn apply(&mut self, origin: usize, fx: Effects) {
+        for effect in fx.0 {
+            match effect {
+                Effect::Act(action) => self.actions.push_back(action),
+                Effect::Forget { node, object } => {
+                    self.copy_gone(node, object, Gone::Forgotten, Some(origin))
+                }
+                Effect::InTransfer { node, object } => {
+                    *self.incoming.entry((node, object)).or_default() += 1;
+                    self.effective_add(node, object);
+                }
+                Effect::TransferEnded { node, object } => {
+                    self.transfer_ended(node, object);
+                }
+                Effect::Wake => self.dirty = true,
+            }
+        }
+    }
+
+    /// `node`'s copy of `object` no longer counts (`why`): out of the index, every hook but
+    /// `origin` (the one that asked) told, and an intermediate object left without a copy
+    /// that a task needs is made again.
+    fn copy_gone(&mut self, node: NodeId, object: ObjectId, why: Gone, origin: Option<usize>) {
+        let held = self.index.remove(node, object);
+        if held {
+            self.effective_remove_if_unused(node, object);
+        }
+        self.notify(origin, |h, _, _| h.copy_gone(node, object, why, held));
+        if held {
+            self.copies_lost(&[object]);
+        }
+    }
+
+    /// One transfer of `object` to `node` (a task's fetch or a prefetch) ended. Returns true if
+    /// it was the last one: the object is then no longer in transfer there.
+    fn transfer_ended(&mut self, node: NodeId, object: ObjectId) -> bool {
+        let key = (node, object);
+        let Some(c) = self.incoming.get_mut(&key) else {
+            return false;
+        };
+        *c -= 1;
+        if *c > 0 {
+            return false;
+        }
+        self.incoming.remove(&key);
+        self.effective_remove_if_unused(node, object);
+        true
+    }
+
+    /// The hook of type `T`, if it is in use.
+    fn hook<T: Hook>(&self) -> Option<&T> {
+        self.hooks
+            .iter()
+            .flatten()
+            .find_map(|h| (&**h as &dyn std::any::Any).downcast_ref::<T>())
+    }
+
+    /// What 2Mark did so far (None: 2Mark is off).
+    pub fn two_mark_stats(&self) -> Option<crate::twomark::TwoMarkStats> {
+        self.hook::<TwoMarkHook>().map(TwoMarkHook::stats)
+    }
+
+    /// `object` is `size` bytes: for a driver that knows the size of a copy the core has not
+    /// seen a task read (objects placed on nodes before any task). Tasks' inputs and
+    /// intermediate objects need no call.
+    pub fn handle_object_size(&mut self, object: ObjectId, size: u64) {
+        self.notify(None, |h, _, _| h.object_size(object, size));
+    }
+
+    /// What the transfer scheduler did so far.
+    pub fn prefetch_stats(&self) -> crate::mixapart::PrefetchStats {
+        self.hook::<TransferScheduler>()
+            .map(TransferScheduler::stats)
+            .unwrap_or_default()
+    }
+
+    /// Reads from persistent storage under way to each node (prefetches and tasks' own), for
+    /// a driver that divides the storage cap among its nodes by demand.
+    pub fn storage_reads(&self) -> FxHashMap<NodeId, u32> {
+        self.hook::<TransferScheduler>()
+            .map(TransferScheduler::reads_by_node)
+            .unwrap_or_default()
+    }
+
+    /// The budgeted rate of the storage reads under way, bytes/s.
+    pub fn storage_budget_used(&self) -> u64 {
+        self.hook::<TransferScheduler>()
+            .map_or(0, TransferScheduler::budget_used)
+    }
+
+    /// The prefetch of `object` to `node` failed (or was not carried out): it is no longer on
+    /// its way there. Anything else about the object is unchanged; a task already sent to that
+    /// node to read it reads it from storage.
+    pub fn handle_prefetch_failed(&mut self, node: NodeId, object: ObjectId, _now: Time) {
+        self.notify(None, |h, _, fx| h.transfer_failed(node, object, fx));
+    }
+
+    /// Whether a hook keeps an idle `node` from being released.
+    fn kept_by_hook(&self, node: NodeId) -> bool {
+        self.hooks.iter().flatten().any(|h| h.keeps_node(node))
     }
 
     // ----- outputs -----
@@ -842,7 +953,7 @@ impl Core {
         if self.actions.is_empty() && self.dirty {
             self.dirty = false;
             self.dispatch_pass(now);
-            self.plan_prefetches();
+            self.notify(None, |h, v, fx| h.poll(v, fx));
         }
         self.actions.pop_front()
     }
@@ -1058,9 +1169,6 @@ impl Core {
                 || (use_locality && self.incoming.contains_key(&(node, input.object)))
             {
                 // Held, or being fetched to this node for another task: join that fetch.
-                if let Some(c) = self.caches.as_mut() {
-                    c.touched(node, input.object);
-                }
                 Source::Local
             } else {
                 match self.pick_holder(node, input.object, kept) {
@@ -1105,10 +1213,9 @@ impl Core {
         }
         self.counts.running += 1;
         self.counts.busy_slots += held.cores as u64;
-        self.transfers_dispatched(task, node, &inputs);
-        if use_locality {
-            self.two_mark_requests(task, node, &inputs);
-        }
+        self.notify(None, |h, v, fx| {
+            h.dispatched(v, task, node, &inputs, use_locality, fx)
+        });
         self.actions.push_back(Action::Dispatch(Dispatch {
             task,
             attempt,
@@ -1119,5 +1226,74 @@ impl Core {
             *self.incoming.entry((node, object)).or_default() += 1;
             self.effective_add(node, object);
         }
+    }
+}
+
+/// What the hooks see of the core: its state, read-only.
+impl CoreView for Core {
+    fn index(&self) -> &LocationIndex {
+        &self.index
+    }
+
+    fn effective(&self) -> &LocationIndex {
+        &self.effective
+    }
+
+    fn in_transfer(&self, node: NodeId, object: ObjectId) -> bool {
+        self.incoming.contains_key(&(node, object))
+    }
+
+    fn is_intermediate(&self, object: ObjectId) -> bool {
+        self.intermediates.contains_key(&object)
+    }
+
+    fn has_node(&self, node: NodeId) -> bool {
+        self.nodes.contains_key(&node)
+    }
+
+    fn nodes_busy(&self) -> Vec<(NodeId, bool)> {
+        self.nodes
+            .iter()
+            .map(|(id, n)| (*id, !n.running.is_empty() || n.serving > 0))
+            .collect()
+    }
+
+    fn task_inputs(&self, task: TaskId) -> &[Input] {
+        self.tasks.get(&task).map_or(&[], |t| t.inputs.as_slice())
+    }
+
+    fn task_job(&self, task: TaskId) -> Option<JobId> {
+        self.tasks.get(&task).map(|t| t.job)
+    }
+
+    fn is_running(&self, task: TaskId) -> bool {
+        matches!(
+            self.tasks.get(&task).map(|t| &t.phase),
+            Some(Phase::Running { .. })
+        )
+    }
+
+    fn caches_for(&self, task: TaskId) -> bool {
+        Core::caches_for(self, task)
+    }
+
+    fn caching_enabled(&self) -> bool {
+        self.tracking
+    }
+
+    fn locality(&self) -> &Locality {
+        &self.locality
+    }
+
+    fn window_bound(&self) -> u64 {
+        Core::window_bound(self)
+    }
+
+    fn job_cores(&self, job: JobId) -> u64 {
+        self.jobs.get(&job).map_or(0, |j| j.running_cores)
+    }
+
+    fn slots(&self) -> u64 {
+        self.counts.slots
     }
 }

@@ -21,6 +21,7 @@
 //! | [`twomark`] | 2Mark: eviction across all nodes' caches, marking at two levels | 2Mark |
 //! | [`provision`] | static and dynamic provisioning | DRP |
 //! | [`handoff`] | cache hand-off on release: what a released node pushes, and where | (open question, section 6) |
+//! | `hooks` | the policies that act after dispatch (cache hand-off, MixApart's transfer scheduler, 2Mark) behind one trait, listed once in `hooks/registry.rs` | |
 //! | [`staging`] | staging a batch of objects to nodes: GDS's MinMin, LDS, naive | coordinated transfers |
 //! | [`bandwidth`] | per-pair transfer rates and their prediction | GDS's bandwidth prediction |
 //! | [`model`] | the abstract model of section 3.1 | abstract model |
@@ -33,6 +34,7 @@ pub mod cache;
 pub mod core;
 pub mod dispatch;
 pub mod handoff;
+pub(crate) mod hooks;
 pub mod ids;
 pub mod index;
 pub mod locality;

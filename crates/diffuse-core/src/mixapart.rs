@@ -1,6 +1,7 @@
 //! MixApart's data transfer scheduler (mixapart-cache-over-shared-storage.txt, Algorithm 2):
-//! its settings and counters. The planning is the core's (`core/prefetch.rs`); MixApart's
-//! compute scheduler is a dispatch policy ([`crate::dispatch::tiers`]).
+//! its settings and counters. The planning is an after-dispatch hook of the core
+//! (`hooks/prefetch.rs`); MixApart's compute scheduler is a dispatch policy
+//! ([`crate::dispatch::tiers`]).
 
 /// MixApart's data transfer scheduler (Algorithm 2): settings. With it (and a
 /// [`crate::CoreConfig::storage_cap`], its budget), the core plans [`crate::Action::Prefetch`]es

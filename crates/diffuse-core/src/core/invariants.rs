@@ -13,8 +13,9 @@ impl Core {
         self.check_hints()?;
         self.check_remakes()?;
         self.check_jobs()?;
-        self.check_transfers()?;
-        self.check_two_mark()?;
+        for h in self.hooks.iter().flatten() {
+            h.check(self)?;
+        }
         for (id, t) in &self.tasks {
             match &t.phase {
                 Phase::Blocked => blocked += 1,
@@ -121,7 +122,7 @@ impl Core {
                 }
             }
         }
-        for key in self.prefetches_under_way() {
+        for key in self.hooks.iter().flatten().flat_map(|h| h.in_transfer()) {
             *fetches.entry(key).or_default() += 1;
         }
         if fetches != self.incoming {
@@ -129,9 +130,6 @@ impl Core {
         }
         if self.tracking {
             self.locality.check(&self.effective)?;
-        }
-        if let Some(c) = &self.caches {
-            c.check(&self.index)?;
         }
         Ok(())
     }
