@@ -17,7 +17,8 @@
 //! | [`queue`] | the wait queue by priority and its window boundary | wait queue, window W |
 //! | [`resources`] | cores, memory, GPUs, disk: asked by tasks, had by nodes | executor = core |
 //! | [`index`] | object <-> node location index | centralized index |
-//! | [`cache`] | a node's cache with Random/FIFO/LRU/LFU eviction | store, eviction policy |
+//! | [`cache`] | a node's cache: what it holds within its quota, in its eviction order | store |
+//! | [`eviction`] | Random, FIFO, LRU, LFU behind the [`eviction::EvictionOrder`] trait, one file each, listed once in `eviction::registry` | eviction policy |
 //! | [`twomark`] | 2Mark: eviction across all nodes' caches, marking at two levels | 2Mark |
 //! | [`provision`] | static and dynamic provisioning | DRP |
 //! | [`handoff`] | cache hand-off on release: what a released node pushes, and where | (open question, section 6) |
@@ -33,8 +34,8 @@ pub mod bandwidth;
 pub mod cache;
 pub mod core;
 pub mod dispatch;
+pub mod eviction;
 pub mod handoff;
-pub(crate) mod hooks;
 pub mod ids;
 pub mod index;
 pub mod locality;

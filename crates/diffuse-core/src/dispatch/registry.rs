@@ -2,7 +2,7 @@
 //! parsing and display) and how it is built from the core's settings ([`PolicyParams`]).
 //!
 //! Adding a policy: write its file beside this one (a type implementing
-//! [`DispatchPolicy`](super::policy::DispatchPolicy)), declare it in `dispatch/mod.rs`
+//! [`DispatchPolicy`]), declare it in `dispatch/mod.rs`
 //! (`mod name;`), and add one line to the `policies!` list below. [`PolicyKind`], its
 //! parsing, display, serde form and [`PolicyKind::ALL`] follow from that line.
 
@@ -133,9 +133,10 @@ mod tests {
                 Ok(*kind)
             );
         }
-        assert_eq!(
-            "lru".parse::<PolicyKind>(),
-            Err("unknown policy 'lru' (expected fa, mcu, mch, gcc, dad or mixapart)".into())
+        let err = "lru".parse::<PolicyKind>().unwrap_err();
+        assert!(
+            err.starts_with("unknown policy 'lru' (expected fa, mcu, mch, gcc, dad"),
+            "{err}"
         );
         assert_eq!(PolicyKind::default(), PolicyKind::Gcc);
         assert!(!PolicyKind::Fa.uses_locality() && PolicyKind::Dad.uses_locality());
