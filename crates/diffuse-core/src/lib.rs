@@ -36,6 +36,7 @@ pub mod core;
 pub mod dispatch;
 pub mod eviction;
 pub mod handoff;
+pub(crate) mod hooks;
 pub mod ids;
 pub mod index;
 pub mod locality;
