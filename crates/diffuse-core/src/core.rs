@@ -13,8 +13,8 @@
 
 use crate::action::{Abandoned, Action, Dispatch, Source};
 use crate::cache::EvictionPolicy;
-use crate::dispatch::{DispatchPolicy, PolicyKind, PolicyParams, SchedView};
-use crate::handoff::{CacheModel, Handoff, HandoffConfig};
+use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
+use crate::handoff::{CacheModel, Handoff};
 use crate::hooks::handoff::CacheHandoff;
 use crate::hooks::hook::{CoreView, Effect, Effects, Gone, Hook};
 use crate::hooks::prefetch::TransferScheduler;
@@ -32,291 +32,23 @@ use crate::time::Time;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::Duration;
-use thiserror::Error;
 
+mod config;
 mod dataflow;
 mod invariants;
 mod jobs;
 mod nodes;
+pub use config::{CoreConfig, CoreError, Counts, LostTasks};
 pub use jobs::JobOrder;
 use jobs::Share;
 mod placement;
 mod provisioning;
 mod sources;
+mod state;
+use state::{NodeEntry, Phase, TaskEntry};
+mod view;
 
 use dataflow::{Intermediate, JobEntry};
-
-/// Settings of a core.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CoreConfig {
-    /// Dispatch policy.
-    pub policy: PolicyKind,
-    /// GCC's utilisation threshold, in (0, 1].
-    pub threshold: f64,
-    /// Scheduling window: how many queued tasks a decision looks at, at most.
-    pub window: usize,
-    /// Static or dynamic provisioning.
-    pub provisioning: Provisioning,
-    /// A task whose node is lost this many times fails (a poison task must not take the whole
-    /// cluster down).
-    pub crash_limit: u32,
-    /// Most peer reads one node is told to serve at once (0: no limit). A holder at the limit is
-    /// passed over for another holder, or for persistent storage when every holder is at it, so
-    /// a newly popular object spreads as a tree of replicas instead of every node queueing on the
-    /// first holder's NIC.
-    pub peer_read_limit: u32,
-    /// Cache hand-off on release (None: off, a released node's cache is lost). It acts only
-    /// when dynamic provisioning releases a node, and only toward nodes whose driver reported
-    /// their cache with [`Core::handle_node_cache`].
-    #[serde(default)]
-    pub handoff: Option<HandoffConfig>,
-    /// Copies of each intermediate object made ahead of time: when its producer succeeds, the
-    /// core asks for `tmp_replicas - 1` more ([`Action::Replicate`]), so losing one node loses
-    /// no object and remakes nothing. 1 (the default): only the producer's copy.
-    #[serde(default = "one")]
-    pub tmp_replicas: u32,
-    /// DAD's parameters (used by the `dad` policy).
-    #[serde(default)]
-    pub dad: crate::dad::DadConfig,
-    /// How jobs share the slots: FIFO (one queue order) or Fair (fewest cores held first).
-    #[serde(default)]
-    pub job_order: JobOrder,
-    /// Bytes per second all reads from persistent storage may take together (None: no cap).
-    /// The drivers enforce it on the bytes; the core budgets the storage reads under way
-    /// against it ([`Core::storage_reads`]) and plans prefetches within it.
-    #[serde(default)]
-    pub storage_cap: Option<f64>,
-    /// MixApart's data transfer scheduler: prefetch the inputs of the tasks expected next
-    /// within `storage_cap` (None, or no cap: off). See [`crate::mixapart::PrefetchConfig`].
-    #[serde(default)]
-    pub prefetch: Option<crate::mixapart::PrefetchConfig>,
-    /// 2Mark ([`crate::twomark`]): the core decides what every node's cache evicts, across
-    /// nodes, and asks for it with [`Action::Evict`] and [`Action::Move`]. Nodes must report
-    /// their cache quota ([`Core::handle_node_cache`]); a node that does not is left alone.
-    #[serde(default)]
-    pub two_mark: bool,
-    /// Bandwidth prediction from past transfers ([`crate::bandwidth`]): which holder a reader
-    /// reads from.
-    #[serde(default)]
-    pub bandwidth: crate::bandwidth::BandwidthConfig,
-}
-
-fn one() -> u32 {
-    1
-}
-
-impl Default for CoreConfig {
-    fn default() -> Self {
-        CoreConfig {
-            policy: PolicyKind::Gcc,
-            threshold: 0.9,
-            window: 2500,
-            provisioning: Provisioning::Static,
-            crash_limit: 3,
-            peer_read_limit: 4,
-            handoff: None,
-            tmp_replicas: 1,
-            dad: crate::dad::DadConfig::default(),
-            job_order: JobOrder::Fifo,
-            storage_cap: None,
-            prefetch: None,
-            two_mark: false,
-            bandwidth: Default::default(),
-        }
-    }
-}
-
-impl CoreConfig {
-    /// The parameters the dispatch policies are built with (GCC's threshold, DAD's).
-    pub fn policy_params(&self) -> PolicyParams {
-        PolicyParams {
-            threshold: self.threshold,
-            dad: self.dad,
-        }
-    }
-}
-
-/// Errors from handling an event. The core's state is unchanged when one is returned.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum CoreError {
-    /// A task with this id is already queued or running.
-    #[error("task {0} already exists")]
-    DuplicateTask(TaskId),
-    /// No queued or running task has this id.
-    #[error("unknown task {0}")]
-    UnknownTask(TaskId),
-    /// A result for an attempt that is not the current one (fenced).
-    #[error("stale result for {task}: attempt {got}, current attempt {current}")]
-    StaleAttempt {
-        /// The task.
-        task: TaskId,
-        /// Attempt reported.
-        got: u32,
-        /// Attempt the core is waiting for.
-        current: u32,
-    },
-    /// A result for a task that is not running.
-    #[error("task {0} is not running")]
-    NotRunning(TaskId),
-    /// A node with this id already joined.
-    #[error("node {0} already joined")]
-    DuplicateNode(NodeId),
-    /// No node with this id.
-    #[error("unknown node {0}")]
-    UnknownNode(NodeId),
-    /// A node must have at least one slot.
-    #[error("node {0} has no slots")]
-    NoSlots(NodeId),
-    /// Another task already writes this intermediate object.
-    #[error("intermediate object {0} already has a producer")]
-    DuplicateProducer(ObjectId),
-    /// A task reads an object it writes itself.
-    #[error("task {0} reads {1}, which it writes")]
-    ReadsOwnOutput(TaskId, ObjectId),
-    /// A job's policy was set after its first task.
-    #[error("job {0} already has tasks: its policy is set before them")]
-    JobStarted(JobId),
-}
-
-#[derive(Clone, Debug)]
-enum Phase {
-    /// Waiting for dependencies, its inputs' sizes, or a copy of an intermediate input.
-    Blocked,
-    /// Succeeded, and kept as the producer of intermediate objects that may be needed again.
-    Done,
-    Queued {
-        seq: u64,
-    },
-    Running {
-        node: NodeId,
-        since: Time,
-        peers: Vec<NodeId>,
-        /// Inputs this attempt fetches to its node (counted in `Core::incoming`).
-        fetching: Vec<ObjectId>,
-        cancelled: bool,
-    },
-}
-
-#[derive(Clone, Debug)]
-struct TaskEntry {
-    /// Distinct inputs, in the order submitted.
-    inputs: Vec<Input>,
-    phase: Phase,
-    /// Attempts dispatched so far; the current attempt when running.
-    attempt: u32,
-    /// Times its node was lost under it.
-    crashes: u32,
-    /// What it holds of a node while it runs.
-    resources: Resources,
-    priority: i16,
-    /// Retryable failures it may still have.
-    retries_left: u32,
-    /// The node of its last failed attempt: another node is preferred for the next one.
-    avoid: Option<NodeId>,
-    /// The most time it runs, as stated: it goes only to a node that stays that long.
-    walltime: Option<Duration>,
-    job: JobId,
-    /// Dependencies it is waiting for (it is in each one's `dependents` list).
-    waiting_on: Vec<TaskId>,
-    /// Its inputs' sizes are not known yet.
-    held: bool,
-    /// Intermediate objects it writes.
-    produces: Vec<ObjectId>,
-    /// Times it was run again to remake its objects.
-    remakes: u32,
-    /// It is running again (queued, blocked or running) to remake its objects.
-    remaking: bool,
-    /// Where it asks to run.
-    hint: Option<Placement>,
-    /// Its hint binds it now (queued, and hard or within a soft hint's wait).
-    hint_live: bool,
-    /// When its soft hint lapses (set at the first dispatch pass after it is queued).
-    hint_until: Option<Time>,
-    /// Its own DAD beta.
-    dad_beta: Option<f64>,
-}
-
-impl TaskEntry {
-    /// A task as the core first keeps it: blocked (or `Done` for a producer restored after a
-    /// restart), `attempts` dispatched before, its distinct inputs in order.
-    fn new(spec: &TaskSpec, inputs: Vec<Input>, phase: Phase, attempts: u32) -> TaskEntry {
-        TaskEntry {
-            inputs,
-            phase,
-            attempt: attempts,
-            crashes: 0,
-            resources: spec.resources,
-            priority: spec.priority,
-            retries_left: spec.retries,
-            avoid: None,
-            walltime: spec.walltime,
-            job: spec.job,
-            waiting_on: Vec::new(),
-            held: spec.held,
-            produces: spec.produces.clone(),
-            remakes: 0,
-            remaking: false,
-            hint: spec.hint,
-            hint_live: false,
-            hint_until: None,
-            dad_beta: spec.dad_beta,
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-struct NodeEntry {
-    /// What it has.
-    capacity: Resources,
-    /// What its running tasks hold.
-    used: Resources,
-    running: Vec<TaskId>,
-    /// Peer reads from this node that running tasks were told to make.
-    serving: u32,
-    idle_since: Option<Time>,
-    /// When it will leave (a batch job's time limit), if it knows.
-    ends_at: Option<Time>,
-    /// The driver's name for it ([`Core::handle_node_named`]), which hints name.
-    name: Option<NodeName>,
-    /// Its load as the driver last measured it ([`Core::handle_node_load`]), in [0, 1].
-    reported_load: Option<f64>,
-}
-
-/// The tasks that ended because their node was lost ([`Core::handle_node_lost`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LostTasks {
-    /// Failed: they have now lost `crash_limit` nodes.
-    pub failed: Vec<TaskId>,
-    /// Cancelled: their cancel was asked for while they ran.
-    pub cancelled: Vec<TaskId>,
-}
-
-/// Counters for reports and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counts {
-    /// Tasks in the wait queue.
-    pub queued: u64,
-    /// Tasks waiting for the tasks they depend on (or their inputs' sizes), outside the queue.
-    #[serde(default)]
-    pub blocked: u64,
-    /// Tasks dispatched and not finished.
-    pub running: u64,
-    /// Tasks finished with success.
-    pub succeeded: u64,
-    /// Tasks finished with failure.
-    pub failed: u64,
-    /// Tasks cancelled.
-    pub cancelled: u64,
-    /// Nodes allocated.
-    pub nodes: u32,
-    /// Nodes asked for and not yet joined.
-    pub pending_nodes: u32,
-    /// Slots on allocated nodes.
-    pub slots: u64,
-    /// Slots running a task.
-    pub busy_slots: u64,
-}
 
 /// The scheduling core. See the module documentation for the calling order.
 pub struct Core {
@@ -1226,74 +958,5 @@ impl Core {
             *self.incoming.entry((node, object)).or_default() += 1;
             self.effective_add(node, object);
         }
-    }
-}
-
-/// What the hooks see of the core: its state, read-only.
-impl CoreView for Core {
-    fn index(&self) -> &LocationIndex {
-        &self.index
-    }
-
-    fn effective(&self) -> &LocationIndex {
-        &self.effective
-    }
-
-    fn in_transfer(&self, node: NodeId, object: ObjectId) -> bool {
-        self.incoming.contains_key(&(node, object))
-    }
-
-    fn is_intermediate(&self, object: ObjectId) -> bool {
-        self.intermediates.contains_key(&object)
-    }
-
-    fn has_node(&self, node: NodeId) -> bool {
-        self.nodes.contains_key(&node)
-    }
-
-    fn nodes_busy(&self) -> Vec<(NodeId, bool)> {
-        self.nodes
-            .iter()
-            .map(|(id, n)| (*id, !n.running.is_empty() || n.serving > 0))
-            .collect()
-    }
-
-    fn task_inputs(&self, task: TaskId) -> &[Input] {
-        self.tasks.get(&task).map_or(&[], |t| t.inputs.as_slice())
-    }
-
-    fn task_job(&self, task: TaskId) -> Option<JobId> {
-        self.tasks.get(&task).map(|t| t.job)
-    }
-
-    fn is_running(&self, task: TaskId) -> bool {
-        matches!(
-            self.tasks.get(&task).map(|t| &t.phase),
-            Some(Phase::Running { .. })
-        )
-    }
-
-    fn caches_for(&self, task: TaskId) -> bool {
-        Core::caches_for(self, task)
-    }
-
-    fn caching_enabled(&self) -> bool {
-        self.tracking
-    }
-
-    fn locality(&self) -> &Locality {
-        &self.locality
-    }
-
-    fn window_bound(&self) -> u64 {
-        Core::window_bound(self)
-    }
-
-    fn job_cores(&self, job: JobId) -> u64 {
-        self.jobs.get(&job).map_or(0, |j| j.running_cores)
-    }
-
-    fn slots(&self) -> u64 {
-        self.counts.slots
     }
 }
