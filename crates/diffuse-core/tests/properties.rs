@@ -385,77 +385,8 @@ impl Model {
                     self.finish_running(task, *ok);
                 }
             }
-            Op::BadReport(i) => {
-                let Some(task) = self.pick_task(i, false) else {
-                    return;
-                };
-                let t = &self.tasks[&task];
-                let (attempt, expected) = match t.phase {
-                    Phase::Ended(_) => (t.attempts, CoreError::UnknownTask(task)),
-                    Phase::Queued => (t.attempts, CoreError::NotRunning(task)),
-                    Phase::Running { attempt, .. } => {
-                        let got = if attempt > 1 {
-                            attempt - 1
-                        } else {
-                            attempt + 1
-                        };
-                        (
-                            got,
-                            CoreError::StaleAttempt {
-                                task,
-                                got,
-                                current: attempt,
-                            },
-                        )
-                    }
-                };
-                let r = self
-                    .core
-                    .handle_task_finished(task, attempt, Outcome::Succeeded, now);
-                assert_eq!(r, Err(expected));
-            }
-            Op::Lose(i) => {
-                let Some(node) = self.pick_node(i) else {
-                    let ghost = NodeId(u32::MAX);
-                    assert_eq!(
-                        self.core.handle_node_lost(ghost, now),
-                        Err(CoreError::UnknownNode(ghost))
-                    );
-                    return;
-                };
-                let mut expect_failed = Vec::new();
-                let mut expect_cancelled = Vec::new();
-                let running = self.nodes[&node].running.clone();
-                let mut ends = Vec::new();
-                for task in &running {
-                    let t = self.tasks.get_mut(task).unwrap();
-                    t.crashes += 1;
-                    if t.cancel_requested {
-                        expect_cancelled.push(*task);
-                        ends.push((*task, End::Cancelled));
-                    } else if t.crashes >= self.knobs.crash_limit {
-                        expect_failed.push(*task);
-                        ends.push((*task, End::Failed));
-                    } else {
-                        t.phase = Phase::Queued;
-                    }
-                }
-                let mut lost = self.core.handle_node_lost(node, now).unwrap();
-                lost.failed.sort();
-                lost.cancelled.sort();
-                expect_cancelled.sort();
-                expect_failed.sort();
-                assert_eq!(lost.failed, expect_failed, "tasks failed by losing {node}");
-                assert_eq!(
-                    lost.cancelled, expect_cancelled,
-                    "tasks cancelled by losing {node}"
-                );
-                for (task, end) in ends {
-                    self.end(task, end);
-                }
-                self.nodes.remove(&node);
-                self.maybe_stale = false;
-            }
+            Op::BadReport(i) => self.bad_report(i),
+            Op::Lose(i) => self.lose(i),
             Op::Cancel(i) => {
                 let Some(task) = self.pick_task(i, false) else {
                     return;
@@ -494,6 +425,84 @@ impl Model {
                 self.pending = self.pending.saturating_sub(*k);
             }
         }
+    }
+
+    /// A result for a task that is not running, or for an attempt that is not the current one:
+    /// refused, changing nothing.
+    fn bad_report(&mut self, i: &Index) {
+        let now = self.now;
+        let Some(task) = self.pick_task(i, false) else {
+            return;
+        };
+        let t = &self.tasks[&task];
+        let (attempt, expected) = match t.phase {
+            Phase::Ended(_) => (t.attempts, CoreError::UnknownTask(task)),
+            Phase::Queued => (t.attempts, CoreError::NotRunning(task)),
+            Phase::Running { attempt, .. } => {
+                let got = if attempt > 1 {
+                    attempt - 1
+                } else {
+                    attempt + 1
+                };
+                (
+                    got,
+                    CoreError::StaleAttempt {
+                        task,
+                        got,
+                        current: attempt,
+                    },
+                )
+            }
+        };
+        let r = self
+            .core
+            .handle_task_finished(task, attempt, Outcome::Succeeded, now);
+        assert_eq!(r, Err(expected));
+    }
+
+    /// A node is lost: its running tasks are queued again, failed or cancelled.
+    fn lose(&mut self, i: &Index) {
+        let now = self.now;
+        let Some(node) = self.pick_node(i) else {
+            let ghost = NodeId(u32::MAX);
+            assert_eq!(
+                self.core.handle_node_lost(ghost, now),
+                Err(CoreError::UnknownNode(ghost))
+            );
+            return;
+        };
+        let mut expect_failed = Vec::new();
+        let mut expect_cancelled = Vec::new();
+        let running = self.nodes[&node].running.clone();
+        let mut ends = Vec::new();
+        for task in &running {
+            let t = self.tasks.get_mut(task).unwrap();
+            t.crashes += 1;
+            if t.cancel_requested {
+                expect_cancelled.push(*task);
+                ends.push((*task, End::Cancelled));
+            } else if t.crashes >= self.knobs.crash_limit {
+                expect_failed.push(*task);
+                ends.push((*task, End::Failed));
+            } else {
+                t.phase = Phase::Queued;
+            }
+        }
+        let mut lost = self.core.handle_node_lost(node, now).unwrap();
+        lost.failed.sort();
+        lost.cancelled.sort();
+        expect_cancelled.sort();
+        expect_failed.sort();
+        assert_eq!(lost.failed, expect_failed, "tasks failed by losing {node}");
+        assert_eq!(
+            lost.cancelled, expect_cancelled,
+            "tasks cancelled by losing {node}"
+        );
+        for (task, end) in ends {
+            self.end(task, end);
+        }
+        self.nodes.remove(&node);
+        self.maybe_stale = false;
     }
 
     /// Drain `poll_action`, checking each action against the shadow model.
