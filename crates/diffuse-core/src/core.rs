@@ -35,6 +35,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod config;
 mod dataflow;
+mod hints;
+use hints::Hints;
 mod invariants;
 mod jobs;
 mod nodes;
@@ -88,20 +90,12 @@ pub struct Core {
     /// For each task, the blocked tasks waiting for it to succeed.
     dependents: FxHashMap<TaskId, Vec<TaskId>>,
     jobs: FxHashMap<JobId, JobEntry>,
-    /// Queued tasks whose hint binds them now, by the name they ask for, in queue order.
-    hinted: BTreeMap<NodeName, BTreeSet<(u64, TaskId)>>,
-    /// How many tasks `hinted` lists.
-    hint_bound: usize,
+    /// The placement hints that bind queued tasks now ([`hints::Hints`]).
+    hints: Hints,
     /// When the last dispatch pass ran.
     last_pass: Option<Time>,
     /// Queued tasks by policy group (None: the core's own), while jobs have policies.
     kind_queued: FxHashMap<Option<PolicyKind>, u64>,
-    /// Queued tasks with a soft hint whose wait has not started (it starts at the next pass).
-    soft_unstarted: Vec<TaskId>,
-    /// When each bound soft hint lapses.
-    soft_deadlines: BTreeSet<(Time, TaskId)>,
-    /// Names whose last node left: a task hard-hinted at one can never run.
-    departed: BTreeSet<NodeName>,
     /// Producers running again to remake their objects (their success already counted).
     remaking: BTreeSet<TaskId>,
     /// Jobs with a dispatch policy of their own (the others use `policy`).
@@ -166,13 +160,9 @@ impl Core {
             intermediates: FxHashMap::default(),
             dependents: FxHashMap::default(),
             jobs: FxHashMap::default(),
-            hinted: BTreeMap::new(),
-            hint_bound: 0,
+            hints: Hints::default(),
             last_pass: None,
             kind_queued: FxHashMap::default(),
-            soft_unstarted: Vec::new(),
-            soft_deadlines: BTreeSet::new(),
-            departed: BTreeSet::new(),
             remaking: BTreeSet::new(),
             job_policies: FxHashMap::default(),
             kind_policies: BTreeMap::new(),
@@ -659,7 +649,7 @@ impl Core {
     /// When the core next wants `handle_timeout` to be called.
     pub fn poll_timeout(&self) -> Option<Time> {
         let provisioning = self.allocator.as_ref().map(|_| self.next_check);
-        [provisioning, self.next_hint_lapse(), self.next_round()]
+        [provisioning, self.hints.next_lapse(), self.next_round()]
             .into_iter()
             .flatten()
             .min()
@@ -677,7 +667,7 @@ impl Core {
 
     /// The next action for the driver, if any.
     pub fn poll_action(&mut self, now: Time) -> Option<Action> {
-        if self.next_hint_lapse().is_some_and(|t| t <= now)
+        if self.hints.next_lapse().is_some_and(|t| t <= now)
             || self.next_round().is_some_and(|t| t <= now)
         {
             self.dirty = true;
@@ -695,7 +685,7 @@ impl Core {
         if self.queue.is_empty() {
             return;
         }
-        self.time_hints(now);
+        self.hints.time(&mut self.tasks, now);
         // A dispatch moves the window, which can bring in a task for a node that already
         // declined in this pass: repeat until a pass changes nothing of that kind.
         loop {
@@ -718,7 +708,7 @@ impl Core {
                         let nodes = &self.nodes;
                         let uniform = self.demanding.is_empty()
                             && self.avoiding.is_empty()
-                            && self.hinted.is_empty();
+                            && !self.hints.any_bound();
                         // Whether a task may run on a node with a free core now.
                         let fits_on = |t: TaskId, on: NodeId| {
                             uniform || {
