@@ -1,5 +1,6 @@
 //! A node's cache (the paper's *store*): which objects it holds, within a byte quota, and which
-//! one it evicts next under its eviction policy (Random, FIFO, LRU or LFU).
+//! one it evicts next under its eviction policy (Random, FIFO, LRU or LFU, each an
+//! [`EvictionOrder`] in [`crate::eviction`]).
 //!
 //! Each held object has an eviction *priority* (default 0; the live worker gives it the
 //! `eviction_priority` of the last task that read it): objects of a lower priority are all
@@ -11,56 +12,11 @@
 //! Invariant: `used() <= quota()` after every call, except that an object larger than the
 //! quota is never admitted.
 
+use crate::eviction::{EvictionOrder, Key};
 use crate::ids::ObjectId;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
-use std::fmt;
-use std::str::FromStr;
 
-/// Which object a full cache gives up first.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EvictionPolicy {
-    /// A uniformly random object (seeded).
-    Random,
-    /// The object cached earliest.
-    Fifo,
-    /// The object used least recently (the paper's experiments all use LRU).
-    #[default]
-    Lru,
-    /// The object used least often; ties go to the least recently used.
-    Lfu,
-}
-
-impl FromStr for EvictionPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "random" => Ok(Self::Random),
-            "fifo" => Ok(Self::Fifo),
-            "lru" => Ok(Self::Lru),
-            "lfu" => Ok(Self::Lfu),
-            _ => Err(format!(
-                "unknown eviction policy '{s}' (expected random, fifo, lru or lfu)"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for EvictionPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = match self {
-            Self::Random => "random",
-            Self::Fifo => "fifo",
-            Self::Lru => "lru",
-            Self::Lfu => "lfu",
-        };
-        f.write_str(s)
-    }
-}
+pub use crate::eviction::EvictionPolicy;
 
 /// What happened when an object was offered to the cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,26 +32,32 @@ pub enum Admission {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     size: u64,
-    /// The entry's key in `order` (policy-dependent), or its index in its priority's `slots`
-    /// for Random.
-    key: (u64, u64),
+    /// Its place in `order`.
+    key: Key,
     priority: i16,
 }
 
 /// A byte-quota cache of object ids with a pluggable eviction order.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct NodeCache {
     policy: EvictionPolicy,
     quota: u64,
     used: u64,
     entries: FxHashMap<ObjectId, Entry>,
-    /// Eviction order, first = next victim (FIFO, LRU, LFU): by priority, then policy key.
-    order: BTreeSet<(i16, (u64, u64), ObjectId)>,
-    /// Dense lists of objects for uniform random choice (Random), by priority.
-    slots: std::collections::BTreeMap<i16, Vec<ObjectId>>,
-    /// Logical clock: one tick per insert or use, so ties are broken deterministically.
-    tick: u64,
-    rng: ChaCha8Rng,
+    /// The eviction order of what is held: by priority, then as the policy ranks.
+    order: Box<dyn EvictionOrder>,
+}
+
+impl Clone for NodeCache {
+    fn clone(&self) -> Self {
+        NodeCache {
+            policy: self.policy,
+            quota: self.quota,
+            used: self.used,
+            entries: self.entries.clone(),
+            order: self.order.boxed_clone(),
+        }
+    }
 }
 
 impl NodeCache {
@@ -106,10 +68,7 @@ impl NodeCache {
             quota,
             used: 0,
             entries: FxHashMap::default(),
-            order: BTreeSet::new(),
-            slots: std::collections::BTreeMap::new(),
-            tick: 0,
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            order: policy.build(seed),
         }
     }
 
@@ -152,7 +111,7 @@ impl NodeCache {
     /// next victim (most recently used first for LRU, most often used for LFU, newest for
     /// FIFO). Empty for Random, which ranks nothing.
     pub fn hottest_first(&self) -> impl Iterator<Item = ObjectId> + '_ {
-        self.order.iter().rev().map(|(_, _, o)| *o)
+        self.order.hottest_first()
     }
 
     /// Eviction policy.
@@ -162,20 +121,10 @@ impl NodeCache {
 
     /// Record a use of `object` (a local hit). Returns false if it is not held.
     pub fn touch(&mut self, object: ObjectId) -> bool {
-        self.tick += 1;
-        let tick = self.tick;
-        let policy = self.policy;
         let Some(e) = self.entries.get_mut(&object) else {
             return false;
         };
-        let new_key = match policy {
-            EvictionPolicy::Random | EvictionPolicy::Fifo => return true,
-            EvictionPolicy::Lru => (tick, 0),
-            EvictionPolicy::Lfu => (e.key.0 + 1, tick),
-        };
-        self.order.remove(&(e.priority, e.key, object));
-        e.key = new_key;
-        self.order.insert((e.priority, new_key, object));
+        e.key = self.order.touch(object, e.priority, e.key);
         true
     }
 
@@ -223,24 +172,8 @@ impl NodeCache {
     }
 
     /// Add `object` (room made): under `key` in the order, or as a new arrival.
-    fn store(&mut self, object: ObjectId, size: u64, priority: i16, key: Option<(u64, u64)>) {
-        let key = match self.policy {
-            EvictionPolicy::Random => {
-                let slots = self.slots.entry(priority).or_default();
-                slots.push(object);
-                (slots.len() as u64 - 1, 0)
-            }
-            _ => key.unwrap_or_else(|| {
-                self.tick += 1;
-                match self.policy {
-                    EvictionPolicy::Lfu => (1, self.tick),
-                    _ => (self.tick, 0),
-                }
-            }),
-        };
-        if self.policy != EvictionPolicy::Random {
-            self.order.insert((priority, key, object));
-        }
+    fn store(&mut self, object: ObjectId, size: u64, priority: i16, key: Option<Key>) {
+        let key = self.order.insert(object, priority, key);
         self.entries.insert(
             object,
             Entry {
@@ -254,35 +187,14 @@ impl NodeCache {
 
     /// The object the policy would evict next.
     pub fn next_victim(&mut self) -> Option<ObjectId> {
-        match self.policy {
-            EvictionPolicy::Random => {
-                let (_, slots) = self.slots.iter().find(|(_, s)| !s.is_empty())?;
-                Some(slots[self.rng.random_range(0..slots.len())])
-            }
-            _ => self.order.first().map(|(_, _, o)| *o),
-        }
+        self.order.next_victim()
     }
 
     /// Drop `object` (evicted, invalidated or found corrupt). Returns its size if it was held.
     pub fn remove(&mut self, object: ObjectId) -> Option<u64> {
         let e = self.entries.remove(&object)?;
         self.used -= e.size;
-        if self.policy == EvictionPolicy::Random {
-            let idx = e.key.0 as usize;
-            let slots = self.slots.get_mut(&e.priority).expect("priority has slots");
-            slots.swap_remove(idx);
-            if let Some(moved) = slots.get(idx).copied() {
-                self.entries
-                    .get_mut(&moved)
-                    .expect("slot of a held object")
-                    .key = (idx as u64, 0);
-            }
-            if slots.is_empty() {
-                self.slots.remove(&e.priority);
-            }
-        } else {
-            self.order.remove(&(e.priority, e.key, object));
-        }
+        self.order.remove(object, e.priority, e.key);
         Some(e.size)
     }
 
@@ -303,7 +215,6 @@ impl NodeCache {
     pub fn clear(&mut self) {
         self.entries.clear();
         self.order.clear();
-        self.slots.clear();
         self.used = 0;
     }
 }

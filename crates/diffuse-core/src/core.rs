@@ -14,7 +14,12 @@
 use crate::action::{Abandoned, Action, Dispatch, Source};
 use crate::cache::EvictionPolicy;
 use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
-use crate::handoff::{self, CacheModel, Handoff, HandoffConfig, PlanInput, Target, Want};
+use crate::handoff::{CacheModel, Handoff};
+use crate::hooks::handoff::CacheHandoff;
+use crate::hooks::hook::{CoreView, Effect, Effects, Gone, Hook};
+use crate::hooks::prefetch::TransferScheduler;
+use crate::hooks::registry::{registry, HookSettings};
+use crate::hooks::two_mark::TwoMarkHook;
 use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
@@ -27,283 +32,25 @@ use crate::time::Time;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::Duration;
-use thiserror::Error;
 
+mod config;
 mod dataflow;
-mod eviction;
+mod hints;
+use hints::Hints;
 mod invariants;
 mod jobs;
 mod nodes;
+pub use config::{CoreConfig, CoreError, Counts, LostTasks};
 pub use jobs::JobOrder;
 use jobs::Share;
 mod placement;
-mod prefetch;
 mod provisioning;
 mod sources;
+mod state;
+use state::{NodeEntry, Phase, TaskEntry};
+mod view;
 
 use dataflow::{Intermediate, JobEntry};
-
-/// Settings of a core.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CoreConfig {
-    /// Dispatch policy.
-    pub policy: PolicyKind,
-    /// GCC's utilisation threshold, in (0, 1].
-    pub threshold: f64,
-    /// Scheduling window: how many queued tasks a decision looks at, at most.
-    pub window: usize,
-    /// Static or dynamic provisioning.
-    pub provisioning: Provisioning,
-    /// A task whose node is lost this many times fails (a poison task must not take the whole
-    /// cluster down).
-    pub crash_limit: u32,
-    /// Most peer reads one node is told to serve at once (0: no limit). A holder at the limit is
-    /// passed over for another holder, or for persistent storage when every holder is at it, so
-    /// a newly popular object spreads as a tree of replicas instead of every node queueing on the
-    /// first holder's NIC.
-    pub peer_read_limit: u32,
-    /// Cache hand-off on release (None: off, a released node's cache is lost). It acts only
-    /// when dynamic provisioning releases a node, and only toward nodes whose driver reported
-    /// their cache with [`Core::handle_node_cache`].
-    #[serde(default)]
-    pub handoff: Option<HandoffConfig>,
-    /// Copies of each intermediate object made ahead of time: when its producer succeeds, the
-    /// core asks for `tmp_replicas - 1` more ([`Action::Replicate`]), so losing one node loses
-    /// no object and remakes nothing. 1 (the default): only the producer's copy.
-    #[serde(default = "one")]
-    pub tmp_replicas: u32,
-    /// DAD's parameters (used by the `dad` policy).
-    #[serde(default)]
-    pub dad: crate::dad::DadConfig,
-    /// How jobs share the slots: FIFO (one queue order) or Fair (fewest cores held first).
-    #[serde(default)]
-    pub job_order: JobOrder,
-    /// Bytes per second all reads from persistent storage may take together (None: no cap).
-    /// The drivers enforce it on the bytes; the core budgets the storage reads under way
-    /// against it ([`Core::storage_reads`]) and plans prefetches within it.
-    #[serde(default)]
-    pub storage_cap: Option<f64>,
-    /// MixApart's data transfer scheduler: prefetch the inputs of the tasks expected next
-    /// within `storage_cap` (None, or no cap: off). See [`crate::mixapart::PrefetchConfig`].
-    #[serde(default)]
-    pub prefetch: Option<crate::mixapart::PrefetchConfig>,
-    /// 2Mark ([`crate::twomark`]): the core decides what every node's cache evicts, across
-    /// nodes, and asks for it with [`Action::Evict`] and [`Action::Move`]. Nodes must report
-    /// their cache quota ([`Core::handle_node_cache`]); a node that does not is left alone.
-    #[serde(default)]
-    pub two_mark: bool,
-    /// Bandwidth prediction from past transfers ([`crate::bandwidth`]): which holder a reader
-    /// reads from.
-    #[serde(default)]
-    pub bandwidth: crate::bandwidth::BandwidthConfig,
-}
-
-fn one() -> u32 {
-    1
-}
-
-impl Default for CoreConfig {
-    fn default() -> Self {
-        CoreConfig {
-            policy: PolicyKind::Gcc,
-            threshold: 0.9,
-            window: 2500,
-            provisioning: Provisioning::Static,
-            crash_limit: 3,
-            peer_read_limit: 4,
-            handoff: None,
-            tmp_replicas: 1,
-            dad: crate::dad::DadConfig::default(),
-            job_order: JobOrder::Fifo,
-            storage_cap: None,
-            prefetch: None,
-            two_mark: false,
-            bandwidth: Default::default(),
-        }
-    }
-}
-
-/// Errors from handling an event. The core's state is unchanged when one is returned.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum CoreError {
-    /// A task with this id is already queued or running.
-    #[error("task {0} already exists")]
-    DuplicateTask(TaskId),
-    /// No queued or running task has this id.
-    #[error("unknown task {0}")]
-    UnknownTask(TaskId),
-    /// A result for an attempt that is not the current one (fenced).
-    #[error("stale result for {task}: attempt {got}, current attempt {current}")]
-    StaleAttempt {
-        /// The task.
-        task: TaskId,
-        /// Attempt reported.
-        got: u32,
-        /// Attempt the core is waiting for.
-        current: u32,
-    },
-    /// A result for a task that is not running.
-    #[error("task {0} is not running")]
-    NotRunning(TaskId),
-    /// A node with this id already joined.
-    #[error("node {0} already joined")]
-    DuplicateNode(NodeId),
-    /// No node with this id.
-    #[error("unknown node {0}")]
-    UnknownNode(NodeId),
-    /// A node must have at least one slot.
-    #[error("node {0} has no slots")]
-    NoSlots(NodeId),
-    /// Another task already writes this intermediate object.
-    #[error("intermediate object {0} already has a producer")]
-    DuplicateProducer(ObjectId),
-    /// A task reads an object it writes itself.
-    #[error("task {0} reads {1}, which it writes")]
-    ReadsOwnOutput(TaskId, ObjectId),
-    /// A job's policy was set after its first task.
-    #[error("job {0} already has tasks: its policy is set before them")]
-    JobStarted(JobId),
-}
-
-#[derive(Clone, Debug)]
-enum Phase {
-    /// Waiting for dependencies, its inputs' sizes, or a copy of an intermediate input.
-    Blocked,
-    /// Succeeded, and kept as the producer of intermediate objects that may be needed again.
-    Done,
-    Queued {
-        seq: u64,
-    },
-    Running {
-        node: NodeId,
-        since: Time,
-        peers: Vec<NodeId>,
-        /// Inputs this attempt fetches to its node (counted in `Core::incoming`).
-        fetching: Vec<ObjectId>,
-        cancelled: bool,
-    },
-}
-
-#[derive(Clone, Debug)]
-struct TaskEntry {
-    /// Distinct inputs, in the order submitted.
-    inputs: Vec<Input>,
-    phase: Phase,
-    /// Attempts dispatched so far; the current attempt when running.
-    attempt: u32,
-    /// Times its node was lost under it.
-    crashes: u32,
-    /// What it holds of a node while it runs.
-    resources: Resources,
-    priority: i16,
-    /// Retryable failures it may still have.
-    retries_left: u32,
-    /// The node of its last failed attempt: another node is preferred for the next one.
-    avoid: Option<NodeId>,
-    /// The most time it runs, as stated: it goes only to a node that stays that long.
-    walltime: Option<Duration>,
-    job: JobId,
-    /// Dependencies it is waiting for (it is in each one's `dependents` list).
-    waiting_on: Vec<TaskId>,
-    /// Its inputs' sizes are not known yet.
-    held: bool,
-    /// Intermediate objects it writes.
-    produces: Vec<ObjectId>,
-    /// Times it was run again to remake its objects.
-    remakes: u32,
-    /// It is running again (queued, blocked or running) to remake its objects.
-    remaking: bool,
-    /// Where it asks to run.
-    hint: Option<Placement>,
-    /// Its hint binds it now (queued, and hard or within a soft hint's wait).
-    hint_live: bool,
-    /// When its soft hint lapses (set at the first dispatch pass after it is queued).
-    hint_until: Option<Time>,
-    /// Its own DAD beta.
-    dad_beta: Option<f64>,
-}
-
-impl TaskEntry {
-    /// A task as the core first keeps it: blocked (or `Done` for a producer restored after a
-    /// restart), `attempts` dispatched before, its distinct inputs in order.
-    fn new(spec: &TaskSpec, inputs: Vec<Input>, phase: Phase, attempts: u32) -> TaskEntry {
-        TaskEntry {
-            inputs,
-            phase,
-            attempt: attempts,
-            crashes: 0,
-            resources: spec.resources,
-            priority: spec.priority,
-            retries_left: spec.retries,
-            avoid: None,
-            walltime: spec.walltime,
-            job: spec.job,
-            waiting_on: Vec::new(),
-            held: spec.held,
-            produces: spec.produces.clone(),
-            remakes: 0,
-            remaking: false,
-            hint: spec.hint,
-            hint_live: false,
-            hint_until: None,
-            dad_beta: spec.dad_beta,
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-struct NodeEntry {
-    /// What it has.
-    capacity: Resources,
-    /// What its running tasks hold.
-    used: Resources,
-    running: Vec<TaskId>,
-    /// Peer reads from this node that running tasks were told to make.
-    serving: u32,
-    idle_since: Option<Time>,
-    /// When it will leave (a batch job's time limit), if it knows.
-    ends_at: Option<Time>,
-    /// The driver's name for it ([`Core::handle_node_named`]), which hints name.
-    name: Option<NodeName>,
-    /// Its load as the driver last measured it ([`Core::handle_node_load`]), in [0, 1].
-    reported_load: Option<f64>,
-}
-
-/// The tasks that ended because their node was lost ([`Core::handle_node_lost`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LostTasks {
-    /// Failed: they have now lost `crash_limit` nodes.
-    pub failed: Vec<TaskId>,
-    /// Cancelled: their cancel was asked for while they ran.
-    pub cancelled: Vec<TaskId>,
-}
-
-/// Counters for reports and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counts {
-    /// Tasks in the wait queue.
-    pub queued: u64,
-    /// Tasks waiting for the tasks they depend on (or their inputs' sizes), outside the queue.
-    #[serde(default)]
-    pub blocked: u64,
-    /// Tasks dispatched and not finished.
-    pub running: u64,
-    /// Tasks finished with success.
-    pub succeeded: u64,
-    /// Tasks finished with failure.
-    pub failed: u64,
-    /// Tasks cancelled.
-    pub cancelled: u64,
-    /// Nodes allocated.
-    pub nodes: u32,
-    /// Nodes asked for and not yet joined.
-    pub pending_nodes: u32,
-    /// Slots on allocated nodes.
-    pub slots: u64,
-    /// Slots running a task.
-    pub busy_slots: u64,
-}
 
 /// The scheduling core. See the module documentation for the calling order.
 pub struct Core {
@@ -338,27 +85,17 @@ pub struct Core {
     /// queued: counted as demand by provisioning.
     waiting: u64,
     counts: Counts,
-    /// The nodes' caches as hand-off plans them (only with hand-off on and a data-aware policy).
-    caches: Option<CacheModel>,
     /// Intermediate objects, by object.
     intermediates: FxHashMap<ObjectId, Intermediate>,
     /// For each task, the blocked tasks waiting for it to succeed.
     dependents: FxHashMap<TaskId, Vec<TaskId>>,
     jobs: FxHashMap<JobId, JobEntry>,
-    /// Queued tasks whose hint binds them now, by the name they ask for, in queue order.
-    hinted: BTreeMap<NodeName, BTreeSet<(u64, TaskId)>>,
-    /// How many tasks `hinted` lists.
-    hint_bound: usize,
+    /// The placement hints that bind queued tasks now ([`hints::Hints`]).
+    hints: Hints,
     /// When the last dispatch pass ran.
     last_pass: Option<Time>,
     /// Queued tasks by policy group (None: the core's own), while jobs have policies.
     kind_queued: FxHashMap<Option<PolicyKind>, u64>,
-    /// Queued tasks with a soft hint whose wait has not started (it starts at the next pass).
-    soft_unstarted: Vec<TaskId>,
-    /// When each bound soft hint lapses.
-    soft_deadlines: BTreeSet<(Time, TaskId)>,
-    /// Names whose last node left: a task hard-hinted at one can never run.
-    departed: BTreeSet<NodeName>,
     /// Producers running again to remake their objects (their success already counted).
     remaking: BTreeSet<TaskId>,
     /// Jobs with a dispatch policy of their own (the others use `policy`).
@@ -371,10 +108,9 @@ pub struct Core {
     job_queues: FxHashMap<JobId, BTreeSet<u64>>,
     /// Which nodes share a rack ([`Core::handle_node_rack`]).
     racks: Racks,
-    /// The transfer scheduler's bookkeeping (used only with `prefetch`).
-    transfers: prefetch::Transfers,
-    /// 2Mark's marks and model of the caches (`two_mark`, with a policy that caches).
-    two_mark: Option<crate::twomark::TwoMark>,
+    /// The policies that act after dispatch ([`crate::hooks`]), in the order they hear each
+    /// event. A hook is taken out (None) only while it is being called.
+    hooks: Vec<Option<Box<dyn Hook>>>,
     /// Rates achieved by past transfers, per pair ([`Core::handle_transfer`]).
     bandwidth: crate::bandwidth::Predictor,
 }
@@ -382,7 +118,7 @@ pub struct Core {
 impl Core {
     /// A core with the built-in policy named in `cfg`.
     pub fn new(cfg: CoreConfig) -> Core {
-        let policy = cfg.policy.build(&cfg);
+        let policy = cfg.policy.build(&cfg.policy_params());
         Core::with_policy(cfg, policy)
     }
 
@@ -392,8 +128,14 @@ impl Core {
             Provisioning::Static => None,
             Provisioning::Dynamic(d) => Some(Allocator::new(d.clone())),
         };
-        let caches = (cfg.handoff.is_some() && policy.uses_locality()).then(CacheModel::new);
-        let two_mark = (cfg.two_mark && policy.uses_locality()).then(crate::twomark::TwoMark::new);
+        let hooks = registry(&HookSettings {
+            handoff: cfg.handoff.as_ref(),
+            storage_cap: cfg.storage_cap,
+            prefetch: cfg.prefetch,
+            fair: cfg.job_order == JobOrder::Fair,
+            two_mark: cfg.two_mark,
+            caching: policy.uses_locality(),
+        });
         let bandwidth = cfg.bandwidth;
         let tracking = policy.uses_locality();
         Core {
@@ -415,25 +157,19 @@ impl Core {
             next_check: Time::ZERO,
             waiting: 0,
             counts: Counts::default(),
-            caches,
             intermediates: FxHashMap::default(),
             dependents: FxHashMap::default(),
             jobs: FxHashMap::default(),
-            hinted: BTreeMap::new(),
-            hint_bound: 0,
+            hints: Hints::default(),
             last_pass: None,
             kind_queued: FxHashMap::default(),
-            soft_unstarted: Vec::new(),
-            soft_deadlines: BTreeSet::new(),
-            departed: BTreeSet::new(),
             remaking: BTreeSet::new(),
             job_policies: FxHashMap::default(),
             kind_policies: BTreeMap::new(),
             tracking,
             job_queues: FxHashMap::default(),
             racks: Racks::new(),
-            transfers: prefetch::Transfers::default(),
-            two_mark,
+            hooks: hooks.into_iter().map(Some).collect(),
             bandwidth: crate::bandwidth::Predictor::new(bandwidth),
         }
     }
@@ -473,7 +209,7 @@ impl Core {
 
     /// The nodes' caches as cache hand-off sees them (None: hand-off is off).
     pub fn cache_model(&self) -> Option<&CacheModel> {
-        self.caches.as_ref()
+        self.hook::<CacheHandoff>().map(CacheHandoff::model)
     }
 
     /// Nodes that hold `object` (Hercules' `locate`).
@@ -516,7 +252,7 @@ impl Core {
         attempts: u32,
         _now: Time,
     ) -> Result<(), CoreError> {
-        self.two_mark_sizes(&spec.inputs);
+        self.notify(None, |h, _, _| h.task_submitted(&spec.inputs));
         self.admit(spec, attempts)
     }
 
@@ -620,7 +356,7 @@ impl Core {
             });
         }
         if outcome == Outcome::Succeeded && !cancelled {
-            self.learn_io_rate(task, since, now);
+            self.notify(None, |h, v, _| h.task_succeeded(v, task, since, now));
         }
         self.release_slot(task, node);
         if let Some(n) = self.nodes.get_mut(&node) {
@@ -677,7 +413,7 @@ impl Core {
     }
 
     fn release_slot(&mut self, task: TaskId, node: NodeId) {
-        self.transfers_task_ended(task);
+        self.notify(None, |h, _, fx| h.task_ended(task, fx));
         let (peers, fetching) = match &self.tasks[&task].phase {
             Phase::Running {
                 peers, fetching, ..
@@ -685,17 +421,11 @@ impl Core {
             _ => (Vec::new(), Vec::new()),
         };
         for object in fetching {
-            let key = (node, object);
-            if let Some(c) = self.incoming.get_mut(&key) {
-                *c -= 1;
-                if *c == 0 {
-                    self.incoming.remove(&key);
-                    self.effective_remove_if_unused(node, object);
-                    if !self.index.holds(node, object) {
-                        // Never landed: 2Mark forgets the copy it made room for.
-                        self.two_mark_evicted(node, object);
-                    }
-                }
+            if self.transfer_ended(node, object) && !self.index.holds(node, object) {
+                // Never landed (2Mark forgets the copy it made room for).
+                self.notify(None, |h, _, _| {
+                    h.copy_gone(node, object, Gone::NeverLanded, false)
+                });
             }
         }
         for p in peers {
@@ -733,11 +463,7 @@ impl Core {
             self.dirty = true;
         }
         self.effective_add(node, object);
-        if let Some(c) = self.caches.as_mut() {
-            c.cached(node, object);
-        }
-        self.transfer_landed(node, object);
-        self.two_mark_cached(node, object);
+        self.notify(None, |h, v, fx| h.object_cached(v, node, object, fx));
         Ok(())
     }
 
@@ -751,15 +477,7 @@ impl Core {
         if !self.nodes.contains_key(&node) {
             return Err(CoreError::UnknownNode(node));
         }
-        self.transfer_evicted(node, object);
-        self.two_mark_evicted(node, object);
-        if self.index.remove(node, object) {
-            self.effective_remove_if_unused(node, object);
-            if let Some(c) = self.caches.as_mut() {
-                c.evicted(node, object);
-            }
-            self.copies_lost(&[object]);
-        }
+        self.copy_gone(node, object, Gone::Reported, None);
         Ok(())
     }
 
@@ -788,12 +506,11 @@ impl Core {
         for n in &holders {
             self.index.remove(*n, object);
             self.effective_remove_if_unused(*n, object);
-            self.transfer_evicted(*n, object);
-            self.two_mark_evicted(*n, object);
+            self.notify(None, |h, _, _| {
+                h.copy_gone(*n, object, Gone::Invalidated, true)
+            });
         }
-        if let Some(c) = self.caches.as_mut() {
-            c.invalidated(object, &holders);
-        }
+        self.notify(None, |h, _, _| h.object_invalidated(object, &holders));
         if !holders.is_empty() {
             // A task held back for a holder (MCH) may now run anywhere.
             self.dirty = true;
@@ -801,12 +518,138 @@ impl Core {
         holders
     }
 
+    // ----- after-dispatch policies ([`crate::hooks`]) -----
+
+    /// Tell every hook but `skip` of an event, in the registry's order; each hook's effects are
+    /// carried out before the next hears of it.
+    fn notify(
+        &mut self,
+        skip: Option<usize>,
+        mut event: impl FnMut(&mut dyn Hook, &dyn CoreView, &mut Effects),
+    ) {
+        for i in 0..self.hooks.len() {
+            if skip == Some(i) {
+                continue;
+            }
+            let Some(mut hook) = self.hooks[i].take() else {
+                continue;
+            };
+            let mut fx = Effects::default();
+            event(hook.as_mut(), &*self, &mut fx);
+            self.hooks[i] = Some(hook);
+            self.apply(i, fx);
+        }
+    }
+
+    /// Carry out what hook `origin` asked for, in order.
+    fn apply(&mut self, origin: usize, fx: Effects) {
+        for effect in fx.0 {
+            match effect {
+                Effect::Act(action) => self.actions.push_back(action),
+                Effect::Forget { node, object } => {
+                    self.copy_gone(node, object, Gone::Forgotten, Some(origin))
+                }
+                Effect::InTransfer { node, object } => {
+                    *self.incoming.entry((node, object)).or_default() += 1;
+                    self.effective_add(node, object);
+                }
+                Effect::TransferEnded { node, object } => {
+                    self.transfer_ended(node, object);
+                }
+                Effect::Wake => self.dirty = true,
+            }
+        }
+    }
+
+    /// `node`'s copy of `object` no longer counts (`why`): out of the index, every hook but
+    /// `origin` (the one that asked) told, and an intermediate object left without a copy
+    /// that a task needs is made again.
+    fn copy_gone(&mut self, node: NodeId, object: ObjectId, why: Gone, origin: Option<usize>) {
+        let held = self.index.remove(node, object);
+        if held {
+            self.effective_remove_if_unused(node, object);
+        }
+        self.notify(origin, |h, _, _| h.copy_gone(node, object, why, held));
+        if held {
+            self.copies_lost(&[object]);
+        }
+    }
+
+    /// One transfer of `object` to `node` (a task's fetch or a prefetch) ended. Returns true if
+    /// it was the last one: the object is then no longer in transfer there.
+    fn transfer_ended(&mut self, node: NodeId, object: ObjectId) -> bool {
+        let key = (node, object);
+        let Some(c) = self.incoming.get_mut(&key) else {
+            return false;
+        };
+        *c -= 1;
+        if *c > 0 {
+            return false;
+        }
+        self.incoming.remove(&key);
+        self.effective_remove_if_unused(node, object);
+        true
+    }
+
+    /// The hook of type `T`, if it is in use.
+    fn hook<T: Hook>(&self) -> Option<&T> {
+        self.hooks
+            .iter()
+            .flatten()
+            .find_map(|h| (&**h as &dyn std::any::Any).downcast_ref::<T>())
+    }
+
+    /// What 2Mark did so far (None: 2Mark is off).
+    pub fn two_mark_stats(&self) -> Option<crate::twomark::TwoMarkStats> {
+        self.hook::<TwoMarkHook>().map(TwoMarkHook::stats)
+    }
+
+    /// `object` is `size` bytes: for a driver that knows the size of a copy the core has not
+    /// seen a task read (objects placed on nodes before any task). Tasks' inputs and
+    /// intermediate objects need no call.
+    pub fn handle_object_size(&mut self, object: ObjectId, size: u64) {
+        self.notify(None, |h, _, _| h.object_size(object, size));
+    }
+
+    /// What the transfer scheduler did so far.
+    pub fn prefetch_stats(&self) -> crate::mixapart::PrefetchStats {
+        self.hook::<TransferScheduler>()
+            .map(TransferScheduler::stats)
+            .unwrap_or_default()
+    }
+
+    /// Reads from persistent storage under way to each node (prefetches and tasks' own), for
+    /// a driver that divides the storage cap among its nodes by demand.
+    pub fn storage_reads(&self) -> FxHashMap<NodeId, u32> {
+        self.hook::<TransferScheduler>()
+            .map(TransferScheduler::reads_by_node)
+            .unwrap_or_default()
+    }
+
+    /// The budgeted rate of the storage reads under way, bytes/s.
+    pub fn storage_budget_used(&self) -> u64 {
+        self.hook::<TransferScheduler>()
+            .map_or(0, TransferScheduler::budget_used)
+    }
+
+    /// The prefetch of `object` to `node` failed (or was not carried out): it is no longer on
+    /// its way there. Anything else about the object is unchanged; a task already sent to that
+    /// node to read it reads it from storage.
+    pub fn handle_prefetch_failed(&mut self, node: NodeId, object: ObjectId, _now: Time) {
+        self.notify(None, |h, _, fx| h.transfer_failed(node, object, fx));
+    }
+
+    /// Whether a hook keeps an idle `node` from being released.
+    fn kept_by_hook(&self, node: NodeId) -> bool {
+        self.hooks.iter().flatten().any(|h| h.keeps_node(node))
+    }
+
     // ----- outputs -----
 
     /// When the core next wants `handle_timeout` to be called.
     pub fn poll_timeout(&self) -> Option<Time> {
         let provisioning = self.allocator.as_ref().map(|_| self.next_check);
-        [provisioning, self.next_hint_lapse(), self.next_round()]
+        [provisioning, self.hints.next_lapse(), self.next_round()]
             .into_iter()
             .flatten()
             .min()
@@ -824,7 +667,7 @@ impl Core {
 
     /// The next action for the driver, if any.
     pub fn poll_action(&mut self, now: Time) -> Option<Action> {
-        if self.next_hint_lapse().is_some_and(|t| t <= now)
+        if self.hints.next_lapse().is_some_and(|t| t <= now)
             || self.next_round().is_some_and(|t| t <= now)
         {
             self.dirty = true;
@@ -832,7 +675,7 @@ impl Core {
         if self.actions.is_empty() && self.dirty {
             self.dirty = false;
             self.dispatch_pass(now);
-            self.plan_prefetches();
+            self.notify(None, |h, v, fx| h.poll(v, fx));
         }
         self.actions.pop_front()
     }
@@ -842,7 +685,7 @@ impl Core {
         if self.queue.is_empty() {
             return;
         }
-        self.time_hints(now);
+        self.hints.time(&mut self.tasks, now);
         // A dispatch moves the window, which can bring in a task for a node that already
         // declined in this pass: repeat until a pass changes nothing of that kind.
         loop {
@@ -865,7 +708,7 @@ impl Core {
                         let nodes = &self.nodes;
                         let uniform = self.demanding.is_empty()
                             && self.avoiding.is_empty()
-                            && self.hinted.is_empty();
+                            && !self.hints.any_bound();
                         // Whether a task may run on a node with a free core now.
                         let fits_on = |t: TaskId, on: NodeId| {
                             uniform || {
@@ -1048,9 +891,6 @@ impl Core {
                 || (use_locality && self.incoming.contains_key(&(node, input.object)))
             {
                 // Held, or being fetched to this node for another task: join that fetch.
-                if let Some(c) = self.caches.as_mut() {
-                    c.touched(node, input.object);
-                }
                 Source::Local
             } else {
                 match self.pick_holder(node, input.object, kept) {
@@ -1095,10 +935,9 @@ impl Core {
         }
         self.counts.running += 1;
         self.counts.busy_slots += held.cores as u64;
-        self.transfers_dispatched(task, node, &inputs);
-        if use_locality {
-            self.two_mark_requests(task, node, &inputs);
-        }
+        self.notify(None, |h, v, fx| {
+            h.dispatched(v, task, node, &inputs, use_locality, fx)
+        });
         self.actions.push_back(Action::Dispatch(Dispatch {
             task,
             attempt,

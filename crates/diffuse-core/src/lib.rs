@@ -8,18 +8,21 @@
 //! | module | what it holds | paper term |
 //! |---|---|---|
 //! | [`core`] | [`Core`]: tasks, nodes, slots; `handle_*` in, `poll_*` out | dispatcher |
-//! | [`dispatch`] | FA, MCU, MCH, GCC behind the [`DispatchPolicy`] trait | data-aware scheduler |
+//! | [`dispatch`] | every dispatch policy behind the [`DispatchPolicy`] trait, one file each, listed once in `dispatch::registry` | data-aware scheduler |
 //! | [`locality`] | per-node candidate sets that make a decision O(\|Ti\| + log \|Q\|) | scheduling window |
-//! | [`dad`] | DAD's score of file locality and load, with a bounded delay | data-aware dispatching |
-//! | [`mixapart`] | MixApart's locality tiers (node, rack, in transfer, anywhere, storage) | compute scheduler |
+//! | [`dad`] (= `dispatch::dad`) | DAD's score of file locality and load, with a bounded delay | data-aware dispatching |
+//! | `dispatch::tiers` | MixApart's locality tiers (node, rack, in transfer, anywhere, storage) | compute scheduler |
+//! | [`mixapart`] | MixApart's transfer scheduler: its settings and counters | data transfer scheduler |
 //! | [`racks`] | which nodes share a switch | rack |
 //! | [`queue`] | the wait queue by priority and its window boundary | wait queue, window W |
 //! | [`resources`] | cores, memory, GPUs, disk: asked by tasks, had by nodes | executor = core |
 //! | [`index`] | object <-> node location index | centralized index |
-//! | [`cache`] | a node's cache with Random/FIFO/LRU/LFU eviction | store, eviction policy |
+//! | [`cache`] | a node's cache: what it holds within its quota, in its eviction order | store |
+//! | [`eviction`] | Random, FIFO, LRU, LFU behind the [`eviction::EvictionOrder`] trait, one file each, listed once in `eviction::registry` | eviction policy |
 //! | [`twomark`] | 2Mark: eviction across all nodes' caches, marking at two levels | 2Mark |
 //! | [`provision`] | static and dynamic provisioning | DRP |
 //! | [`handoff`] | cache hand-off on release: what a released node pushes, and where | (open question, section 6) |
+//! | `hooks` | the policies that act after dispatch (cache hand-off, MixApart's transfer scheduler, 2Mark) behind one trait, listed once in `hooks/registry.rs` | |
 //! | [`staging`] | staging a batch of objects to nodes: GDS's MinMin, LDS, naive | coordinated transfers |
 //! | [`bandwidth`] | per-pair transfer rates and their prediction | GDS's bandwidth prediction |
 //! | [`model`] | the abstract model of section 3.1 | abstract model |
@@ -30,9 +33,10 @@ pub mod action;
 pub mod bandwidth;
 pub mod cache;
 pub mod core;
-pub mod dad;
 pub mod dispatch;
+pub mod eviction;
 pub mod handoff;
+pub(crate) mod hooks;
 pub mod ids;
 pub mod index;
 pub mod locality;
@@ -50,8 +54,9 @@ pub mod twomark;
 pub use crate::action::{Abandoned, Action, Dispatch, Source};
 pub use crate::cache::{Admission, EvictionPolicy, NodeCache};
 pub use crate::core::{Core, CoreConfig, CoreError, Counts, JobOrder, LostTasks};
-pub use crate::dad::DadConfig;
-pub use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
+pub use crate::dispatch::dad;
+pub use crate::dispatch::dad::DadConfig;
+pub use crate::dispatch::{DispatchPolicy, PolicyKind, PolicyParams, SchedView};
 pub use crate::handoff::{Handoff, HandoffConfig};
 pub use crate::ids::{JobId, NodeId, NodeName, ObjectId, RackId, TaskId};
 pub use crate::mixapart::{PrefetchConfig, PrefetchStats};

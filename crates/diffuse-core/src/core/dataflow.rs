@@ -91,11 +91,7 @@ impl Core {
                 inputs.push(i);
             }
         }
-        if let Some(c) = self.caches.as_mut() {
-            for i in &inputs {
-                c.learn_size(i.object, i.size);
-            }
-        }
+        self.notify(None, |h, _, _| h.task_admitted(&inputs));
         let id = spec.id;
         for o in &spec.produces {
             self.intermediates.insert(
@@ -203,13 +199,8 @@ impl Core {
             }
         }
         t.held = false;
-        if let Some(c) = self.caches.as_mut() {
-            for (o, size) in sizes {
-                c.learn_size(*o, *size);
-            }
-        }
-        for (o, size) in sizes {
-            self.handle_object_size(*o, *size);
+        for &(o, size) in sizes {
+            self.notify(None, |h, _, _| h.input_size(o, size));
         }
         self.try_ready(task);
         Ok(())
@@ -234,10 +225,7 @@ impl Core {
         if let Some(im) = self.intermediates.get_mut(&object) {
             im.size = size;
         }
-        if let Some(c) = self.caches.as_mut() {
-            c.learn_size(object, size);
-        }
-        self.handle_object_size(object, size);
+        self.notify(None, |h, _, _| h.input_size(object, size));
     }
 
     fn add_reader(&mut self, task: TaskId, inputs: &[Input]) {
@@ -401,10 +389,9 @@ impl Core {
         for n in &holders {
             self.index.remove(*n, object);
             self.effective_remove_if_unused(*n, object);
-            if let Some(c) = self.caches.as_mut() {
-                c.evicted(*n, object);
-            }
-            self.two_mark_evicted(*n, object);
+            self.notify(None, |h, _, _| {
+                h.copy_gone(*n, object, Gone::Released, true)
+            });
         }
         if !holders.is_empty() {
             self.actions.push_back(Action::DropObject {

@@ -13,8 +13,9 @@ impl Core {
         self.check_hints()?;
         self.check_remakes()?;
         self.check_jobs()?;
-        self.check_transfers()?;
-        self.check_two_mark()?;
+        for h in self.hooks.iter().flatten() {
+            h.check(self)?;
+        }
         for (id, t) in &self.tasks {
             match &t.phase {
                 Phase::Blocked => blocked += 1,
@@ -121,7 +122,7 @@ impl Core {
                 }
             }
         }
-        for key in self.prefetches_under_way() {
+        for key in self.hooks.iter().flatten().flat_map(|h| h.in_transfer()) {
             *fetches.entry(key).or_default() += 1;
         }
         if fetches != self.incoming {
@@ -129,9 +130,6 @@ impl Core {
         }
         if self.tracking {
             self.locality.check(&self.effective)?;
-        }
-        if let Some(c) = &self.caches {
-            c.check(&self.index)?;
         }
         Ok(())
     }
@@ -222,8 +220,6 @@ impl Core {
         Ok(())
     }
 
-    /// Bound hints: exactly the queued tasks whose hint binds are listed under their name at
-    /// their order number; each soft deadline is its task's; no node carries a departed name.
     /// Each job's running cores add up to the busy slots; under Fair, the per-job queues hold
     /// exactly the queued tasks.
     fn check_jobs(&self) -> Result<(), String> {
@@ -306,49 +302,7 @@ impl Core {
     }
 
     fn check_hints(&self) -> Result<(), String> {
-        let mut listed = 0usize;
-        if self.hinted.values().map(BTreeSet::len).sum::<usize>() != self.hint_bound {
-            return Err("hint-bound count disagrees with the hinted sets".into());
-        }
-        for (name, set) in &self.hinted {
-            if set.is_empty() {
-                return Err(format!("an empty hint list is kept for {name}"));
-            }
-            for (seq, task) in set {
-                listed += 1;
-                let t = self
-                    .tasks
-                    .get(task)
-                    .ok_or(format!("{task} bound to {name} is unknown"))?;
-                if !matches!(t.phase, Phase::Queued { seq: s } if s == *seq) || !t.hint_live {
-                    return Err(format!(
-                        "{task} bound to {name} is not queued at {seq}, bound"
-                    ));
-                }
-                if t.hint.map(|h| h.node) != Some(*name) {
-                    return Err(format!(
-                        "{task} is listed under {name}, not its hint's name"
-                    ));
-                }
-            }
-        }
-        let live = self.tasks.values().filter(|t| t.hint_live).count();
-        if live != listed {
-            return Err(format!("{live} bound hints, {listed} listed"));
-        }
-        for (until, task) in &self.soft_deadlines {
-            let t = &self.tasks[task];
-            if t.hint_until != Some(*until) || !t.hint_live || t.hint.is_none_or(|h| h.strict) {
-                return Err(format!(
-                    "soft deadline {until:?} of {task} does not match it"
-                ));
-            }
-        }
-        for name in &self.departed {
-            if self.has_node_named(*name) {
-                return Err(format!("{name} is departed yet a node carries it"));
-            }
-        }
-        Ok(())
+        self.hints
+            .check(&self.tasks, &|name| self.has_node_named(name))
     }
 }

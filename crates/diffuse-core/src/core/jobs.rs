@@ -65,10 +65,11 @@ impl Core {
             self.kind_queued.insert(None, self.counts.queued);
         }
         self.job_policies.insert(job, kind);
-        self.kind_policies
+        let policy = self
+            .kind_policies
             .entry(kind)
-            .or_insert_with(|| kind.build(&self.cfg));
-        if kind.uses_locality() && !self.tracking {
+            .or_insert_with(|| kind.build(&self.cfg.policy_params()));
+        if policy.uses_locality() && !self.tracking {
             self.start_tracking();
         }
         Ok(())
@@ -106,7 +107,7 @@ impl Core {
             .get(&task)
             .and_then(|t| self.job_policies.get(&t.job))
         {
-            Some(kind) => kind.uses_locality(),
+            Some(kind) => self.kind_policies[kind].uses_locality(),
             None => self.policy.uses_locality(),
         }
     }

@@ -49,9 +49,7 @@ impl Core {
             },
         );
         self.free.insert(node);
-        if let Some(c) = self.caches.as_mut() {
-            c.node_joined(node);
-        }
+        self.notify(None, |h, _, _| h.node_joined(node));
         self.counts.nodes += 1;
         self.counts.slots += capacity.cores as u64;
         self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(1);
@@ -108,11 +106,7 @@ impl Core {
         if !self.nodes.contains_key(&node) {
             return Err(CoreError::UnknownNode(node));
         }
-        if let Some(c) = self.caches.as_mut() {
-            c.set_cache(node, quota, eviction);
-        }
-        self.transfers_quota(node, quota);
-        self.two_mark_store(node, quota);
+        self.notify(None, |h, _, _| h.node_cache(node, quota, eviction));
         Ok(())
     }
 
@@ -215,17 +209,13 @@ impl Core {
         self.counts.nodes -= 1;
         self.counts.slots -= entry.capacity.cores as u64;
         let held = self.index.remove_node(node);
-        if let Some(c) = self.caches.as_mut() {
-            c.node_removed(node);
-        }
         self.incoming.retain(|(n, _), _| *n != node);
         for object in self.effective.remove_node(node) {
             self.locality.object_removed(node, object);
         }
         self.locality.remove_node(node);
         self.racks.remove(node);
-        self.transfers_node_left(node);
-        self.two_mark_store_left(node);
+        self.notify(None, |h, _, _| h.node_left(node));
         if let Some(name) = entry.name {
             self.name_left(name);
         }

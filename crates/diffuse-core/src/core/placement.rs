@@ -3,7 +3,8 @@
 //! and what becomes of a hard-hinted task whose node left.
 //!
 //! A queued task's hint *binds* while it is hard, or soft and within its wait. A bound task is
-//! listed under the name it asks for (`Core::hinted`, in queue order); a free node of that
+//! listed under the name it asks for (in queue order, by [`super::hints::Hints`], which owns
+//! the state); a free node of that
 //! name takes the first one that fits before its policy's choice, and no other node takes it.
 //! A soft hint's wait starts at the first dispatch pass after the task is queued (a pass runs
 //! at the driver's next `poll_action`, with its `now`), and starts again if the task is queued
@@ -20,7 +21,7 @@ impl Core {
             .get_mut(&node)
             .ok_or(CoreError::UnknownNode(node))?;
         let old = n.name.replace(name);
-        self.departed.remove(&name);
+        self.hints.arrived(name);
         if let Some(old) = old.filter(|o| *o != name) {
             // Renamed: its old name may now have no node.
             self.name_left(old);
@@ -45,7 +46,7 @@ impl Core {
         }
         self.tasks.get_mut(&task).expect("task exists").hint = Some(hint);
         if let Phase::Queued { seq } = self.tasks[&task].phase {
-            if hint.strict && self.departed.contains(&hint.node) {
+            if hint.strict && self.hints.is_departed(hint.node) {
                 // Its only place has left the pool: it can never run.
                 self.abandon(task, Abandoned::HintedNodeLeft { node: hint.node });
                 return Ok(true);
@@ -71,97 +72,33 @@ impl Core {
     /// A task just queued at order `seq`: its hint binds it.
     pub(super) fn bind_hint(&mut self, task: TaskId, seq: u64) {
         let t = self.tasks.get_mut(&task).expect("task exists");
-        let Some(h) = t.hint else {
-            return;
-        };
-        t.hint_live = true;
-        t.hint_until = None;
-        if self.hinted.entry(h.node).or_default().insert((seq, task)) {
-            self.hint_bound += 1;
-        }
-        if !h.strict {
-            self.soft_unstarted.push(task);
-        }
+        self.hints.bind(task, t, seq);
     }
 
     /// A task leaves the queue (dispatched, cancelled, abandoned): its hint no longer binds.
     pub(super) fn unbind_hint(&mut self, task: TaskId, seq: u64) {
-        let Some(t) = self.tasks.get_mut(&task) else {
-            return;
-        };
-        let (Some(h), true) = (t.hint, t.hint_live) else {
-            return;
-        };
-        t.hint_live = false;
-        if let Some(until) = t.hint_until.take() {
-            self.soft_deadlines.remove(&(until, task));
-        }
-        if let Some(set) = self.hinted.get_mut(&h.node) {
-            if set.remove(&(seq, task)) {
-                self.hint_bound -= 1;
-            }
-            if set.is_empty() {
-                self.hinted.remove(&h.node);
-            }
-        }
-        // Rare (a soft-hinted task leaving within the pass that queued it): a linear scan.
-        if !h.strict {
-            self.soft_unstarted.retain(|t| *t != task);
+        if let Some(t) = self.tasks.get_mut(&task) {
+            self.hints.unbind(task, t, seq);
         }
     }
 
     /// The scheduling window's bound: W tasks deep, not counting the tasks a hint binds to a
     /// node (they are offered to that node only, so they must not crowd the others out).
     pub(super) fn window_bound(&self) -> u64 {
-        self.queue.window_bound(self.cfg.window + self.hint_bound)
+        self.queue
+            .window_bound(self.cfg.window + self.hints.bound())
     }
 
-    /// When the next soft hint lapses.
-    pub(super) fn next_hint_lapse(&self) -> Option<Time> {
-        self.soft_deadlines.first().map(|(t, _)| *t)
-    }
-
-    /// Start the waits of soft hints queued since the last pass; unbind those that lapsed.
-    pub(super) fn time_hints(&mut self, now: Time) {
-        for task in std::mem::take(&mut self.soft_unstarted) {
-            let Some(t) = self.tasks.get_mut(&task) else {
-                continue;
-            };
-            if let (Some(h), true) = (t.hint, t.hint_live) {
-                let until = now + h.wait;
-                t.hint_until = Some(until);
-                self.soft_deadlines.insert((until, task));
-            }
-        }
-        while let Some(&(until, task)) = self.soft_deadlines.first() {
-            if until > now {
-                break;
-            }
-            let Phase::Queued { seq } = self.tasks[&task].phase else {
-                unreachable!("a bound hint belongs to a queued task");
-            };
-            self.unbind_hint(task, seq);
-        }
-    }
-
-    /// The first task bound to `node`'s name that fits what `node` has free now (a hint
-    /// outranks the avoidance of the node a task last failed on).
+    /// The first task bound to `node`'s name that fits what `node` has free now.
     pub(super) fn next_hinted(&self, node: NodeId, now: Time) -> Option<TaskId> {
-        let n = self.nodes.get(&node)?;
-        let set = self.hinted.get(&n.name?)?;
-        let room = n.capacity.minus(&n.used);
-        set.iter().map(|(_, t)| *t).find(|t| {
-            let e = &self.tasks[t];
-            e.resources.fits_in(&room)
-                && e.walltime
-                    .is_none_or(|w| n.ends_at.is_none_or(|end| now + w <= end))
-        })
+        self.hints
+            .next_for(self.nodes.get(&node)?, &self.tasks, now)
     }
 
     /// The name a hard-hinted task asks for, if its last node has left.
     pub(super) fn hinted_at_departed(&self, task: TaskId) -> Option<NodeName> {
         let h = self.tasks.get(&task)?.hint?;
-        (h.strict && self.departed.contains(&h.node)).then_some(h.node)
+        (h.strict && self.hints.is_departed(h.node)).then_some(h.node)
     }
 
     /// `name`'s node left: if it was the last of that name, the queued tasks hard-hinted at
@@ -170,13 +107,8 @@ impl Core {
         if self.has_node_named(name) {
             return;
         }
-        self.departed.insert(name);
-        let bound: Vec<TaskId> = self
-            .hinted
-            .get(&name)
-            .map(|set| set.iter().map(|(_, t)| *t).collect())
-            .unwrap_or_default();
-        for task in bound {
+        self.hints.departed(name);
+        for task in self.hints.bound_to(name) {
             if self
                 .tasks
                 .get(&task)

@@ -6,7 +6,7 @@ use super::*;
 impl Core {
     /// A deadline returned by `poll_timeout` has passed: run provisioning.
     pub fn handle_timeout(&mut self, now: Time) {
-        let Some(alloc) = self.allocator.as_mut() else {
+        let Some(alloc) = self.allocator.as_ref() else {
             return;
         };
         if now < self.next_check {
@@ -14,9 +14,8 @@ impl Core {
         }
         let cfg = alloc.config().clone();
         self.next_check = now + cfg.check_interval;
-        if let (Some(c), Some(h)) = (self.caches.as_mut(), &self.cfg.handoff) {
-            c.expire(now, h.time_bound);
-        }
+        self.notify(None, |h, _, _| h.timeout(now));
+        let alloc = self.allocator.as_mut().expect("checked above");
         let want = alloc.nodes_to_acquire(Demand {
             queued: self.counts.queued + self.waiting,
             free_slots: self.counts.slots - self.counts.busy_slots,
@@ -37,7 +36,7 @@ impl Core {
                         && n.serving == 0
                         && now.since(t) >= cfg.idle_timeout
                         && !self.holds_needed_intermediate(*id)
-                        && !self.holds_prefetches(*id) =>
+                        && !self.kept_by_hook(*id) =>
                 {
                     Some((t, *id))
                 }
@@ -56,43 +55,18 @@ impl Core {
         }
     }
 
-    /// What `node` pushes before it goes (see [`handoff`]); the nodes in `releasing` go in the
-    /// same round and receive nothing. The pushes reserve room on their targets.
+    /// What `node` pushes before it goes (cache hand-off, [`crate::hooks::handoff`]); the
+    /// nodes in `releasing` go in the same round and receive nothing.
     fn plan_handoff(
         &mut self,
         node: NodeId,
         releasing: &BTreeSet<NodeId>,
         now: Time,
     ) -> Vec<Handoff> {
-        let (Some(cfg), Some(caches)) = (&self.cfg.handoff, &self.caches) else {
-            return Vec::new();
-        };
-        let targets: Vec<Target> = self
-            .nodes
-            .iter()
-            .filter(|(id, _)| !releasing.contains(id))
-            .map(|(id, n)| Target {
-                node: *id,
-                busy: !n.running.is_empty() || n.serving > 0,
-            })
-            .collect();
-        let locality = &self.locality;
-        let wanted = |o: ObjectId| {
-            locality
-                .wanted(o)
-                .map(|(readers, first)| Want { readers, first })
-        };
-        let plan = handoff::plan(&PlanInput {
-            node,
-            index: &self.effective,
-            caches,
-            targets: &targets,
-            wanted: &wanted,
-            budget: cfg.budget,
+        let mut plan = Vec::new();
+        self.notify(None, |h, v, _| {
+            plan.extend(h.node_released(v, node, releasing, now))
         });
-        if let Some(c) = self.caches.as_mut() {
-            c.reserve(&plan, now);
-        }
         plan
     }
 }

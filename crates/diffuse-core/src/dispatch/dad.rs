@@ -24,7 +24,8 @@
 //! A task may state its own beta (`TaskSpec::dad_beta`, the paper's future work). A task whose
 //! beta is under the local threshold waits only for busy nodes holding its data.
 
-use crate::dispatch::{DispatchPolicy, SchedView};
+use super::policy::DispatchPolicy;
+use super::view::SchedView;
 use crate::ids::{NodeId, TaskId};
 use crate::time::Time;
 use rustc_hash::FxHashMap;
@@ -230,9 +231,6 @@ impl DataAwareDispatch {
 }
 
 impl DispatchPolicy for DataAwareDispatch {
-    fn name(&self) -> &'static str {
-        "dad"
-    }
     // One decision per node: DAD has no separate local pass (its score already prefers local
     // nodes), so the first pass passes.
     fn choose_local(&mut self, _: &SchedView<'_>, _: NodeId, _: Time) -> Option<TaskId> {
