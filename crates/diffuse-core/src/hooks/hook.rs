@@ -127,7 +127,7 @@ impl Effects {
 /// A policy that acts after dispatch. Every event has a no-op default; the core calls them in
 /// the order listed in its module documentation (`core.rs`), each with what it needs.
 #[allow(unused_variables)]
-pub(crate) trait Hook: Any {
+pub(crate) trait Hook: Any + Send {
     /// A task was submitted with these inputs (before it is checked; duplicates included).
     fn task_submitted(&mut self, inputs: &[Input]) {}
 
