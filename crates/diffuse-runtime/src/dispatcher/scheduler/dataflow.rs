@@ -78,10 +78,7 @@ pub fn check(
             }
             if let Some(j) = writer.get(uri.as_str()) {
                 needs[i].push(*j);
-            } else if !objects
-                .get(uri)
-                .is_some_and(|o| objects.producer(o).is_some())
-            {
+            } else if objects.get(uri).and_then(|o| objects.producer(o)).is_none() {
                 return Err(bad(
                     d,
                     format!("inputs[{k}]"),

@@ -18,22 +18,27 @@
 //! dispatcher, [`comm::RecordingComm`] in the scheduler's unit tests (`tests/`), which drive it
 //! one message and one round at a time, without sockets.
 //!
-//! | module | what it holds |
+//! Each child owns its state and is a leaf: it imports its siblings' types, never this module;
+//! the scheduler composes them, and routes each message and each of the core's actions to the
+//! owners it touches (the handlers that touch several owners are here).
+//!
+//! | module | what it decides or holds |
 //! |---|---|
-//! | this one | the scheduler's state, the round loop, messages handed to their owners; submission, cancellation, outcomes |
+//! | this one | the scheduler: its owners, the round loop, messages and the core's actions routed; submission, cancellation, outcomes, workers coming and going |
 //! | [`msg`] | [`SchedulerMsg`], the thread's one input |
-//! | [`views`] | the answers: status counters, task, batch and link views, submission errors |
+//! | [`views`] | the answers: status counters, task, batch and link views, failures, submission errors |
 //! | [`comm`] | the seam to the outside: [`Comm`], [`LiveComm`], [`comm::RecordingComm`] |
+//! | [`shared`] | [`shared::Shared`]: the core, sessions, objects and comm borrowed for one step; peer reads |
 //! | [`sessions`] | the registry of connected workers |
 //! | [`progress`] | the round's journal traffic; outcomes not yet confirmed |
-//! | `workers` | what workers say (hello, reports, lookups, results), dispatch, losing a worker |
 //! | [`tasks`] | the task table: phases, the index by state, batches |
-//! | `dataflow` | a batch's dependencies checked and ordered; abandoned tasks; released objects |
+//! | [`objects`] | the object table (URIs, versions, producers, sizes, placements); Hercules' locate view |
+//! | [`workers`] | an attempt's assignment sent, a changed version dropped, a report's outcome and traffic |
+//! | [`dataflow`] | a batch's dependencies checked and ordered; what a task waits for; abandoned tasks' errors; released objects; lookups deferred until producers succeed |
 //! | [`lookup`] | input lookups asked of workers |
-//! | [`jobs`] | jobs: their counters, cancelling one whole, a job's own dispatch policy |
-//! | [`objects`] | Hercules' locate and place (`GET /v1/objects/{uri}`, its placement) |
-//! | `placement` | placement hints: workers' names to the core, strict hints checked at submission |
-//! | `prefetch` | MixApart: racks, prefetches carried out, the storage cap shared by demand; 2Mark's moves |
+//! | [`jobs`] | jobs: their task lists and counters, a job's own dispatch policy |
+//! | [`placement`] | workers' names for the core, strict hints checked at submission, Hercules' place |
+//! | [`prefetch`] | MixApart: racks, prefetches carried out, the storage cap shared by demand; 2Mark's evictions and moves |
 //! | [`pool`] | the elastic pool: provisioning decisions out, workers by state in, cache hand-off |
 //! | [`batches`] | batches staged to workers (`diffuse stage`, GDS) |
 //! | [`series`] | the dashboard's samples (`GET /v1/series`) and the last failures |
@@ -75,12 +80,12 @@ use comm::WorkerLink;
 use dataflow::Deferred;
 use diffuse_core::bandwidth::Endpoint;
 use diffuse_core::{
-    Action, Core, CoreError, Handoff, Input, NodeId, ObjectId, Outcome, Placement, Resources,
-    TaskId, TaskSpec, TaskState, Time,
+    Action, Core, CoreError, Handoff, Input, NodeId, ObjectId, Outcome, Resources, TaskId,
+    TaskSpec, TaskState, Time,
 };
 use jobs::{JobCancelled, Jobs};
 use lookup::{Lookups, Waiter};
-use objects::{ObjectTable, PlaceError};
+use objects::ObjectTable;
 use placement::NodeNames;
 use pool::PoolLink;
 use prefetch::Prefetch;
@@ -551,7 +556,8 @@ impl Scheduler {
                 let _ = reply.send(view);
             }
             SchedulerMsg::Place(uri, name, reply) => {
-                let _ = reply.send(self.place(&uri, &name));
+                let (sh, tasks) = (&mut shared!(self), &self.tasks);
+                let _ = reply.send(placement::place(&uri, &name, sh, tasks, &mut self.names));
             }
             SchedulerMsg::PeerOf(name, reply) => {
                 let url = self
@@ -988,7 +994,7 @@ impl Scheduler {
                 self.objects.set_tmp_size(o, k.size);
                 self.core.handle_intermediate_size(o, k.size);
                 let _ = self.core.handle_object_cached(node, o, now);
-                self.copy_placed(o);
+                placement::copy_placed(o, &mut shared!(self));
             }
         }
         let remake = matches!(self.tasks.get(t).phase, Phase::Done(_));
@@ -1291,77 +1297,6 @@ impl Scheduler {
         match self.pool.as_mut() {
             Some(p) => p.release(node, s, handoff, sh),
             None => pool::finish_release(sh.comm, false, node, s),
-        }
-    }
-
-    /// If `o` was placed on a worker that lacks it, that worker fetches it from a holder.
-    fn copy_placed(&mut self, o: ObjectId) {
-        let Some(name) = self.objects.placed(o) else {
-            return;
-        };
-        let Some(target) = self.sessions.by_name(name) else {
-            return;
-        };
-        let holders = self.core.locate(o);
-        if holders.contains(&target) {
-            return;
-        }
-        if let Some(&from) = holders.first() {
-            let size = self.objects.tmp_size(o).unwrap_or(0);
-            shared!(self).fetch_from_peer(o, size, from, target);
-        }
-    }
-
-    /// Place `tmp://` object `uri` on worker `name`: its producer, if it has not started, will
-    /// run only there (a strict hint); if it runs, the object is copied there once written; if
-    /// written, it is copied there now. Returns what was done, in a few words.
-    fn place(&mut self, uri: &str, name: &str) -> Result<String, PlaceError> {
-        let Some(o) = self.objects.get(uri) else {
-            return Err(PlaceError::Unknown(format!(
-                "no task reads or writes {uri}"
-            )));
-        };
-        let Some(producer) = self.objects.producer(o) else {
-            return Err(PlaceError::Invalid(format!(
-                "{uri}: only tmp:// objects are placed (others are cached where tasks read them)"
-            )));
-        };
-        if !self.sessions.values().any(|s| s.name == name) {
-            return Err(PlaceError::Invalid(format!(
-                "no worker named '{name}' is connected"
-            )));
-        }
-        let view = self
-            .objects
-            .view(uri, &self.core, &self.sessions, &self.tasks)
-            .expect("known object");
-        if matches!(view.state, "failed" | "released") {
-            return Err(PlaceError::Invalid(format!(
-                "{uri} is {}: there is nothing to place",
-                view.state
-            )));
-        }
-        self.objects.place(o, name);
-        if view.nodes.iter().any(|n| n == name) {
-            return Ok(format!("{uri} is already on '{name}'"));
-        }
-        if view.state == "written" {
-            self.copy_placed(o);
-            return Ok(format!("{uri} is being copied to '{name}'"));
-        }
-        let hint = Placement {
-            node: self.names.id(name),
-            strict: true,
-            wait: Duration::ZERO,
-        };
-        let now = self.now();
-        let producer_id = &self.tasks.get(producer).def.id;
-        match self.core.handle_hint(producer, hint, now) {
-            Ok(true) => Ok(format!("its producer '{producer_id}' will run on '{name}'")),
-            // Running (or run again to remake it): copied there once written.
-            _ => Ok(format!(
-                "{uri} will be copied to '{name}' once its producer '{producer_id}' has written it"
-            )),
         }
     }
 

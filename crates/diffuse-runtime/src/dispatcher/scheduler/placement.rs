@@ -1,12 +1,17 @@
 //! Placement hints, live: workers' names become the core's [`NodeName`]s ([`NodeNames`]), a
 //! strict hint is checked at submission against the workers connected then, and whether a hint
-//! held is recorded with the task's result. The rule itself is the core's
-//! ([`diffuse_core::Placement`]).
+//! held is recorded with the task's result. Hercules' place, live
+//! (`PUT /v1/objects/{uri}/placement`): a `tmp://` object asked for on a worker (its producer
+//! runs there if it has not started; once written, the object is copied there). The rule itself
+//! is the core's ([`diffuse_core::Placement`]).
 
+use super::objects::PlaceError;
 use super::sessions::Sessions;
+use super::shared::Shared;
+use super::tasks::TaskTable;
 use super::views::SubmitError;
 use crate::spec::TaskDef;
-use diffuse_core::{Core, NodeId, NodeName, Placement};
+use diffuse_core::{Core, NodeId, NodeName, ObjectId, Placement};
 use rustc_hash::FxHashMap;
 
 /// Workers' names as the core knows them (placement hints name them).
@@ -118,4 +123,80 @@ pub fn check_hints(defs: &[TaskDef], sessions: &Sessions, core: &Core) -> Result
 pub fn hint_held(def: &TaskDef, sessions: &Sessions, node: NodeId) -> Option<bool> {
     let h = def.more.as_ref()?.hint.as_ref()?;
     Some(sessions.get(&node).is_some_and(|s| s.name == h.name()))
+}
+
+/// Place `tmp://` object `uri` on worker `name`: its producer, if it has not started, will run
+/// only there (a strict hint); if it runs, the object is copied there once written; if written,
+/// it is copied there now. Returns what was done, in a few words.
+pub fn place(
+    uri: &str,
+    name: &str,
+    sh: &mut Shared,
+    tasks: &TaskTable,
+    names: &mut NodeNames,
+) -> Result<String, PlaceError> {
+    let Some(o) = sh.objects.get(uri) else {
+        return Err(PlaceError::Unknown(format!(
+            "no task reads or writes {uri}"
+        )));
+    };
+    let Some(producer) = sh.objects.producer(o) else {
+        return Err(PlaceError::Invalid(format!(
+            "{uri}: only tmp:// objects are placed (others are cached where tasks read them)"
+        )));
+    };
+    if !sh.sessions.values().any(|s| s.name == name) {
+        return Err(PlaceError::Invalid(format!(
+            "no worker named '{name}' is connected"
+        )));
+    }
+    let view = sh
+        .objects
+        .view(uri, sh.core, sh.sessions, tasks)
+        .expect("known object");
+    if matches!(view.state, "failed" | "released") {
+        return Err(PlaceError::Invalid(format!(
+            "{uri} is {}: there is nothing to place",
+            view.state
+        )));
+    }
+    sh.objects.place(o, name);
+    if view.nodes.iter().any(|n| n == name) {
+        return Ok(format!("{uri} is already on '{name}'"));
+    }
+    if view.state == "written" {
+        copy_placed(o, sh);
+        return Ok(format!("{uri} is being copied to '{name}'"));
+    }
+    let hint = Placement {
+        node: names.id(name),
+        strict: true,
+        wait: std::time::Duration::ZERO,
+    };
+    let producer_id = &tasks.get(producer).def.id;
+    match sh.core.handle_hint(producer, hint, sh.now) {
+        Ok(true) => Ok(format!("its producer '{producer_id}' will run on '{name}'")),
+        // Running (or run again to remake it): copied there once written.
+        _ => Ok(format!(
+            "{uri} will be copied to '{name}' once its producer '{producer_id}' has written it"
+        )),
+    }
+}
+
+/// If `o` was placed on a worker that lacks it, that worker fetches it from a holder.
+pub fn copy_placed(o: ObjectId, sh: &mut Shared) {
+    let Some(name) = sh.objects.placed(o) else {
+        return;
+    };
+    let Some(target) = sh.sessions.by_name(name) else {
+        return;
+    };
+    let holders = sh.core.locate(o);
+    if holders.contains(&target) {
+        return;
+    }
+    if let Some(&from) = holders.first() {
+        let size = sh.objects.tmp_size(o).unwrap_or(0);
+        sh.fetch_from_peer(o, size, from, target);
+    }
 }

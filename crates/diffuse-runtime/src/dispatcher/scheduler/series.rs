@@ -64,9 +64,8 @@ pub struct Series {
 impl Series {
     /// Whether a second has passed since the last sample (or none was taken).
     pub fn due(&self) -> bool {
-        !self
-            .last
-            .is_some_and(|l| l.elapsed() < Duration::from_secs(1))
+        self.last
+            .is_none_or(|l| l.elapsed() >= Duration::from_secs(1))
     }
 
     /// Take a sample of `s`, at unix time `t`.
