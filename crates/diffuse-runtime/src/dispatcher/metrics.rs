@@ -1,17 +1,46 @@
-//! The Prometheus text exposition of the dispatcher's counters (`GET /metrics`), and the
-//! histograms the scheduler keeps for it. The output passes `promtool check metrics`
-//! (`crates/diffuse/tests/usability.rs`).
+//! `GET /metrics`: what the dispatcher shows Prometheus, encoded in the Prometheus text format
+//! (0.0.4) by `prometheus-client`, the Prometheus project's Rust client. The output passes
+//! `promtool check metrics` (`crates/diffuse/tests/surfaces.rs`).
+//!
+//! The values are the scheduler's counters at the moment of the scrape: the API fills a
+//! [`Scrape`] from the scheduler's status and the server's connection counters, and this
+//! module, which imports nothing from the scheduler, names, describes and encodes them: one
+//! table, `METRICS`, gives each metric's name, type, HELP text and samples, and a
+//! [`Collector`] over the snapshot writes them. It also holds [`Histogram`], the seconds
+//! histogram the scheduler records into.
 
-use super::scheduler::Status;
+use crate::proto::Traffic;
+use diffuse_core::twomark::TwoMarkStats;
+use diffuse_core::PrefetchStats;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    prometheus_text, DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType::{self, Counter, Gauge, Histogram as Hist};
+use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The `Content-Type` of [`metrics_text`]'s output.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// Upper bounds of the buckets of the seconds histograms, from 10 ms to an hour.
 pub const SECONDS_BUCKETS: [f64; 14] = [
     0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 ];
 
-/// A Prometheus histogram over [`SECONDS_BUCKETS`]: counts per bucket (not cumulative; the
-/// last counts what is above every bound), their sum and count.
+/// A histogram over [`SECONDS_BUCKETS`]: counts per bucket (not cumulative; the last counts
+/// what is above every bound), their sum and count.
+///
+/// Kept here rather than `prometheus_client::metrics::histogram::Histogram` because it is
+/// also data: `/v1/status` serializes it (`diffuse calibrate` reads `pool.startup_seconds`),
+/// and the scheduler hands out copies of it in each status snapshot. prometheus-client's
+/// histogram is a shared atomic cell with no serde and no way to read its buckets back but
+/// encoding them. Only the recording is ours; the exposition is prometheus-client's
+/// ([`EncodeMetric`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Histogram {
     /// Observations per bucket; one more than the bounds (`+Inf`).
@@ -39,213 +68,419 @@ impl Histogram {
         self.sum += v;
         self.count += 1;
     }
+}
 
-    fn text(&self, name: &str, help: &str, out: &mut String) {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
-        let mut cum = 0;
-        for (i, bound) in SECONDS_BUCKETS.iter().enumerate() {
-            cum += self.buckets.get(i).copied().unwrap_or(0);
-            out.push_str(&format!("{name}_bucket{{le=\"{bound}\"}} {cum}\n"));
-        }
-        out.push_str(&format!(
-            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}\n",
-            self.count, self.sum, self.count
-        ));
+impl EncodeMetric for Histogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        // Per-bucket counts with their upper bounds; the encoder sums them and adds `+Inf`.
+        let buckets: Vec<(f64, u64)> = SECONDS_BUCKETS
+            .iter()
+            .enumerate()
+            .map(|(i, bound)| (*bound, self.buckets.get(i).copied().unwrap_or(0)))
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(self.sum, self.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 
-/// Prometheus text exposition format.
-pub fn metrics_text(s: &Status) -> String {
-    let mut histograms = String::new();
-    s.task_run_seconds.text(
-        "diffuse_task_run_seconds",
-        "Seconds from a task's process start to its end, over finished attempts.",
-        &mut histograms,
-    );
-    s.task_staging_seconds.text(
-        "diffuse_task_staging_seconds",
-        "Seconds an attempt spent staging its inputs before its process started.",
-        &mut histograms,
-    );
-    if let Some(p) = &s.pool {
-        p.startup_seconds.text(
-            "diffuse_pool_worker_startup_seconds",
-            "Seconds from asking the resource manager for a worker to its joining.",
-            &mut histograms,
-        );
-    }
+/// What one scrape of `GET /metrics` shows: the scheduler's counters and the API server's
+/// connection counters at that moment. An `Option` left `None` leaves its metrics out.
+#[derive(Clone, Debug, Default)]
+pub struct Scrape {
+    /// Tasks waiting in the queue (and for their inputs to be looked up).
+    pub queued: u64,
+    /// Tasks dispatched and not finished.
+    pub running: u64,
+    /// Tasks finished with exit code 0.
+    pub succeeded: u64,
+    /// Tasks finished otherwise.
+    pub failed: u64,
+    /// Tasks cancelled.
+    pub cancelled: u64,
+    /// Queued tasks that ask for more than any connected worker has.
+    pub unschedulable: u64,
+    /// Slots on connected workers.
+    pub slots: u64,
+    /// Slots running a task.
+    pub busy_slots: u64,
+    /// Connected workers.
+    pub nodes: u32,
+    /// Workers by state (requested, pending, starting, running, idle, lost, releasing).
+    pub workers_by_state: BTreeMap<String, u32>,
+    /// The elastic pool's counters (none for a static pool).
+    pub pool: Option<PoolScrape>,
+    /// Input accesses and bytes by source, over finished attempts.
+    pub traffic: Traffic,
+    /// What the transfer scheduler's prefetches became.
+    pub prefetch: PrefetchStats,
+    /// What 2Mark did (`--two-mark`).
+    pub two_mark: Option<TwoMarkStats>,
+    /// The rates predicted between workers (and from storage).
+    pub links: Vec<LinkRate>,
+    /// The cap on storage reads and its budget in use (`--storage-bandwidth-cap`).
+    pub storage_cap: Option<StorageCap>,
+    /// Seconds from a task's process start to its end, over finished attempts.
+    pub task_run_seconds: Histogram,
+    /// Seconds attempts spent staging their inputs.
+    pub task_staging_seconds: Histogram,
+    /// Connections closed at the connection limit to make room for a new one.
+    pub connections_evicted: u64,
+    /// New connections closed at once at the connection limit.
+    pub connections_refused: u64,
+}
+
+/// An elastic pool's counters in a [`Scrape`].
+#[derive(Clone, Debug, Default)]
+pub struct PoolScrape {
+    /// Pool requests whose worker never connected.
+    pub failed_requests: u64,
+    /// Jobs no request owned, adopted as workers.
+    pub extra_jobs_adopted: u64,
+    /// Jobs no request owned, cancelled.
+    pub extra_jobs_cancelled: u64,
+    /// Seconds from asking for a worker to its joining.
+    pub startup_seconds: Histogram,
+}
+
+/// One predicted link rate in a [`Scrape`].
+#[derive(Clone, Debug, Default)]
+pub struct LinkRate {
+    /// A worker's name, or `storage`.
+    pub from: String,
+    /// A worker's name.
+    pub to: String,
+    /// Predicted bytes per second.
+    pub bytes_per_s: f64,
+}
+
+/// The storage cap in a [`Scrape`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StorageCap {
+    /// The cap, bytes per second.
+    pub bytes_per_s: f64,
+    /// The budgeted rate of the storage reads under way.
+    pub used_bytes_per_s: u64,
+}
+
+/// The Prometheus text exposition (0.0.4) of one scrape.
+pub fn metrics_text(scrape: Scrape) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(scrape));
     let mut out = String::new();
-    let mut metric = |name: &str, help: &str, kind: &str, samples: &[(&str, f64)]| {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-        for (labels, v) in samples {
-            out.push_str(&format!("{name}{labels} {v}\n"));
-        }
-    };
-    metric(
-        "diffuse_queue_length",
-        "Tasks waiting in the queue.",
-        "gauge",
-        &[("", s.queued as f64)],
-    );
-    metric(
-        "diffuse_slots",
-        "Slots on connected workers.",
-        "gauge",
-        &[("", s.slots as f64)],
-    );
-    metric(
-        "diffuse_slots_busy",
-        "Slots running a task.",
-        "gauge",
-        &[("", s.busy_slots as f64)],
-    );
-    metric(
-        "diffuse_nodes",
-        "Connected workers.",
-        "gauge",
-        &[("", s.workers as f64)],
-    );
-    let by_state: Vec<(String, f64)> = s
-        .workers_by_state
-        .iter()
-        .map(|(k, n)| (format!("{{state=\"{k}\"}}"), *n as f64))
-        .collect();
-    let by_state: Vec<(&str, f64)> = by_state.iter().map(|(k, n)| (k.as_str(), *n)).collect();
-    metric(
-        "diffuse_workers",
-        "Workers by state: requested, pending, starting (pool requests not yet connected), running, idle, lost, releasing.",
-        "gauge",
-        &by_state,
-    );
-    if let Some(p) = &s.pool {
-        metric(
-            "diffuse_pool_failed_requests_total",
-            "Pool requests whose worker never connected (failed submissions, jobs that ended first).",
-            "counter",
-            &[("", p.failed_requests as f64)],
-        );
-        metric(
-            "diffuse_pool_extra_jobs_total",
-            "Jobs under the pool's names that no request owned (a failed submission that was made after all), by what was done: adopted or cancelled.",
-            "counter",
-            &[
-                ("{action=\"adopted\"}", p.extra_jobs_adopted as f64),
-                ("{action=\"cancelled\"}", p.extra_jobs_cancelled as f64),
-            ],
-        );
-    }
-    metric(
-        "diffuse_tasks",
-        "Tasks by state.",
-        "gauge",
-        &[
-            ("{state=\"queued\"}", s.queued as f64),
-            ("{state=\"running\"}", s.running as f64),
-            ("{state=\"succeeded\"}", s.succeeded as f64),
-            ("{state=\"failed\"}", s.failed as f64),
-            ("{state=\"cancelled\"}", s.cancelled as f64),
-        ],
-    );
-    metric(
-        "diffuse_tasks_unschedulable",
-        "Queued tasks that ask for more than any connected worker has.",
-        "gauge",
-        &[("", s.unschedulable as f64)],
-    );
-    let t = &s.traffic;
-    metric(
-        "diffuse_accesses_total",
-        "Input accesses by source.",
-        "counter",
-        &[
-            ("{source=\"local\"}", t.local as f64),
-            ("{source=\"peer\"}", t.peer as f64),
-            ("{source=\"storage\"}", t.storage as f64),
-        ],
-    );
-    metric(
-        "diffuse_bytes_total",
-        "Input bytes by source.",
-        "counter",
-        &[
-            ("{source=\"local\"}", t.bytes_local as f64),
-            ("{source=\"peer\"}", t.bytes_peer as f64),
-            ("{source=\"storage\"}", t.bytes_storage as f64),
-        ],
-    );
-    let p = &s.prefetch;
-    metric(
-        "diffuse_prefetches_total",
-        "Prefetches from storage by the transfer scheduler, by what became of them.",
-        "counter",
-        &[
-            ("{event=\"issued\"}", p.issued as f64),
-            ("{event=\"landed\"}", p.landed as f64),
-            ("{event=\"failed\"}", p.failed as f64),
-            ("{event=\"read\"}", p.read as f64),
-            ("{event=\"evicted_unread\"}", p.evicted_unread as f64),
-        ],
-    );
-    metric(
-        "diffuse_prefetch_bytes_total",
-        "Bytes asked for by prefetches.",
-        "counter",
-        &[("", p.issued_bytes as f64)],
-    );
-    if let Some(m) = &s.two_mark {
-        metric(
-            "diffuse_two_mark_total",
-            "What 2Mark did: local and global phases begun, copies evicted (of which replicas), copies moved.",
-            "counter",
-            &[
-                ("{event=\"local_phase\"}", m.local_phases as f64),
-                ("{event=\"global_phase\"}", m.global_phases as f64),
-                ("{event=\"evicted\"}", m.evicted as f64),
-                ("{event=\"evicted_replica\"}", m.evicted_replicas as f64),
-                ("{event=\"moved\"}", m.moved as f64),
-            ],
-        );
-    }
-    if !s.links.is_empty() {
-        let samples: Vec<(String, f64)> = s
-            .links
-            .iter()
-            .map(|l| {
-                (
-                    format!("{{from=\"{}\",to=\"{}\"}}", label(&l.from), label(&l.to)),
-                    l.predicted_bytes_per_s,
-                )
-            })
-            .collect();
-        let samples: Vec<(&str, f64)> = samples.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        metric(
-            "diffuse_link_predicted_bytes_per_second",
-            "The rate predicted from one worker (or storage) to another by the transfers between them (GDS's mean over a window, times its feedback scale).",
-            "gauge",
-            &samples,
-        );
-    }
-    if let Some(cap) = s.storage_cap {
-        metric(
-            "diffuse_storage_cap_bytes_per_second",
-            "The cap on reads from persistent storage (--storage-bandwidth-cap).",
-            "gauge",
-            &[("", cap)],
-        );
-        metric(
-            "diffuse_storage_budget_used_bytes_per_second",
-            "The budgeted rate of the storage reads under way.",
-            "gauge",
-            &[("", s.storage_budget_used as f64)],
-        );
-    }
-    out.push_str(&histograms);
+    prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
     out
 }
 
-/// A label value with `\`, `"` and newlines escaped, as the exposition format wants.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// One row of [`METRICS`]: a metric's name, type and HELP text, and where its samples come
+/// from in a scrape.
+struct Def {
+    /// The name; a counter's without `_total`, which the encoder appends.
+    name: &'static str,
+    kind: MetricType,
+    help: &'static str,
+    /// The samples; `None` leaves the metric out (its feature is off).
+    samples: for<'a> fn(&'a Scrape) -> Option<Samples<'a>>,
 }
+
+/// A metric's samples in one scrape.
+enum Samples<'a> {
+    /// One sample without labels.
+    One(Value),
+    /// One sample per value of one label.
+    By(&'static str, Vec<(&'a str, Value)>),
+    /// One sample per link, labelled `from` and `to`.
+    Links(&'a [LinkRate]),
+    /// A histogram.
+    Histogram(&'a Histogram),
+}
+
+/// A sample's value.
+#[derive(Clone, Copy)]
+enum Value {
+    Int(u64),
+    Float(f64),
+}
+
+impl From<u64> for Value {
+    fn from(v: u64) -> Value {
+        Value::Int(v)
+    }
+}
+
+impl From<u32> for Value {
+    fn from(v: u32) -> Value {
+        Value::Int(v.into())
+    }
+}
+
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Float(v)
+    }
+}
+
+impl Value {
+    /// Write it as a sample of a metric of type `kind`.
+    fn encode(self, kind: MetricType, encoder: MetricEncoder) -> fmt::Result {
+        match (kind, self) {
+            (MetricType::Counter, Value::Int(n)) => ConstCounter::new(n).encode(encoder),
+            (MetricType::Counter, Value::Float(v)) => ConstCounter::new(v).encode(encoder),
+            (_, Value::Int(n)) => ConstGauge::new(n).encode(encoder),
+            (_, Value::Float(v)) => ConstGauge::new(v).encode(encoder),
+        }
+    }
+}
+
+/// A metric with one sample.
+fn one<'a>(v: impl Into<Value>) -> Option<Samples<'a>> {
+    Some(Samples::One(v.into()))
+}
+
+/// A metric with a sample per value of label `key`.
+fn by<'a, const N: usize>(key: &'static str, samples: [(&'a str, u64); N]) -> Option<Samples<'a>> {
+    Some(Samples::By(
+        key,
+        samples.iter().map(|(k, n)| (*k, Value::Int(*n))).collect(),
+    ))
+}
+
+/// Every metric of `GET /metrics`, in the order shown (docs/runtime.md lists them).
+const METRICS: &[Def] = &[
+    Def {
+        name: "diffuse_queue_length",
+        kind: Gauge,
+        help: "Tasks waiting in the queue.",
+        samples: |s| one(s.queued),
+    },
+    Def {
+        name: "diffuse_slots",
+        kind: Gauge,
+        help: "Slots on connected workers.",
+        samples: |s| one(s.slots),
+    },
+    Def {
+        name: "diffuse_slots_busy",
+        kind: Gauge,
+        help: "Slots running a task.",
+        samples: |s| one(s.busy_slots),
+    },
+    Def {
+        name: "diffuse_nodes",
+        kind: Gauge,
+        help: "Connected workers.",
+        samples: |s| one(s.nodes),
+    },
+    Def {
+        name: "diffuse_workers",
+        kind: Gauge,
+        help: "Workers by state: requested, pending, starting (pool requests not yet \
+               connected), running, idle, lost, releasing.",
+        samples: |s| {
+            let states = s.workers_by_state.iter();
+            let samples = states.map(|(k, n)| (k.as_str(), Value::from(*n)));
+            Some(Samples::By("state", samples.collect()))
+        },
+    },
+    Def {
+        name: "diffuse_pool_failed_requests",
+        kind: Counter,
+        help: "Pool requests whose worker never connected (failed submissions, jobs that \
+               ended first).",
+        samples: |s| one(s.pool.as_ref()?.failed_requests),
+    },
+    Def {
+        name: "diffuse_pool_extra_jobs",
+        kind: Counter,
+        help: "Jobs under the pool's names that no request owned (a failed submission that \
+               was made after all), by what was done: adopted or cancelled.",
+        samples: |s| {
+            let p = s.pool.as_ref()?;
+            by(
+                "action",
+                [
+                    ("adopted", p.extra_jobs_adopted),
+                    ("cancelled", p.extra_jobs_cancelled),
+                ],
+            )
+        },
+    },
+    Def {
+        name: "diffuse_tasks",
+        kind: Gauge,
+        help: "Tasks by state.",
+        samples: |s| {
+            by(
+                "state",
+                [
+                    ("queued", s.queued),
+                    ("running", s.running),
+                    ("succeeded", s.succeeded),
+                    ("failed", s.failed),
+                    ("cancelled", s.cancelled),
+                ],
+            )
+        },
+    },
+    Def {
+        name: "diffuse_tasks_unschedulable",
+        kind: Gauge,
+        help: "Queued tasks that ask for more than any connected worker has.",
+        samples: |s| one(s.unschedulable),
+    },
+    Def {
+        name: "diffuse_accesses",
+        kind: Counter,
+        help: "Input accesses by source.",
+        samples: |s| {
+            let t = &s.traffic;
+            by(
+                "source",
+                [("local", t.local), ("peer", t.peer), ("storage", t.storage)],
+            )
+        },
+    },
+    Def {
+        name: "diffuse_bytes",
+        kind: Counter,
+        help: "Input bytes by source.",
+        samples: |s| {
+            let t = &s.traffic;
+            by(
+                "source",
+                [
+                    ("local", t.bytes_local),
+                    ("peer", t.bytes_peer),
+                    ("storage", t.bytes_storage),
+                ],
+            )
+        },
+    },
+    Def {
+        name: "diffuse_prefetches",
+        kind: Counter,
+        help: "Prefetches from storage by the transfer scheduler, by what became of them.",
+        samples: |s| {
+            let p = &s.prefetch;
+            by(
+                "event",
+                [
+                    ("issued", p.issued),
+                    ("landed", p.landed),
+                    ("failed", p.failed),
+                    ("read", p.read),
+                    ("evicted_unread", p.evicted_unread),
+                ],
+            )
+        },
+    },
+    Def {
+        name: "diffuse_prefetch_bytes",
+        kind: Counter,
+        help: "Bytes asked for by prefetches.",
+        samples: |s| one(s.prefetch.issued_bytes),
+    },
+    Def {
+        name: "diffuse_two_mark",
+        kind: Counter,
+        help: "What 2Mark did: local and global phases begun, copies evicted (of which \
+               replicas), copies moved.",
+        samples: |s| {
+            let m = s.two_mark.as_ref()?;
+            by(
+                "event",
+                [
+                    ("local_phase", m.local_phases),
+                    ("global_phase", m.global_phases),
+                    ("evicted", m.evicted),
+                    ("evicted_replica", m.evicted_replicas),
+                    ("moved", m.moved),
+                ],
+            )
+        },
+    },
+    Def {
+        name: "diffuse_link_predicted_bytes_per_second",
+        kind: Gauge,
+        help: "The rate predicted from one worker (or storage) to another by the transfers \
+               between them (GDS's mean over a window, times its feedback scale).",
+        samples: |s| (!s.links.is_empty()).then_some(Samples::Links(&s.links)),
+    },
+    Def {
+        name: "diffuse_storage_cap_bytes_per_second",
+        kind: Gauge,
+        help: "The cap on reads from persistent storage (--storage-bandwidth-cap).",
+        samples: |s| one(s.storage_cap?.bytes_per_s),
+    },
+    Def {
+        name: "diffuse_storage_budget_used_bytes_per_second",
+        kind: Gauge,
+        help: "The budgeted rate of the storage reads under way.",
+        samples: |s| one(s.storage_cap?.used_bytes_per_s),
+    },
+    Def {
+        name: "diffuse_task_run_seconds",
+        kind: Hist,
+        help: "Seconds from a task's process start to its end, over finished attempts.",
+        samples: |s| Some(Samples::Histogram(&s.task_run_seconds)),
+    },
+    Def {
+        name: "diffuse_task_staging_seconds",
+        kind: Hist,
+        help: "Seconds an attempt spent staging its inputs before its process started.",
+        samples: |s| Some(Samples::Histogram(&s.task_staging_seconds)),
+    },
+    Def {
+        name: "diffuse_pool_worker_startup_seconds",
+        kind: Hist,
+        help: "Seconds from asking the resource manager for a worker to its joining.",
+        samples: |s| Some(Samples::Histogram(&s.pool.as_ref()?.startup_seconds)),
+    },
+    Def {
+        name: "diffuse_connections_evicted",
+        kind: Counter,
+        help: "Connections that showed no valid token, closed to make room for a new one at \
+               the connection limit.",
+        samples: |s| one(s.connections_evicted),
+    },
+    Def {
+        name: "diffuse_connections_refused",
+        kind: Counter,
+        help: "New connections closed at once: every place was held by an authorised or busy \
+               one.",
+        samples: |s| one(s.connections_refused),
+    },
+];
+
+impl Collector for Scrape {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        for def in METRICS {
+            let Some(samples) = (def.samples)(self) else {
+                continue;
+            };
+            let mut metric = e.encode_descriptor(def.name, def.help, None, def.kind)?;
+            match samples {
+                Samples::One(v) => v.encode(def.kind, metric)?,
+                Samples::By(key, values) => {
+                    for (label, v) in values {
+                        v.encode(def.kind, metric.encode_family(&[(key, label)])?)?;
+                    }
+                }
+                Samples::Links(links) => {
+                    for l in links {
+                        let labels = [("from", l.from.as_str()), ("to", l.to.as_str())];
+                        let v = Value::Float(l.bytes_per_s);
+                        v.encode(def.kind, metric.encode_family(&labels)?)?;
+                    }
+                }
+                Samples::Histogram(h) => h.encode(metric)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

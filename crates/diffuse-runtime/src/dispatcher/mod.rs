@@ -642,22 +642,48 @@ async fn metrics(
 ) -> Result<Response, ApiError> {
     h.reader_token(&headers)?;
     q?;
-    let s = h.status().await?;
-    let mut text = metrics_text(&s);
-    let c = &h.connections;
-    text.push_str(&format!(
-        "# HELP diffuse_connections_evicted_total Connections that showed no valid token, closed \
-         to make room for a new one at the connection limit.\n\
-         # TYPE diffuse_connections_evicted_total counter\n\
-         diffuse_connections_evicted_total {}\n\
-         # HELP diffuse_connections_refused_total New connections closed at once: every place was \
-         held by an authorised or busy one.\n\
-         # TYPE diffuse_connections_refused_total counter\n\
-         diffuse_connections_refused_total {}\n",
-        c.evicted(),
-        c.refused()
-    ));
-    Ok(([("content-type", "text/plain; version=0.0.4")], text).into_response())
+    let text = metrics_text(scrape(h.status().await?, &h.connections));
+    Ok(([("content-type", metrics::CONTENT_TYPE)], text).into_response())
+}
+
+/// What `/metrics` shows: the scheduler's status and the API server's connection counters.
+fn scrape(s: Status, c: &crate::server::ConnectionStats) -> metrics::Scrape {
+    metrics::Scrape {
+        queued: s.queued,
+        running: s.running,
+        succeeded: s.succeeded,
+        failed: s.failed,
+        cancelled: s.cancelled,
+        unschedulable: s.unschedulable,
+        slots: s.slots,
+        busy_slots: s.busy_slots,
+        nodes: s.workers,
+        workers_by_state: s.workers_by_state,
+        pool: s.pool.map(|p| metrics::PoolScrape {
+            failed_requests: p.failed_requests,
+            extra_jobs_adopted: p.extra_jobs_adopted,
+            extra_jobs_cancelled: p.extra_jobs_cancelled,
+            startup_seconds: p.startup_seconds,
+        }),
+        traffic: s.traffic,
+        prefetch: s.prefetch,
+        two_mark: s.two_mark,
+        links: (s.links.into_iter())
+            .map(|l| metrics::LinkRate {
+                from: l.from,
+                to: l.to,
+                bytes_per_s: l.predicted_bytes_per_s,
+            })
+            .collect(),
+        storage_cap: s.storage_cap.map(|cap| metrics::StorageCap {
+            bytes_per_s: cap,
+            used_bytes_per_s: s.storage_budget_used,
+        }),
+        task_run_seconds: s.task_run_seconds,
+        task_staging_seconds: s.task_staging_seconds,
+        connections_evicted: c.evicted(),
+        connections_refused: c.refused(),
+    }
 }
 
 async fn connect(
