@@ -42,7 +42,7 @@ pub enum WorkerError {
         source: std::io::Error,
     },
     /// An `--input-root` does not exist or is not a directory.
-    #[error("--input-root")]
+    #[error("an --input-root cannot be used")]
     InputRoots(#[source] std::io::Error),
     /// The peer data server cannot listen where `--listen` says.
     #[error("--listen {addr}")]
