@@ -128,12 +128,13 @@ def module_of(src, path):
 
 def use_paths(tree):
     """Expands a `use` tree (`a::{b, c::d as e}`) into paths."""
+    tree = re.sub(r"\s+as\s+\w+", "", tree)
     tree = re.sub(r"\s+", "", tree)
 
     def expand(prefix, t):
         depth, start, items = 0, 0, []
         if "{" not in t:
-            return [prefix + t.split("as")[0] if "as" not in t else prefix + re.sub(r"as\w+$", "", t)]
+            return [prefix + t]
         head, body = t.split("{", 1)
         body = body[: body.rfind("}")]
         for j, ch in enumerate(body):
