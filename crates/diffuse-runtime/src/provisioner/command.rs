@@ -6,10 +6,12 @@
 //! line), `{dispatcher}` (the URL workers reach the dispatcher at) and, in the stop command,
 //! `{job}` (the last line the start command printed, or the request's name if it printed
 //! none). The worker token is in the environment (`DIFFUSE_WORKER_TOKEN`), never on a command
-//! line. Nothing follows the job between start and stop: a worker that does not connect within
-//! the start time-out, or that stays disconnected, is stopped and counted gone.
+//! line. Nothing follows the job between start and stop ([`Listing::Unlisted`]): a worker that
+//! does not connect within the start time-out, or that stays disconnected, is stopped and counted
+//! gone.
 
-use super::job::Launch;
+use super::backend::{Listing, ResourceManager, RmFuture};
+use super::job::{Job, Launch, RmState};
 use super::rm::{Call, RmPolicy};
 use crate::placeholder::{substitute_shell, Value};
 
@@ -35,7 +37,7 @@ impl CommandBackend {
     }
 
     /// Run the start command; the job id is its last line of output, or the request.
-    pub async fn submit(&self, request: &str, launch: &Launch) -> Result<String, String> {
+    async fn start(&self, request: &str, launch: &Launch) -> Result<String, String> {
         let mut worker = vec![launch.exe.to_string_lossy().into_owned(), "worker".into()];
         worker.extend(launch.args.iter().cloned());
         let worker = worker
@@ -61,7 +63,7 @@ impl CommandBackend {
     }
 
     /// Run the stop command, if there is one.
-    pub async fn cancel(&self, request: &str, job: &str, launch: &Launch) -> Result<(), String> {
+    async fn stop(&self, request: &str, job: &str, launch: &Launch) -> Result<(), String> {
         let Some(stop) = &self.cfg.stop else {
             return Ok(());
         };
@@ -81,5 +83,40 @@ impl CommandBackend {
             call = call.env(k, v);
         }
         call
+    }
+}
+
+impl ResourceManager for CommandBackend {
+    fn listing(&self) -> Listing {
+        Listing::Unlisted
+    }
+
+    /// The start command: the job is taken as started.
+    fn submit<'a>(
+        &'a mut self,
+        request: &'a str,
+        launch: &'a Launch,
+    ) -> RmFuture<'a, Result<(String, RmState), String>> {
+        Box::pin(async move {
+            self.start(request, launch)
+                .await
+                .map(|job| (job, RmState::Running))
+        })
+    }
+
+    /// Never called: the pool does not list an [`Listing::Unlisted`] backend.
+    fn list(&mut self) -> RmFuture<'_, Result<Vec<Job>, String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// The stop command, the same asked or forced.
+    fn cancel<'a>(
+        &'a mut self,
+        request: &'a str,
+        job: &'a str,
+        launch: &'a Launch,
+        _force: bool,
+    ) -> RmFuture<'a, Result<(), String>> {
+        Box::pin(self.stop(request, job, launch))
     }
 }

@@ -1,5 +1,6 @@
 //! A worker's job at a resource manager, as the pool and every backend see it: what it runs
-//! ([`Launch`]) and where the resource manager says it stands ([`RmState`]).
+//! ([`Launch`]), where the resource manager says it stands ([`RmState`]) and how a listing shows
+//! it ([`Job`]).
 
 use std::path::PathBuf;
 
@@ -8,8 +9,8 @@ use std::path::PathBuf;
 pub struct Launch {
     /// The `diffuse` executable.
     pub exe: PathBuf,
-    /// Arguments after `worker`... and `worker` itself for the local backend (see
-    /// [`super::PoolConfig::launch`]).
+    /// The arguments of `diffuse worker` (after `worker`: each backend puts the command line
+    /// together; see [`super::PoolConfig::launch`]).
     pub args: Vec<String>,
     /// Environment added for it.
     pub env: Vec<(String, String)>,
@@ -28,4 +29,15 @@ pub enum RmState {
     Running,
     /// Ended, and why.
     Ended(String),
+}
+
+/// One job as a resource manager lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    /// Its id.
+    pub id: String,
+    /// Its name: the request it was submitted for.
+    pub name: String,
+    /// Where it stands.
+    pub state: RmState,
 }

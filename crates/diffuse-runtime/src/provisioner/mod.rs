@@ -3,7 +3,10 @@
 //!
 //! The scheduling core decides *how many* workers to ask for and *which* idle one to release
 //! (`Action::Provision`, `Action::Release`); this module carries the decisions out on a
-//! resource manager: [`local`] processes, [`slurm`] batch jobs, or a user's [`command`]s.
+//! resource manager: [`local`] processes, [`slurm`] batch jobs, or a user's [`command`]s. Each
+//! is a [`ResourceManager`] (submit, list, cancel) built in one place, [`Backend::build`]; what
+//! to make of what it answers is the pool's, the same for every backend that lists its jobs the
+//! same way ([`Listing`]).
 //!
 //! It runs as one task on the dispatcher's async runtime, apart from the scheduler thread: a
 //! slow or hung `sbatch` or `squeue` delays other resource-manager calls, never a dispatch.
@@ -21,12 +24,19 @@
 //!
 //! | module | what it decides |
 //! |---|---|
-//! | this module | [`Pool`]: the requests, the limits, what to ask of the backend and when |
-//! | [`job`] | what a worker's job runs ([`Launch`]) and where it stands ([`RmState`]) |
+//! | this module | [`Pool`]: the requests, the limits, what to ask of the backend and when; [`Backend`]: which backend, built where |
+//! | [`backend`] | what the pool asks of a backend ([`ResourceManager`]) and how it can follow its jobs ([`Listing`]) |
+//! | [`job`] | what a worker's job runs ([`Launch`]), where it stands ([`RmState`]), a job as listed ([`Job`]) |
 //! | [`rm`] | running a resource-manager command: time limit, retries |
 //! | [`reconcile`] | what to do with a job under the pool's names that no request owns |
 //! | [`local`], [`slurm`], [`command`] | the backends: processes here, Slurm batch jobs, a user's commands |
+//!
+//! A new backend (PBS, say) is a file beside `slurm.rs` with its settings and an `impl
+//! ResourceManager`, a [`Backend`] variant with its name, programs and one line in
+//! [`Backend::build`], and its `--provisioner` value and options in the CLI
+//! (docs/provisioning.md, "Adding a backend").
 
+pub mod backend;
 pub mod command;
 pub mod job;
 pub mod local;
@@ -34,11 +44,12 @@ pub mod reconcile;
 pub mod rm;
 pub mod slurm;
 
-pub use job::{Launch, RmState};
+pub use backend::{Listing, ResourceManager};
+pub use job::{Job, Launch, RmState};
 use rm::RmPolicy;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
@@ -59,27 +70,52 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Whether the commands it needs are installed: an error names the first missing one.
-    pub fn check(&self) -> Result<(), String> {
-        if let Backend::Slurm(_) = self {
-            for prog in ["sbatch", "squeue", "scancel"] {
-                if !on_path(prog) {
-                    return Err(format!(
-                        "--provisioner slurm: `{prog}` is not installed (not on PATH)"
-                    ));
-                }
-            }
+    /// Its name as given to `--provisioner`, and the programs it runs itself (a user's
+    /// commands are theirs to check).
+    fn about(&self) -> (&'static str, &'static [&'static str]) {
+        match self {
+            Backend::Local => ("local", &[]),
+            Backend::Slurm(_) => ("slurm", &slurm::PROGRAMS),
+            Backend::Command(_) => ("command", &[]),
         }
-        Ok(())
+    }
+
+    /// The backend itself: its files written in `dir` (the pool's directory), its job names
+    /// under `prefix`, its commands run with `policy`. Every backend is built here.
+    fn build(
+        &self,
+        dir: &Path,
+        prefix: &str,
+        policy: &RmPolicy,
+    ) -> Result<Box<dyn ResourceManager>, String> {
+        Ok(match self {
+            Backend::Local => Box::new(local::Local::new(dir.to_path_buf())),
+            Backend::Slurm(c) => Box::new(slurm::Slurm::new(
+                c.clone(),
+                dir,
+                prefix.to_string(),
+                policy.clone(),
+            )?),
+            Backend::Command(c) => {
+                Box::new(command::CommandBackend::new(c.clone(), policy.clone()))
+            }
+        })
+    }
+
+    /// Whether the programs it runs are installed: an error names the first missing one.
+    pub fn check(&self) -> Result<(), String> {
+        let (name, programs) = self.about();
+        match programs.iter().find(|prog| !on_path(prog)) {
+            Some(prog) => Err(format!(
+                "--provisioner {name}: `{prog}` is not installed (not on PATH)"
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Its name as given to `--provisioner`.
     pub fn name(&self) -> &'static str {
-        match self {
-            Backend::Local => "local",
-            Backend::Slurm(_) => "slurm",
-            Backend::Command(_) => "command",
-        }
+        self.about().0
     }
 }
 
@@ -174,6 +210,17 @@ pub enum RequestState {
     Gone,
 }
 
+impl RequestState {
+    /// Where the request of a job the resource manager shows live stands: queued (pending),
+    /// or running without its worker connected yet (starting).
+    fn of_live_job(job: &RmState) -> RequestState {
+        match job {
+            RmState::Pending => RequestState::Pending,
+            _ => RequestState::Starting,
+        }
+    }
+}
+
 /// What the scheduler tells the pool.
 #[derive(Debug)]
 pub enum PoolCmd {
@@ -244,21 +291,14 @@ struct Request {
     asked: Option<Instant>,
     /// When it was last told to stop (released or lost), and whether it was killed since.
     stopping: Option<(Instant, bool)>,
-    /// Looks at `squeue` in a row that did not show its job (gone at the second).
+    /// Listings in a row that did not show its job (gone at the second; [`Listing::Named`]).
     missed: u8,
-}
-
-/// The backends' common face.
-enum Rm {
-    Local(local::Local),
-    Slurm(slurm::Slurm),
-    Command(command::CommandBackend),
 }
 
 /// The pool's state, owned by its task.
 pub struct Pool {
     cfg: PoolConfig,
-    rm: Rm,
+    rm: Box<dyn ResourceManager>,
     requests: BTreeMap<String, Request>,
     wanted: u32,
     next: u64,
@@ -267,11 +307,11 @@ pub struct Pool {
     quiet_until: Instant,
     failures_in_a_row: u32,
     last_poll: Option<Instant>,
-    /// Whether the jobs of an earlier run were looked for (Slurm): until a look succeeds, every
-    /// job under the pool's names is taken as one of them.
+    /// Whether the jobs of an earlier run were looked for ([`Listing::Named`]): until a look
+    /// succeeds, every job under the pool's names is taken as one of them.
     adopted: bool,
-    /// Extra jobs already cancelled (cleared of those `squeue` no longer shows), so that each
-    /// is cancelled and counted once.
+    /// Extra jobs already cancelled (cleared of those the listing no longer shows), so that
+    /// each is cancelled and counted once.
     cancelled: std::collections::BTreeSet<String>,
 }
 
@@ -282,18 +322,7 @@ impl Pool {
         std::fs::create_dir_all(&cfg.state_dir)
             .map_err(|e| format!("cannot create {}: {e}", cfg.state_dir.display()))?;
         cfg.backend.check()?;
-        let rm = match &cfg.backend {
-            Backend::Local => Rm::Local(local::Local::new(cfg.state_dir.clone())),
-            Backend::Slurm(s) => Rm::Slurm(slurm::Slurm::new(
-                s.clone(),
-                &cfg.state_dir,
-                cfg.prefix.clone(),
-                cfg.rm.clone(),
-            )?),
-            Backend::Command(c) => {
-                Rm::Command(command::CommandBackend::new(c.clone(), cfg.rm.clone()))
-            }
-        };
+        let rm = cfg.backend.build(&cfg.state_dir, &cfg.prefix, &cfg.rm)?;
         Ok(Pool {
             cfg,
             rm,
@@ -331,11 +360,14 @@ impl Pool {
         }
     }
 
-    /// Jobs of this dispatcher left by an earlier run of it (Slurm only): counted and followed,
-    /// their workers welcome (one job per name: a second is cancelled).
+    /// Jobs of this dispatcher left by an earlier run of it (a [`Listing::Named`] backend
+    /// shows them): counted and followed, their workers welcome (one job per name: a second is
+    /// cancelled).
     async fn adopt(&mut self) {
-        let Rm::Slurm(s) = &self.rm else { return };
-        match s.poll().await {
+        if !matches!(self.rm.listing(), Listing::Named { .. }) {
+            return;
+        }
+        match self.rm.list().await {
             Ok(jobs) => {
                 self.adopted = true;
                 let extras = reconcile::reconcile(&BTreeMap::new(), &jobs, u32::MAX);
@@ -353,10 +385,7 @@ impl Pool {
         for extra in extras {
             match extra {
                 reconcile::Extra::Adopt { job, name, state } => {
-                    let state = match state {
-                        RmState::Pending => RequestState::Pending,
-                        _ => RequestState::Starting,
-                    };
+                    let state = RequestState::of_live_job(&state);
                     if let Some(n) = name
                         .strip_prefix(&self.cfg.prefix)
                         .and_then(|r| r.strip_prefix('-'))
@@ -371,11 +400,11 @@ impl Pool {
                     self.extra(job, name, true, message);
                 }
                 reconcile::Extra::Cancel { job, name, why } => {
-                    let Rm::Slurm(s) = &self.rm else { continue };
                     if self.cancelled.contains(&job) {
                         continue; // cancelled already, still ending
                     }
-                    match s.cancel(&job).await {
+                    let launch = self.cfg.launch(&name);
+                    match self.rm.cancel(&name, &job, &launch, false).await {
                         Ok(()) => {
                             let message = format!("cancelled worker job {job}: {why}");
                             tracing::warn!(request = name, job, "{message}");
@@ -472,24 +501,9 @@ impl Pool {
                 r.asked = Some(Instant::now());
             }
             let launch = self.cfg.launch(&request);
-            let submitted = match &mut self.rm {
-                Rm::Local(l) => {
-                    let mut launch = launch;
-                    launch.args.insert(0, "worker".into());
-                    l.submit(&request, &launch)
-                        .map(|job| (job, RequestState::Starting))
-                }
-                Rm::Slurm(s) => s
-                    .submit(&request, &launch)
-                    .await
-                    .map(|job| (job, RequestState::Pending)),
-                Rm::Command(c) => c
-                    .submit(&request, &launch)
-                    .await
-                    .map(|job| (job, RequestState::Starting)),
-            };
-            match submitted {
+            match self.rm.submit(&request, &launch).await {
                 Ok((job, state)) => {
+                    let state = RequestState::of_live_job(&state);
                     tracing::info!(
                         request,
                         job,
@@ -572,63 +586,31 @@ impl Pool {
                 r.joined_ever = true; // counted once
             }
         }
-        // Nothing follows a command backend's jobs: once stopped they are gone.
-        if matches!(self.rm, Rm::Command(_)) {
+        // Nothing follows an unlisted backend's jobs (a user's commands): once stopped they are
+        // gone.
+        if self.rm.listing() == Listing::Unlisted {
             self.gone(name, None);
         }
     }
 
-    /// Ask the resource manager where the jobs stand (each `poll_interval` for Slurm; every
-    /// tick for local processes).
+    /// Ask the resource manager where the jobs stand: every tick for a backend that lists its
+    /// own jobs, each `poll_interval` for one that lists by name (and reconciled), never for an
+    /// unlisted one.
     async fn follow_jobs(&mut self) {
-        let states: BTreeMap<String, (Option<String>, RmState)> = match &mut self.rm {
-            Rm::Local(l) => l.poll().into_iter().map(|(r, s)| (r, (None, s))).collect(),
-            Rm::Slurm(s) => {
-                if self
-                    .last_poll
-                    .is_some_and(|t| t.elapsed() < self.cfg.poll_interval)
-                {
+        let listing = self.rm.listing();
+        let states: BTreeMap<String, RmState> = match listing {
+            Listing::Unlisted => return,
+            Listing::Own => match self.rm.list().await {
+                Ok(jobs) => jobs.into_iter().map(|j| (j.name, j.state)).collect(),
+                Err(e) => {
+                    self.error(Some(format!("cannot follow worker jobs: {e}")));
                     return;
                 }
-                self.last_poll = Some(Instant::now());
-                let jobs = match s.poll().await {
-                    Ok(jobs) => jobs,
-                    Err(e) => {
-                        self.error(Some(format!("cannot follow worker jobs: {e}")));
-                        return;
-                    }
-                };
-                let own =
-                    |requests: &BTreeMap<String, Request>| -> BTreeMap<String, Option<String>> {
-                        requests
-                            .iter()
-                            .filter(|(_, r)| r.state != RequestState::Gone)
-                            .map(|(n, r)| (n.clone(), r.job.clone()))
-                            .collect()
-                    };
-                let (room, whose) = if self.adopted {
-                    let room = self
-                        .wanted
-                        .min(self.cfg.max_workers.saturating_sub(self.alive()));
-                    (room, "that the pool did not know")
-                } else {
-                    // The look at start-up failed: these are the earlier run's jobs.
-                    self.adopted = true;
-                    (u32::MAX, "of an earlier run")
-                };
-                let extras = reconcile::reconcile(&own(&self.requests), &jobs, room);
-                self.carry_out(extras, whose).await;
-                self.cancelled.retain(|id| {
-                    jobs.iter()
-                        .any(|j| j.id == *id && !matches!(j.state, RmState::Ended(_)))
-                });
-                // Built again: a job adopted just now is a request's own from here on.
-                reconcile::own_states(&own(&self.requests), &jobs)
-                    .into_iter()
-                    .map(|(r, (j, s))| (r, (Some(j), s)))
-                    .collect()
-            }
-            Rm::Command(_) => return,
+            },
+            Listing::Named { .. } => match self.reconciled_states().await {
+                Some(states) => states,
+                None => return,
+            },
         };
         let names: Vec<String> = self
             .requests
@@ -649,24 +631,75 @@ impl Pool {
                     0
                 }
             };
-            match states.get(&name) {
-                Some((_, RmState::Pending)) => {}
-                Some((_, RmState::Running))
+            match (states.get(&name), listing) {
+                (Some(RmState::Pending), _) => {}
+                (Some(RmState::Running), _)
                     if self.requests[&name].state == RequestState::Pending =>
                 {
                     self.set_state(&name, RequestState::Starting);
                 }
-                Some((_, RmState::Running)) => {}
-                Some((_, RmState::Ended(why))) => self.gone(&name, Some(why.clone())),
-                // Slurm forgets ended jobs after a while (MinJobAge, 300 s by default); local
-                // ended ones were reported once. Two looks in a row, so that a job missing from
-                // one answer is not given up (and then cancelled as an extra when it shows up).
-                None if matches!(self.rm, Rm::Slurm(_)) && missed >= 2 => {
-                    self.gone(&name, Some("its job is no longer in squeue".into()))
+                (Some(RmState::Running), _) => {}
+                (Some(RmState::Ended(why)), _) => self.gone(&name, Some(why.clone())),
+                // A listing by name forgets ended jobs after a while (Slurm's MinJobAge, 300 s by
+                // default); local ended ones were reported once. Two looks in a row, so that a
+                // job missing from one answer is not given up (and then cancelled as an extra
+                // when it shows up).
+                (None, Listing::Named { command }) if missed >= 2 => {
+                    self.gone(&name, Some(format!("its job is no longer in {command}")))
                 }
-                None => {}
+                (None, _) => {}
             }
         }
+    }
+
+    /// A [`Listing::Named`] backend's jobs, listed each `poll_interval` (None before then, or
+    /// when the listing fails): the extras among them adopted or cancelled, then where each
+    /// request's own job stands.
+    async fn reconciled_states(&mut self) -> Option<BTreeMap<String, RmState>> {
+        if self
+            .last_poll
+            .is_some_and(|t| t.elapsed() < self.cfg.poll_interval)
+        {
+            return None;
+        }
+        self.last_poll = Some(Instant::now());
+        let jobs = match self.rm.list().await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                self.error(Some(format!("cannot follow worker jobs: {e}")));
+                return None;
+            }
+        };
+        let own = |requests: &BTreeMap<String, Request>| -> BTreeMap<String, Option<String>> {
+            requests
+                .iter()
+                .filter(|(_, r)| r.state != RequestState::Gone)
+                .map(|(n, r)| (n.clone(), r.job.clone()))
+                .collect()
+        };
+        let (room, whose) = if self.adopted {
+            let room = self
+                .wanted
+                .min(self.cfg.max_workers.saturating_sub(self.alive()));
+            (room, "that the pool did not know")
+        } else {
+            // The look at start-up failed: these are the earlier run's jobs.
+            self.adopted = true;
+            (u32::MAX, "of an earlier run")
+        };
+        let extras = reconcile::reconcile(&own(&self.requests), &jobs, room);
+        self.carry_out(extras, whose).await;
+        self.cancelled.retain(|id| {
+            jobs.iter()
+                .any(|j| j.id == *id && !matches!(j.state, RmState::Ended(_)))
+        });
+        // Built again: a job adopted just now is a request's own from here on.
+        Some(
+            reconcile::own_states(&own(&self.requests), &jobs)
+                .into_iter()
+                .map(|(request, (_job, state))| (request, state))
+                .collect(),
+        )
     }
 
     fn gone(&mut self, name: &str, why: Option<String>) {
@@ -738,14 +771,11 @@ impl Pool {
             .and_then(|r| r.job.clone())
             .unwrap_or_default();
         let launch = self.cfg.launch(name);
-        match &mut self.rm {
-            Rm::Local(l) => l.cancel(name, force),
-            Rm::Slurm(s) => s.cancel(&job).await,
-            Rm::Command(c) => c.cancel(name, &job, &launch).await,
-        }
+        self.rm.cancel(name, &job, &launch, force).await
     }
 
-    /// Give every worker back: cancel each job, and wait (a bounded time) for local ones.
+    /// Give every worker back: cancel each job, and let the backend wind down (a bounded time:
+    /// local processes are waited for, then killed).
     async fn shutdown(&mut self) {
         self.wanted = 0;
         let names: Vec<String> = self.requests.keys().cloned().collect();
@@ -754,15 +784,7 @@ impl Pool {
                 tracing::warn!(request = %name, "cannot give its worker back: {e}");
             }
         }
-        if let Rm::Local(l) = &mut self.rm {
-            let deadline = Instant::now() + self.cfg.release_grace;
-            while Instant::now() < deadline && l.poll().values().any(|s| *s == RmState::Running) {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            for name in &names {
-                let _ = l.cancel(name, true);
-            }
-        }
+        self.rm.wind_down(self.cfg.release_grace).await;
         if !names.is_empty() {
             tracing::info!("gave back {} worker(s)", names.len());
         }

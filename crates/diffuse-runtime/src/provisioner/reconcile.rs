@@ -1,5 +1,5 @@
 //! Reconciliation: the jobs a resource manager shows under this dispatcher's names, set against
-//! the pool's requests.
+//! the pool's requests (a [`super::backend::Listing::Named`] backend's: Slurm's).
 //!
 //! Each request owns one job. A job under the pool's names that is not a request's own is an
 //! *extra*: a second job for one request (an `sbatch` that failed yet submitted, then a retry
@@ -13,8 +13,7 @@
 //! This is a pure function of what the pool knows and what `squeue` showed, so it is tested
 //! without a resource manager ([`reconcile`]'s unit tests); the pool carries the decisions out.
 
-use super::job::RmState;
-use super::slurm::Job;
+use super::job::{Job, RmState};
 use std::collections::BTreeMap;
 
 /// What to do with one extra job.

@@ -16,9 +16,11 @@
 //!
 //! What slips past this (a submission that Slurm handles after both lookups) is caught by the
 //! pool's reconciliation ([`super::reconcile`]): every job under this dispatcher's names that is
-//! not a request's own is cancelled or adopted as soon as `squeue` shows it.
+//! not a request's own is cancelled or adopted as soon as `squeue` shows it. `squeue` lists
+//! every job of this user under the pool's names ([`Listing::Named`]).
 
-use super::job::{Launch, RmState};
+use super::backend::{Listing, ResourceManager, RmFuture};
+use super::job::{Job, Launch, RmState};
 use super::rm::{Call, RmPolicy};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,6 +41,9 @@ pub struct SlurmConfig {
     /// A batch script of the user's, in which `{worker}` stands for the worker's command.
     pub script: Option<PathBuf>,
 }
+
+/// The programs the Slurm backend runs (checked on `PATH` before anything starts).
+pub const PROGRAMS: [&str; 3] = ["sbatch", "squeue", "scancel"];
 
 /// Submits, follows and cancels worker jobs.
 pub struct Slurm {
@@ -93,7 +98,7 @@ impl Slurm {
 
     /// Submit one job for `request`; its job id. An error means that Slurm has no job of that
     /// name: it said so when asked after the last failure, and again [`SETTLE`] later.
-    pub async fn submit(&self, request: &str, launch: &Launch) -> Result<String, String> {
+    async fn sbatch(&self, request: &str, launch: &Launch) -> Result<String, String> {
         let mut call = Call::new("sbatch")
             .args(["--parsable", "--job-name", request])
             .args(["--cpus-per-task", &launch.cores.to_string()])
@@ -215,7 +220,7 @@ impl Slurm {
     }
 
     /// Every job of this dispatcher Slurm still shows (several may share a name).
-    pub async fn poll(&self) -> Result<Vec<Job>, String> {
+    async fn squeue(&self) -> Result<Vec<Job>, String> {
         let out = Call::new("squeue")
             .args(["--noheader", "--user", &user(), "--states", "all"])
             .args(["--format", "%i|%j|%T"])
@@ -225,7 +230,7 @@ impl Slurm {
     }
 
     /// Cancel a job.
-    pub async fn cancel(&self, job: &str) -> Result<(), String> {
+    async fn scancel(&self, job: &str) -> Result<(), String> {
         Call::new("scancel")
             .args([job])
             .run(&self.policy)
@@ -234,15 +239,38 @@ impl Slurm {
     }
 }
 
-/// One job as `squeue` shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Job {
-    /// Its id.
-    pub id: String,
-    /// Its name: the request it was submitted for.
-    pub name: String,
-    /// Where it stands.
-    pub state: RmState,
+impl ResourceManager for Slurm {
+    fn listing(&self) -> Listing {
+        Listing::Named { command: "squeue" }
+    }
+
+    /// `sbatch`: the job queues.
+    fn submit<'a>(
+        &'a mut self,
+        request: &'a str,
+        launch: &'a Launch,
+    ) -> RmFuture<'a, Result<(String, RmState), String>> {
+        Box::pin(async move {
+            self.sbatch(request, launch)
+                .await
+                .map(|job| (job, RmState::Pending))
+        })
+    }
+
+    fn list(&mut self) -> RmFuture<'_, Result<Vec<Job>, String>> {
+        Box::pin(self.squeue())
+    }
+
+    /// `scancel` (the same asked or forced: Slurm signals the job and then kills it).
+    fn cancel<'a>(
+        &'a mut self,
+        _request: &'a str,
+        job: &'a str,
+        _launch: &'a Launch,
+        _force: bool,
+    ) -> RmFuture<'a, Result<(), String>> {
+        Box::pin(self.scancel(job))
+    }
 }
 
 /// This process's user id, as `squeue --user` takes it: only this user's jobs are the pool's
