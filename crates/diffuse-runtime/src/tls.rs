@@ -12,10 +12,9 @@
 //!   TLS was the reason ([`tls_failure`] tells such errors apart, so they are not retried).
 //!
 //! There are no client certificates: the tokens still authenticate every request
-//! (docs/security.md). Key material is never logged or put in an error message: errors name
-//! the file.
+//! (docs/security.md). Key material is never logged or put in an error message: errors
+//! ([`TlsError`]) name the file and what it should hold.
 
-use anyhow::{anyhow, Context};
 use rustls::crypto::CryptoProvider;
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -26,70 +25,168 @@ use std::sync::Arc;
 /// A server's TLS settings: its certificate chain and key.
 pub type ServerTls = Arc<rustls::ServerConfig>;
 
+/// Why TLS settings were refused. Each names the file (never its content) and what it should
+/// hold.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file cannot be read.
+    #[error("cannot read the {what} {}", path.display())]
+    Read {
+        /// `TLS certificate`, `TLS key` or `TLS CA file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A certificate file is not PEM.
+    #[error("the {what} {} is not valid PEM: {error}", path.display())]
+    NotPem {
+        /// `TLS certificate` or `TLS CA file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the PEM parser said.
+        error: pem::Error,
+    },
+    /// A certificate file holds no certificate.
+    #[error(
+        "the {what} {} holds no certificate (expected PEM: -----BEGIN CERTIFICATE-----)",
+        path.display()
+    )]
+    NoCertificate {
+        /// `TLS certificate` or `TLS CA file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key file holds no private key.
+    #[error(
+        "the TLS key {} holds no private key (expected PEM: -----BEGIN PRIVATE KEY-----, \
+         RSA PRIVATE KEY or EC PRIVATE KEY)",
+        path.display()
+    )]
+    NoKey {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key file's PEM is damaged (its content is not shown).
+    #[error("the TLS key {} is not a valid PEM private key", path.display())]
+    BadKey {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key belongs to another certificate.
+    #[error(
+        "the TLS key {} does not match the certificate {}",
+        key.display(),
+        cert.display()
+    )]
+    KeyMismatch {
+        /// The key file.
+        key: PathBuf,
+        /// The certificate file.
+        cert: PathBuf,
+    },
+    /// rustls refused the certificate and key (a key of a kind `ring` cannot use, say).
+    #[error(
+        "the TLS certificate {} and key {} cannot be used: {error}",
+        cert.display(),
+        key.display()
+    )]
+    Unusable {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// What rustls said.
+        error: rustls::Error,
+    },
+    /// A certificate of the CA bundle cannot be a trust root.
+    #[error(
+        "the TLS CA file {}: certificate {index} cannot be a root: {error}",
+        path.display()
+    )]
+    NotARoot {
+        /// The CA bundle.
+        path: PathBuf,
+        /// Which certificate, from 1.
+        index: usize,
+        /// What rustls said.
+        error: rustls::Error,
+    },
+    /// The crypto provider supports none of the protocol versions (not expected with `ring`).
+    #[error("TLS: {0}")]
+    Provider(rustls::Error),
+}
+
 /// The one crypto provider: `ring`.
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// Read a file, naming it in the error.
-fn read(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
+fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The certificates of a PEM file, in order; an error names the file.
-fn read_certs(path: &Path, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+fn read_certs(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let bytes = read(path, what)?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow!("the {what} {} is not valid PEM: {e}", path.display()))?;
+        .map_err(|error| TlsError::NotPem {
+            what,
+            path: path.to_path_buf(),
+            error,
+        })?;
     if certs.is_empty() {
-        anyhow::bail!(
-            "the {what} {} holds no certificate (expected PEM: -----BEGIN CERTIFICATE-----)",
-            path.display()
-        );
+        return Err(TlsError::NoCertificate {
+            what,
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
 
 /// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1). The error names the file and never
 /// shows its content.
-fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     let bytes = read(path, "TLS key")?;
+    let path = path.to_path_buf();
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
-        pem::Error::NoItemsFound => anyhow!(
-            "the TLS key {} holds no private key (expected PEM: -----BEGIN PRIVATE KEY-----, \
-             RSA PRIVATE KEY or EC PRIVATE KEY)",
-            path.display()
-        ),
-        _ => anyhow!(
-            "the TLS key {} is not a valid PEM private key",
-            path.display()
-        ),
+        pem::Error::NoItemsFound => TlsError::NoKey { path },
+        _ => TlsError::BadKey { path },
     })
 }
 
 /// A server's TLS settings from a PEM certificate chain (the server's certificate first, then
 /// any intermediates) and its PEM private key. Refused, naming the file: an unreadable or empty
 /// file, a key that does not match the certificate, a key of a kind `ring` cannot use.
-pub fn server_config(cert: &Path, key: &Path) -> anyhow::Result<ServerTls> {
+pub fn server_config(cert: &Path, key: &Path) -> Result<ServerTls, TlsError> {
     let certs = read_certs(cert, "TLS certificate")?;
     let key_der = read_key(key)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| anyhow!("TLS: {e}"))?
+        .map_err(TlsError::Provider)?
         .with_no_client_auth()
         .with_single_cert(certs, key_der)
         .map_err(|e| match e {
-            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => anyhow!(
-                "the TLS key {} does not match the certificate {}",
-                key.display(),
-                cert.display()
-            ),
-            e => anyhow!(
-                "the TLS certificate {} and key {} cannot be used: {e}",
-                cert.display(),
-                key.display()
-            ),
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+                TlsError::KeyMismatch {
+                    key: key.to_path_buf(),
+                    cert: cert.to_path_buf(),
+                }
+            }
+            error => TlsError::Unusable {
+                cert: cert.to_path_buf(),
+                key: key.to_path_buf(),
+                error,
+            },
         })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
@@ -109,16 +206,14 @@ impl Trust {
     }
 
     /// Those, plus every certificate of the PEM bundle at `ca` (each must be usable as a root).
-    pub fn with_ca(ca: &Path) -> anyhow::Result<Trust> {
+    pub fn with_ca(ca: &Path) -> Result<Trust, TlsError> {
         let certs = read_certs(ca, "TLS CA file")?;
         let mut store = rustls::RootCertStore::empty();
         for (i, c) in certs.iter().enumerate() {
-            store.add(c.clone()).map_err(|e| {
-                anyhow!(
-                    "the TLS CA file {}: certificate {} cannot be a root: {e}",
-                    ca.display(),
-                    i + 1
-                )
+            store.add(c.clone()).map_err(|error| TlsError::NotARoot {
+                path: ca.to_path_buf(),
+                index: i + 1,
+                error,
             })?;
         }
         Ok(Trust {
@@ -127,7 +222,7 @@ impl Trust {
     }
 
     /// [`Trust::with_ca`] if `ca` is given, else [`Trust::system`].
-    pub fn from_option(ca: Option<&Path>) -> anyhow::Result<Trust> {
+    pub fn from_option(ca: Option<&Path>) -> Result<Trust, TlsError> {
         ca.map_or(Ok(Trust::system()), Trust::with_ca)
     }
 

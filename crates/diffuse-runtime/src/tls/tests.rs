@@ -1,7 +1,7 @@
 //! Loading certificates and keys: what is accepted, and what is refused with the file named.
 //! [`Pki`] makes a CA and certificates for the tests of this crate (`rcgen`, with `ring`).
 
-use super::{server_config, tls_failure, Trust};
+use super::{describe, server_config, tls_failure, TlsError, Trust};
 use std::path::{Path, PathBuf};
 
 /// A test CA and a server certificate it signed for `localhost` and `127.0.0.1`, as PEM files
@@ -59,10 +59,11 @@ impl Pki {
     }
 }
 
-fn err(r: anyhow::Result<impl Sized>) -> String {
+/// The error and its causes on one line, as a user sees it.
+fn err(r: Result<impl Sized, TlsError>) -> String {
     match r {
         Ok(_) => panic!("accepted"),
-        Err(e) => format!("{e:#}"),
+        Err(e) => describe(&e),
     }
 }
 
@@ -98,6 +99,15 @@ fn missing_empty_and_mismatched_files_are_refused_naming_the_file() {
         )),
         "{e}"
     );
+    // What the operating system said is kept as the cause.
+    assert!(e.contains("No such file or directory"), "{e}");
+    assert!(matches!(
+        server_config(&missing, &pki.key),
+        Err(TlsError::Read {
+            what: "TLS certificate",
+            ..
+        })
+    ));
     let e = err(server_config(&pki.cert, &missing));
     assert!(
         e.contains(&format!("cannot read the TLS key {}", shows(&missing))),
