@@ -1,4 +1,4 @@
-//! Bearer tokens: how every endpoint of the dispatcher, the storage gateway and the workers'
+//! Bearer tokens: how every endpoint of the dispatcher, the storage emulator and the workers'
 //! peer servers checks the `Authorization` header.
 
 use axum::http::HeaderMap;

@@ -2,9 +2,9 @@
 //!
 //! Generates a dataset of random files and a read-heavy workload (each task checksums one file
 //! chosen at random, so every file is read many times), then runs the same workload twice on
-//! local workers against shared storage slowed to a stated bandwidth (the gateway emulation in
-//! [`crate::gateway`]): once with FA (every read from shared storage, as without data diffusion)
-//! and once with GCC (caches, peers, data-aware dispatch).
+//! local workers against shared storage slowed to a stated bandwidth (emulated by
+//! [`crate::storage_emulator`]): once with FA (every read from shared storage, as without data
+//! diffusion) and once with GCC (caches, peers, data-aware dispatch).
 
 use crate::run::{run, RunConfig, RunSummary};
 use diffuse_core::{CoreConfig, EvictionPolicy, PolicyKind};

@@ -13,7 +13,7 @@
 //! | [`spec`] | task files (JSON Lines / JSON array): parsing and validation |
 //! | [`proto`] | dispatcher <-> worker messages (JSON over WebSocket) |
 //! | [`storage`] | persistent storage via `object_store`: file, S3, HTTP; source versions |
-//! | [`gateway`] | shared-storage emulation: a `file://` tree served at a fixed aggregate bandwidth |
+//! | [`storage_emulator`] | a throttled stand-in for shared storage: a `file://` tree served at a fixed aggregate bandwidth |
 //! | [`journal`] | the dispatcher's durable journal (embedded SQLite) |
 //! | [`cache_dir`] | a worker's on-disk cache: quota, eviction, verification |
 //! | [`uri`] | input and output URIs: schemes, canonical form, file paths |
@@ -27,7 +27,6 @@ pub mod auth;
 pub mod cache_dir;
 pub mod demo;
 pub mod dispatcher;
-pub mod gateway;
 pub mod journal;
 pub mod placeholder;
 pub mod proto;
@@ -38,6 +37,7 @@ pub mod server;
 pub mod size;
 pub mod spec;
 pub mod storage;
+pub mod storage_emulator;
 pub mod tls;
 pub mod uri;
 pub mod worker;

@@ -47,7 +47,7 @@ pub struct RunConfig {
     /// Print a progress line to stderr.
     pub progress: bool,
     /// Shared-storage emulation: serve `file://` inputs under this root at this many bytes/s in
-    /// total (see `crate::gateway`).
+    /// total (see `crate::storage_emulator`).
     pub storage_bandwidth: Option<(PathBuf, f64)>,
     /// `file://` inputs must be under one of these (passed to the workers; empty: anywhere).
     pub input_roots: Vec<PathBuf>,

@@ -81,7 +81,7 @@ pub struct DispatcherConfig {
     /// provisioning must then be dynamic). None: workers are the ones that connect.
     pub pool: Option<crate::provisioner::PoolConfig>,
     /// Shared-storage emulation: serve `file://` objects under this root at this many bytes/s
-    /// (see [`crate::gateway`]).
+    /// (see [`crate::storage_emulator`]).
     pub storage_gateway: Option<(PathBuf, f64)>,
     /// What the dispatcher trusts when it fetches captured output from workers' peer servers
     /// over TLS (`--tls-ca`).
@@ -190,12 +190,15 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
         .spawn(move || scheduler.run(rx))?;
     let gateway = match &cfg.storage_gateway {
         Some((root, rate)) => Some(Arc::new(
-            crate::gateway::Gateway::new(root.clone(), *rate, cfg.tokens.worker.clone()).map_err(
-                |error| StartError::StorageRoot {
-                    root: root.clone(),
-                    error,
-                },
-            )?,
+            crate::storage_emulator::StorageEmulator::new(
+                root.clone(),
+                *rate,
+                cfg.tokens.worker.clone(),
+            )
+            .map_err(|error| StartError::StorageRoot {
+                root: root.clone(),
+                error,
+            })?,
         )),
         None => None,
     };
@@ -221,7 +224,7 @@ pub fn router(handle: Handle) -> Router {
     let tokens = handle.tokens.clone();
     let gateway = match handle.gateway.clone() {
         Some(g) => Router::new()
-            .route("/v1/storage/{*path}", get(crate::gateway::serve))
+            .route("/v1/storage/{*path}", get(crate::storage_emulator::serve))
             .with_state(g),
         None => Router::new(),
     };

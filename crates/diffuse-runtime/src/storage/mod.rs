@@ -50,7 +50,7 @@ pub struct Storage {
     http: reqwest::Client,
     /// S3 clients by bucket, created on first use.
     buckets: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
-    /// Shared-storage emulation (`crate::gateway`): read `file://` objects through this
+    /// Shared-storage emulation (`crate::storage_emulator`): read `file://` objects through this
     /// dispatcher URL with this token.
     gateway: Option<(String, String)>,
     /// The cap on this process's storage reads (its share of `--storage-bandwidth-cap`).
@@ -85,8 +85,8 @@ impl Storage {
         self.throttle.rate()
     }
 
-    /// Read `file://` objects through a bandwidth-limited gateway (`crate::gateway`) at `url`,
-    /// with the worker `token`.
+    /// Read `file://` objects through the dispatcher's storage emulator
+    /// (`crate::storage_emulator`, bandwidth-limited) at `url`, with the worker `token`.
     pub fn with_gateway(mut self, url: String, token: String) -> Storage {
         self.gateway = Some((url, token));
         self

@@ -55,7 +55,7 @@ pub struct WorkerConfig {
     /// Run nothing: report each task done at once (for dispatcher throughput benchmarks).
     pub noop: bool,
     /// Shared-storage emulation: read `file://` inputs through this dispatcher URL
-    /// (`crate::gateway`).
+    /// (`crate::storage_emulator`).
     pub storage_gateway: Option<String>,
     /// How long to keep trying to reach the dispatcher (at start, or after losing it) before
     /// giving up.

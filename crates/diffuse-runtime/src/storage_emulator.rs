@@ -1,5 +1,6 @@
-//! Shared-storage emulation: serve a `file://` tree through the dispatcher at a fixed aggregate
-//! bandwidth, shared by every reader in every worker process.
+//! The storage emulator: a throttled stand-in for shared storage. The dispatcher serves a
+//! `file://` tree at a fixed aggregate bandwidth, shared by every reader in every worker
+//! process.
 //!
 //! This exists for demonstrations and benchmarks on one machine, where the "shared file system"
 //! is a local disk that is far faster than a real one under load. With
@@ -50,8 +51,8 @@ impl Link {
     }
 }
 
-/// The gateway's state: the tree it serves, the link, and the worker token.
-pub struct Gateway {
+/// The emulator's state: the tree it serves, the link, and the worker token.
+pub struct StorageEmulator {
     /// Only files under this directory are served.
     pub root: PathBuf,
     /// The shared link.
@@ -60,10 +61,10 @@ pub struct Gateway {
     pub token: String,
 }
 
-impl Gateway {
+impl StorageEmulator {
     /// Serve `root` at `bytes_per_s` to holders of `token`.
-    pub fn new(root: PathBuf, bytes_per_s: f64, token: String) -> std::io::Result<Gateway> {
-        Ok(Gateway {
+    pub fn new(root: PathBuf, bytes_per_s: f64, token: String) -> std::io::Result<StorageEmulator> {
+        Ok(StorageEmulator {
             root: root.canonicalize()?,
             link: Link::new(bytes_per_s),
             token,
@@ -73,7 +74,7 @@ impl Gateway {
 
 /// `GET /v1/storage/{*path}`.
 pub async fn serve(
-    State(g): State<Arc<Gateway>>,
+    State(g): State<Arc<StorageEmulator>>,
     AxPath(path): AxPath<String>,
     headers: HeaderMap,
 ) -> Response {
