@@ -245,17 +245,29 @@ def resolve(mods, mod, segs, reexports=None):
 
 
 def rust_sources(dirs):
-    """(src dir, files) per crate, test modules and tests/ folders left out."""
+    """(src dir, files) per crate, test modules and tests/ folders left out. A folder inside a
+    crate's src/ is read as part of its crate (circles are between its files and the crate's)."""
     for d in dirs:
-        for lib in sorted(Path(d).rglob("Cargo.toml")):
-            src = lib.parent / "src"
-            if not src.is_dir() or "target" in lib.parts:
+        d = Path(d).resolve()
+        crates = [lib.parent for lib in sorted(d.rglob("Cargo.toml")) if "target" not in lib.parts]
+        inside = None
+        if not crates:
+            inside = next((p for p in [d, *d.parents] if (p / "Cargo.toml").is_file()), None)
+            crates = [inside] if inside else []
+        for krate in crates:
+            src = krate / "src"
+            if not src.is_dir():
                 continue
             files = [
                 f for f in sorted(src.rglob("*.rs"))
                 if f.name != "tests.rs" and "tests" not in f.relative_to(src).parts[:-1]
             ]
             yield src, files
+
+
+def within(d, comp):
+    """Whether a circle touches folder `d`."""
+    return any(str(f).startswith(str(d)) for f in comp)
 
 
 # ----- Python -----
@@ -375,7 +387,7 @@ def main():
     for k, v in e.items():
         edges[k] |= v
     why.update(w)
-    found = circles(edges)
+    found = [c for c in circles(edges) if any(within(Path(d).resolve(), c) for d in dirs)]
     print(f"import circles between files: {len(found)}")
     for comp in found:
         members = set(comp)
