@@ -20,37 +20,47 @@
 //!
 //! Each child owns its state and is a leaf: it imports its siblings' types, never this module;
 //! the scheduler composes them, and routes each message and each of the core's actions to the
-//! owners it touches (the handlers that touch several owners are here).
+//! owners it touches. The handlers that touch several owners are functions of those owners, in
+//! [`intake`], [`outcomes`] and [`worker_msgs`]: they take [`shared::Shared`] (the core,
+//! sessions, objects and comm), the task [`ledger::Ledger`] and whichever other owner they
+//! need, never the scheduler.
 //!
 //! | module | what it decides or holds |
 //! |---|---|
-//! | this one | the scheduler: its owners, the round loop, messages and the core's actions routed; submission, cancellation, outcomes, workers coming and going |
+//! | this one | the scheduler: its owners, the round loop, messages and the core's actions routed to them; a worker's session opened and closed |
 //! | [`msg`] | [`SchedulerMsg`], the thread's one input |
+//! | [`ledger`] | the task ledger: the task table, jobs, lookups deferred for other tasks, journal traffic, the dashboard's series, the scheduler's own counters; what changes with a task's state |
+//! | [`intake`] | tasks taken in: submitted, replayed, their inputs looked up, into the core's queue |
+//! | [`outcomes`] | tasks ended or run again: a worker's report, a worker gone, a cancel, tasks a fixed pool cannot hold |
+//! | [`worker_msgs`] | what workers say of themselves and their caches: hello, copies held, fetch failures, transfers |
 //! | [`views`] | the answers: status counters, task, batch and link views, failures, submission errors |
 //! | [`comm`] | the seam to the outside: [`Comm`], [`LiveComm`], [`comm::RecordingComm`] |
 //! | [`shared`] | [`shared::Shared`]: the core, sessions, objects and comm borrowed for one step; peer reads |
 //! | [`sessions`] | the registry of connected workers |
-//! | [`progress`] | the round's journal traffic; outcomes not yet confirmed |
+//! | [`progress`] | the round's journal traffic; outcomes not yet confirmed (held by the ledger) |
 //! | [`tasks`] | the task table: phases, the index by state, batches |
 //! | [`objects`] | the object table (URIs, versions, producers, sizes, placements); Hercules' locate view |
-//! | [`workers`] | an attempt's assignment sent, a changed version dropped, a report's outcome and traffic |
-//! | [`dataflow`] | a batch's dependencies checked and ordered; what a task waits for; abandoned tasks' errors; released objects; lookups deferred until producers succeed |
+//! | [`workers`] | an attempt's assignment sent, a changed version dropped, a report's outcome |
+//! | [`dataflow`] | a batch's dependencies checked and ordered; what a task waits for; abandoned tasks' errors; released objects; lookups deferred until producers succeed ([`dataflow::Deferred`], held by the ledger) |
 //! | [`lookup`] | input lookups asked of workers |
-//! | [`jobs`] | jobs: their task lists and counters, a job's own dispatch policy |
+//! | [`jobs`] | jobs: their task lists and counters, a job's own dispatch policy (held by the ledger) |
 //! | [`placement`] | workers' names for the core, strict hints checked at submission, Hercules' place |
 //! | [`prefetch`] | MixApart: racks, prefetches carried out, the storage cap shared by demand; 2Mark's evictions and moves |
 //! | [`pool`] | the elastic pool: provisioning decisions out, workers by state in, cache hand-off |
 //! | [`batches`] | batches staged to workers (`diffuse stage`, GDS) |
-//! | [`series`] | the dashboard's samples (`GET /v1/series`) and the last failures |
+//! | [`series`] | the dashboard's samples (`GET /v1/series`) and the last failures (held by the ledger) |
 //! | [`writer`] | the journal writer thread |
 
 pub mod batches;
 pub mod comm;
 pub mod dataflow;
+pub mod intake;
 pub mod jobs;
+pub mod ledger;
 pub mod lookup;
 pub mod msg;
 pub mod objects;
+pub mod outcomes;
 pub mod placement;
 pub mod pool;
 pub mod prefetch;
@@ -62,6 +72,7 @@ pub mod tasks;
 #[cfg(test)]
 mod tests;
 pub mod views;
+pub mod worker_msgs;
 pub mod workers;
 pub mod writer;
 
@@ -71,42 +82,23 @@ pub use views::{
     AttemptView, BatchView, LinkView, ListQuery, Status, SubmitError, Submitted, TaskView,
 };
 
-use crate::journal::{Journal, OutcomeState, StoredTask, SubmittedTask, TaskOutcome};
-use crate::proto::{Held, LookupResult, TaskReport, ToDispatcher, ToWorker};
+use crate::journal::Journal;
+use crate::proto::{ToDispatcher, ToWorker};
 use crate::provisioner::PoolCmd;
-use crate::spec::TaskDef;
 use batches::{Batches, StageAsk};
 use comm::WorkerLink;
-use dataflow::Deferred;
-use diffuse_core::bandwidth::Endpoint;
-use diffuse_core::{
-    Action, Core, CoreError, Handoff, Input, NodeId, ObjectId, Outcome, Resources, TaskId,
-    TaskSpec, TaskState, Time,
-};
-use jobs::{JobCancelled, Jobs};
-use lookup::{Lookups, Waiter};
+use diffuse_core::{Action, Core, Handoff, NodeId, TaskId, TaskState, Time};
+use ledger::{unix_now, Ledger};
+use lookup::Lookups;
 use objects::ObjectTable;
 use placement::NodeNames;
 use pool::PoolLink;
 use prefetch::Prefetch;
-use progress::Progress;
-use serde::{Deserialize, Serialize};
-use series::Series;
-use sessions::{Session, Sessions};
+use sessions::Sessions;
 use shared::Shared;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tasks::{Listed, Phase, TaskTable};
-use tokio::sync::oneshot;
-
-/// How a task is kept in the journal's `spec_json`: its definition and batch. Journals written
-/// before batches existed hold `[definition, inputs as looked up]`, read as batch 0.
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum StoredSpec {
-    Current { def: TaskDef, batch: u64 },
-    Before(TaskDef, serde_json::Value),
-}
+use std::time::{Duration, Instant};
+use tasks::Phase;
 
 /// Settings of the scheduler thread.
 #[derive(Clone, Debug)]
@@ -133,15 +125,12 @@ pub struct Scheduler {
     journal: Journal,
     cfg: SchedulerConfig,
     start: Instant,
-    tasks: TaskTable,
+    /// Every task and what changes with its state.
+    ledger: Ledger,
     /// Every object named so far: URIs, versions, producers, placements.
     objects: ObjectTable,
     /// Workers' names as the core knows them.
     names: NodeNames,
-    /// Every job's tasks.
-    jobs: Jobs,
-    /// Tasks whose input lookups wait for other tasks.
-    deferred: Deferred,
     /// Connected workers.
     sessions: Sessions,
     /// The outside: workers' sessions, the pool, the journal writer.
@@ -150,16 +139,10 @@ pub struct Scheduler {
     pool: Option<PoolLink>,
     /// Workers were told to finish: one that connects later is told at once.
     shutting_down: bool,
+    /// Input lookups asked of workers.
     lookups: Lookups,
-    /// Tasks in [`Phase::Lookup`].
-    looking_up: u64,
-    status: Status,
-    /// This round's journal traffic; outcomes not yet confirmed.
-    progress: Progress,
     /// Racks, storage shares, 2Mark's moves.
     prefetch: Prefetch,
-    /// The dashboard's samples and last failures.
-    series: Series,
     /// Batches staged to workers (`diffuse stage`).
     batches: Batches,
 }
@@ -169,7 +152,7 @@ pub struct Scheduler {
 macro_rules! shared {
     ($s:ident) => {
         Shared {
-            now: $s.now(),
+            now: since($s.start),
             core: &mut $s.core,
             sessions: &$s.sessions,
             objects: &mut $s.objects,
@@ -178,10 +161,9 @@ macro_rules! shared {
     };
 }
 
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+/// The core's time: since the scheduler started.
+fn since(start: Instant) -> Time {
+    Time(start.elapsed().as_nanos() as u64)
 }
 
 impl Scheduler {
@@ -198,27 +180,22 @@ impl Scheduler {
         let mut s = Scheduler {
             core,
             journal,
+            ledger: Ledger::new(cfg.task_defaults),
             cfg,
             start: Instant::now(),
-            tasks: TaskTable::default(),
             objects: ObjectTable::default(),
             names: NodeNames::default(),
-            jobs: Jobs::default(),
-            deferred: Deferred::default(),
             sessions: Sessions::default(),
             comm,
             pool: None,
             shutting_down: false,
             lookups: Lookups::default(),
-            looking_up: 0,
-            status: Status::default(),
-            progress: Progress::default(),
             prefetch: Prefetch::default(),
-            series: Series::default(),
             batches: Batches::default(),
         };
         for st in stored {
-            s.restore(st);
+            let (ledger, names, lookups) = (&mut s.ledger, &mut s.names, &mut s.lookups);
+            intake::restore(st, &mut shared!(s), ledger, names, lookups);
         }
         Ok(s)
     }
@@ -230,191 +207,7 @@ impl Scheduler {
     }
 
     fn now(&self) -> Time {
-        Time(self.start.elapsed().as_nanos() as u64)
-    }
-
-    fn restore(&mut self, st: StoredTask) {
-        let (def, batch) = match serde_json::from_str::<StoredSpec>(&st.task.spec_json) {
-            Ok(StoredSpec::Current { def, batch }) => (def, batch),
-            Ok(StoredSpec::Before(def, _)) => (def, 0),
-            Err(e) => {
-                tracing::error!(task = %st.task.id, "unreadable task in journal ({e}); skipped");
-                return;
-            }
-        };
-        self.status.submitted += 1;
-        match st.outcome {
-            Some(o) => {
-                self.count_outcome(o.state);
-                let inputs = self.inputs_of(&def);
-                let produces: Vec<ObjectId> = def
-                    .outputs
-                    .iter()
-                    .filter(|u| crate::uri::is_tmp(u))
-                    .map(|u| self.objects.intern(u))
-                    .collect();
-                let t = self.tasks.insert(def, batch, inputs, Phase::Done(o.state));
-                self.join_job(t);
-                for p in &produces {
-                    self.objects.set_producer(*p, t);
-                }
-                if o.state == OutcomeState::Succeeded && !produces.is_empty() {
-                    // Kept as the producer of what it wrote: if no worker brings a copy back and
-                    // a task needs it, it runs again.
-                    let mut spec = self.spec_of(t).with_produces(produces);
-                    // A remake keeps to the task's hint.
-                    let def = self.tasks.get(t).def.clone();
-                    spec.hint = self.names.placement_of(&def);
-                    let now = self.now();
-                    if let Err(e) = self.core.handle_restore_done(spec, now) {
-                        tracing::error!("journal replay: {e}");
-                    }
-                }
-            }
-            None => self.accept(def, batch, st.attempts),
-        }
-    }
-
-    /// The distinct inputs of `def` as objects, sizes not yet known.
-    fn inputs_of(&mut self, def: &TaskDef) -> Vec<(ObjectId, u64)> {
-        let mut inputs: Vec<(ObjectId, u64)> = Vec::with_capacity(def.inputs.len());
-        for uri in &def.inputs {
-            let o = self.objects.intern(uri);
-            if !inputs.iter().any(|(x, _)| *x == o) {
-                inputs.push((o, 0));
-            }
-        }
-        inputs
-    }
-
-    /// Take a task in (new or replayed; a batch in the order [`dataflow::check`] gives). It enters the core at once: held while workers look up its inputs' sizes and
-    /// versions (`tmp://` inputs are not looked up: their producers report them), and blocked
-    /// until what it depends on has succeeded. A dependency that already failed fails it.
-    fn accept(&mut self, def: TaskDef, batch: u64, attempts: u32) {
-        let deps = dataflow::deps_of(&def, &mut self.objects, &self.tasks, &self.core);
-        let inputs = self.inputs_of(&def);
-        let lookups: Vec<ObjectId> = inputs
-            .iter()
-            .map(|(o, _)| *o)
-            .filter(|o| !crate::uri::is_tmp(self.objects.uri(*o)))
-            .collect();
-        let phase = if lookups.is_empty() {
-            Phase::Live
-        } else {
-            Phase::Lookup {
-                pending: lookups.len() as u32,
-                attempts,
-                error: None,
-            }
-        };
-        let t = self.tasks.insert(def, batch, inputs, phase);
-        self.join_job(t);
-        let (after, produces) = match deps {
-            dataflow::Deps::Wait { after, produces } => (after, produces),
-            dataflow::Deps::Failed(e) => {
-                for uri in self.tasks.get(t).def.outputs.clone() {
-                    if crate::uri::is_tmp(&uri) {
-                        let o = self.objects.intern(&uri);
-                        self.objects.set_producer(o, t);
-                    }
-                }
-                self.tasks.get_mut(t).phase = Phase::Live;
-                self.finish_without_running(t, OutcomeState::Failed, Some(e));
-                return;
-            }
-        };
-        for p in &produces {
-            self.objects.set_producer(*p, t);
-        }
-        // Its inputs are looked up once the tasks it waits for have succeeded: they may be
-        // what writes them.
-        let unfinished: Vec<TaskId> = after
-            .iter()
-            .copied()
-            .filter(|d| !matches!(self.tasks.get(*d).phase, Phase::Done(_)))
-            .collect();
-        let mut spec = self.spec_of(t).with_after(after).with_produces(produces);
-        let def = self.tasks.get(t).def.clone();
-        spec.hint = self.names.placement_of(&def);
-        if !lookups.is_empty() {
-            spec = spec.held();
-            self.looking_up += 1;
-            if unfinished.is_empty() {
-                self.want_lookups(t);
-            } else {
-                self.deferred.wait(t, unfinished);
-            }
-        }
-        let now = self.now();
-        if let Err(e) = self.core.handle_restore(spec, attempts, now) {
-            // Checked at submission; a journal written by another version may still disagree.
-            tracing::error!(task = %self.tasks.get(t).def.id, "refused by the core: {e}");
-            self.finish_without_running(t, OutcomeState::Failed, Some(e.to_string()));
-        }
-    }
-
-    /// Ask workers for the size and version of `t`'s inputs (not its `tmp://` ones).
-    fn want_lookups(&mut self, t: TaskId) {
-        let objects: Vec<ObjectId> = self.tasks.get(t).inputs.iter().map(|(o, _)| *o).collect();
-        for o in objects {
-            let uri = self.objects.uri(o);
-            if !crate::uri::is_tmp(uri) {
-                self.lookups.want(uri, t);
-            }
-        }
-    }
-
-    /// `t` succeeded: tasks whose lookups waited for it may now look up their inputs.
-    fn wake_deferred(&mut self, t: TaskId) {
-        for w in self.deferred.succeeded(t) {
-            if matches!(self.tasks.get(w).phase, Phase::Lookup { .. }) {
-                self.want_lookups(w);
-            }
-        }
-    }
-
-    /// Record task `t` in its job (see [`Jobs::join`]).
-    fn join_job(&mut self, t: TaskId) {
-        self.jobs.join(t, &self.tasks.get(t).def, &mut self.core);
-    }
-
-    fn spec_of(&self, id: TaskId) -> TaskSpec {
-        let task = self.tasks.get(id);
-        let more = task.def.more();
-        TaskSpec::new(
-            id,
-            task.inputs
-                .iter()
-                .map(|(o, size)| Input {
-                    object: *o,
-                    size: *size,
-                })
-                .collect(),
-        )
-        .with_resources(Resources {
-            cores: more.cores.unwrap_or(1),
-            memory: more.memory.unwrap_or(0),
-            gpus: more.gpus.unwrap_or(0),
-            disk: more.disk.unwrap_or(0),
-        })
-        .with_priority(more.priority)
-        .with_job(self.jobs.id(task.def.job()))
-        .with_dad_beta(more.dad_beta)
-        .with_retries(more.retries.unwrap_or(self.cfg.task_defaults.retries))
-        .with_walltime(
-            more.walltime_s
-                .or(more.timeout_s)
-                .map(Duration::from_secs_f64)
-                .or(self.cfg.task_defaults.task_timeout),
-        )
-    }
-
-    fn count_outcome(&mut self, state: OutcomeState) {
-        match state {
-            OutcomeState::Succeeded => self.status.succeeded += 1,
-            OutcomeState::Failed => self.status.failed += 1,
-            OutcomeState::Cancelled => self.status.cancelled += 1,
-        }
+        since(self.start)
     }
 
     /// Run until every sender of `rx` is gone.
@@ -423,7 +216,7 @@ impl Scheduler {
         let mut next_check = Instant::now() + tick;
         loop {
             let mut wait = next_check.saturating_duration_since(Instant::now());
-            if self.progress.ending() > 0 {
+            if self.ledger.progress.ending() > 0 {
                 // Outcomes are waiting for the writer's confirmation (it commits every 20 ms).
                 wait = wait.min(Duration::from_millis(5));
             }
@@ -440,7 +233,7 @@ impl Scheduler {
                 // Group commit: take everything already waiting before touching the disk.
                 while let Ok(c) = rx.try_recv() {
                     self.handle(c);
-                    if self.progress.submissions() > 50_000 {
+                    if self.ledger.progress.submissions() > 50_000 {
                         break;
                     }
                 }
@@ -456,18 +249,22 @@ impl Scheduler {
     /// The periodic checks (every 100 ms): heartbeats, hand-offs, tasks no worker can hold,
     /// the storage cap's shares, the dashboard's sample, the core's timers.
     pub fn tick(&mut self) {
-        self.check_heartbeats();
+        for node in self.sessions.silent(self.cfg.heartbeat_timeout) {
+            self.node_lost(node, "heartbeat timeout", true);
+        }
         if let Some(p) = &mut self.pool {
             p.finish_handoffs(&mut *self.comm);
         }
-        self.fail_unfit();
+        if let Some(pool) = self.cfg.fixed_pool {
+            outcomes::fail_unfit(pool, &mut shared!(self), &mut self.ledger);
+        }
         self.prefetch.share_storage_cap(&mut shared!(self));
-        if self.series.due() {
+        if self.ledger.series.due() {
             let s = self.status();
-            self.series.sample(&s, unix_now());
+            self.ledger.series.sample(&s, unix_now());
         }
         let now = self.now();
-        self.core.handle_waiting_demand(self.looking_up);
+        self.core.handle_waiting_demand(self.ledger.looking_up());
         if self.core.poll_timeout().is_some_and(|t| t <= now) {
             self.core.handle_timeout(now);
         }
@@ -477,21 +274,19 @@ impl Scheduler {
     /// tasks moves on), send lookups, carry out the core's actions, hand the journal writer
     /// what happened and take its confirmations.
     pub fn round(&mut self) {
-        self.progress.flush_submissions(&mut self.journal);
+        self.ledger.progress.flush_submissions(&mut self.journal);
         self.send_lookups();
         self.drain_actions();
-        for o in self.progress.flush(&mut *self.comm) {
-            self.count_outcome(o.state);
-            if let Some(t) = self.tasks.id_of(&o.id) {
-                self.tasks.ended(t, o.state);
-            }
-        }
+        self.ledger.confirm_outcomes(&mut *self.comm);
     }
 
     /// Take one message.
     pub fn handle(&mut self, cmd: SchedulerMsg) {
+        let (ledger, names, lookups) = (&mut self.ledger, &mut self.names, &mut self.lookups);
         match cmd {
-            SchedulerMsg::Submit(defs, reply) => self.submit(defs, reply),
+            SchedulerMsg::Submit(defs, reply) => {
+                intake::submit(defs, reply, &mut shared!(self), ledger, names, lookups)
+            }
             SchedulerMsg::WorkerUp { conn, hello, link } => self.worker_up(conn, hello, link),
             SchedulerMsg::FromWorker(conn, msg) => self.on_worker_message(conn, msg),
             SchedulerMsg::WorkerDown(conn) => {
@@ -500,7 +295,10 @@ impl Scheduler {
                 }
             }
             SchedulerMsg::Cancel(id, reply) => {
-                let _ = reply.send(self.cancel(&id));
+                let _ = reply.send(outcomes::cancel(&id, &mut shared!(self), ledger));
+            }
+            SchedulerMsg::CancelJob(name, reply) => {
+                let _ = reply.send(outcomes::cancel_job(&name, &mut shared!(self), ledger));
             }
             SchedulerMsg::Pool(ev) => {
                 let now = self.now();
@@ -512,19 +310,19 @@ impl Scheduler {
                 let _ = reply.send(self.status());
             }
             SchedulerMsg::Series(since, reply) => {
-                let _ = reply.send(self.series.points_since(since));
+                let _ = reply.send(self.ledger.series.points_since(since));
             }
             SchedulerMsg::Task(id, reply) => {
-                let view = self.tasks.id_of(&id).map(|t| self.view(t));
+                let view = self.ledger.tasks.id_of(&id).map(|t| self.view(t));
                 let _ = reply.send(view);
             }
             SchedulerMsg::List(q, reply) => {
-                let (page, next) = self.tasks.page(q.state, q.after, q.limit);
+                let (page, next) = self.ledger.tasks.page(q.state, q.after, q.limit);
                 let views = page.into_iter().map(|t| self.view(t)).collect();
                 let _ = reply.send((views, next));
             }
             SchedulerMsg::Batch(b, reply) => {
-                let view = self.tasks.batch(b).map(|counts| BatchView {
+                let view = self.ledger.tasks.batch(b).map(|counts| BatchView {
                     batch: b,
                     pending: counts.tasks - counts.succeeded - counts.failed - counts.cancelled,
                     counts: counts.clone(),
@@ -544,20 +342,17 @@ impl Scheduler {
                 let _ = reply.send(names);
             }
             SchedulerMsg::Job(name, reply) => {
-                let _ = reply.send(self.jobs.view(&name, &self.tasks));
-            }
-            SchedulerMsg::CancelJob(name, reply) => {
-                let _ = reply.send(self.cancel_job(&name));
+                let _ = reply.send(self.ledger.jobs.view(&name, &self.ledger.tasks));
             }
             SchedulerMsg::Object(uri, reply) => {
                 let view = self
                     .objects
-                    .view(&uri, &self.core, &self.sessions, &self.tasks);
+                    .view(&uri, &self.core, &self.sessions, &self.ledger.tasks);
                 let _ = reply.send(view);
             }
             SchedulerMsg::Place(uri, name, reply) => {
-                let (sh, tasks) = (&mut shared!(self), &self.tasks);
-                let _ = reply.send(placement::place(&uri, &name, sh, tasks, &mut self.names));
+                let (sh, tasks) = (&mut shared!(self), &self.ledger.tasks);
+                let _ = reply.send(placement::place(&uri, &name, sh, tasks, names));
             }
             SchedulerMsg::PeerOf(name, reply) => {
                 let url = self
@@ -568,14 +363,13 @@ impl Scheduler {
                 let _ = reply.send(url);
             }
             SchedulerMsg::Ended(after, reply) => {
-                let (ended, n) = self.tasks.ended_since(after);
+                let tasks = &self.ledger.tasks;
+                let (ended, n) = tasks.ended_since(after);
                 let views = ended
                     .into_iter()
                     .map(|t| {
-                        (
-                            self.tasks.get(t).def.id.clone(),
-                            self.tasks.listed(t).as_str().to_string(),
-                        )
+                        let listed = tasks.listed(t).as_str().to_string();
+                        (tasks.get(t).def.id.clone(), listed)
                     })
                     .collect();
                 let _ = reply.send((views, n));
@@ -603,8 +397,8 @@ impl Scheduler {
             .iter()
             .take(5)
             .map(|t| {
-                let task = self.tasks.get(*t);
-                format!("{}: {}", task.def.id, self.spec_of(*t).resources)
+                let task = self.ledger.tasks.get(*t);
+                format!("{}: {}", task.def.id, self.ledger.spec_of(*t).resources)
             })
             .collect();
         let (worker_list, pool) =
@@ -623,10 +417,10 @@ impl Scheduler {
             unschedulable: unfit.len() as u64,
             unschedulable_examples: examples,
             queued: c.queued + c.blocked - remakes_waiting,
-            looking_up: self.looking_up,
+            looking_up: self.ledger.looking_up(),
             running: c.running - remakes_running,
             remaking: remakes_waiting + remakes_running,
-            ending: self.progress.ending() as u64,
+            ending: self.ledger.progress.ending() as u64,
             workers: c.nodes,
             slots: c.slots,
             busy_slots: c.busy_slots,
@@ -635,21 +429,21 @@ impl Scheduler {
             storage_cap: self.core.config().storage_cap,
             storage_budget_used: self.core.storage_budget_used(),
             two_mark: self.core.two_mark_stats(),
-            recent_failures: self.series.recent_failures(),
+            recent_failures: self.ledger.series.recent_failures(),
             links: prefetch::links(&self.core, &self.sessions),
-            ..self.status.clone()
+            ..self.ledger.counters().clone()
         }
     }
 
     /// A task's view without its journaled outcome (the API reads that from the journal, off
     /// this thread).
     fn view(&self, t: TaskId) -> TaskView {
-        let task = self.tasks.get(t);
+        let task = self.ledger.tasks.get(t);
         let (node, attempt) = match (&task.phase, self.core.task_state(t)) {
             (Phase::Live, Some(TaskState::Running { node, attempt, .. })) => {
                 (self.sessions.name(&node).map(str::to_string), attempt)
             }
-            (Phase::Done(_), _) => match self.progress.unconfirmed(&task.def.id) {
+            (Phase::Done(_), _) => match self.ledger.progress.unconfirmed(&task.def.id) {
                 Some(o) => (o.node.clone(), o.attempt),
                 None => (None, 0),
             },
@@ -657,158 +451,13 @@ impl Scheduler {
         };
         TaskView {
             id: task.def.id.clone(),
-            state: self.tasks.listed(t).as_str().to_string(),
+            state: self.ledger.tasks.listed(t).as_str().to_string(),
             batch: task.batch,
             node,
             attempt,
             outcome: None,
             attempts: None,
         }
-    }
-
-    fn submit(
-        &mut self,
-        mut defs: Vec<TaskDef>,
-        reply: oneshot::Sender<Result<Submitted, SubmitError>>,
-    ) {
-        for d in &defs {
-            if self.tasks.id_of(&d.id).is_some() {
-                let _ = reply.send(Err(SubmitError::Duplicate(d.id.clone())));
-                return;
-            }
-        }
-        let order = match placement::check_hints(&defs, &self.sessions, &self.core)
-            .and_then(|()| self.jobs.resolve_policies(&mut defs, &self.core))
-            .and_then(|()| dataflow::check(&defs, &self.objects, &self.tasks))
-        {
-            Ok(order) => order,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-        };
-        let mut defs: Vec<Option<TaskDef>> = defs.into_iter().map(Some).collect();
-        let defs: Vec<TaskDef> = order
-            .into_iter()
-            .map(|i| defs[i].take().expect("each once"))
-            .collect();
-        let batch = self.tasks.next_batch();
-        let n = defs.len();
-        let at = unix_now();
-        for def in defs {
-            let spec_json = serde_json::to_string(&StoredSpec::Current {
-                def: def.clone(),
-                batch,
-            })
-            .expect("task serializes");
-            self.progress.submitted(SubmittedTask {
-                id: def.id.clone(),
-                spec_json,
-                submitted_at: at,
-            });
-            self.status.submitted += 1;
-            self.accept(def, batch, 0);
-        }
-        self.progress.reply_when_committed(
-            reply,
-            Submitted {
-                submitted: n,
-                batch,
-            },
-        );
-    }
-
-    /// A task ends without (another) run: failed lookup, cancelled, lost too often.
-    fn finish_without_running(&mut self, t: TaskId, state: OutcomeState, error: Option<String>) {
-        let task = self.tasks.get_mut(t);
-        if matches!(task.phase, Phase::Lookup { .. }) {
-            self.looking_up -= 1;
-        }
-        task.phase = Phase::Done(state);
-        let id = task.def.id.clone();
-        self.record_outcome(
-            t,
-            TaskOutcome {
-                id,
-                state,
-                attempt: 0,
-                node: None,
-                exit_code: None,
-                error,
-                result_json: "{}".into(),
-                finished_at: unix_now(),
-            },
-        );
-    }
-
-    fn cancel(&mut self, id: &str) -> Result<String, String> {
-        let t = self
-            .tasks
-            .id_of(id)
-            .ok_or_else(|| format!("unknown task '{id}'"))?;
-        match &self.tasks.get(t).phase {
-            Phase::Done(s) => Err(format!("task '{id}' already ended ({s:?})")),
-            Phase::Lookup { .. } => {
-                let now = self.now();
-                let _ = self.core.handle_cancel(t, now);
-                self.finish_without_running(t, OutcomeState::Cancelled, None);
-                Ok("cancelled".into())
-            }
-            Phase::Live => {
-                let now = self.now();
-                match self.core.handle_cancel(t, now).map_err(|e| e.to_string())? {
-                    Some(_) => {
-                        self.finish_without_running(t, OutcomeState::Cancelled, None);
-                        Ok("cancelled".into())
-                    }
-                    None => {
-                        if let Some(TaskState::Running { node, attempt, .. }) =
-                            self.core.task_state(t)
-                        {
-                            if self.sessions.contains(&node) {
-                                self.comm.send(
-                                    node,
-                                    ToWorker::Cancel {
-                                        task: id.to_string(),
-                                        attempt,
-                                    },
-                                );
-                            }
-                        }
-                        Ok("cancelling: its processes are being stopped".into())
-                    }
-                }
-            }
-        }
-    }
-
-    /// With a fixed pool, all of it connected: fail the queued tasks no worker could ever hold.
-    fn fail_unfit(&mut self) {
-        let Some(pool) = self.cfg.fixed_pool else {
-            return;
-        };
-        if (self.sessions.len() as u32) < pool {
-            return;
-        }
-        let now = self.now();
-        for t in self.core.unschedulable() {
-            let want = self.spec_of(t).resources;
-            if let Ok(Some(_)) = self.core.handle_cancel(t, now) {
-                let error = format!(
-                    "asks for {want}: more than any of the {pool} workers has, and no other will join"
-                );
-                self.finish_without_running(t, OutcomeState::Failed, Some(error));
-            }
-        }
-    }
-
-    /// Record an outcome. The writer journals it this round; until it confirms the commit the
-    /// task still shows as running and is not counted as ended, so nothing a client has seen
-    /// ended can run again after a crash of the dispatcher.
-    fn record_outcome(&mut self, t: TaskId, o: TaskOutcome) {
-        self.series.note_failure(&o);
-        self.tasks.list_as(t, Listed::Running);
-        self.progress.outcome(o);
     }
 
     /// Connected workers and their slot counts (diagnostics).
@@ -820,54 +469,24 @@ impl Scheduler {
     }
 }
 
-/// Messages from workers and the core's actions, routed among the owners.
+/// Workers' sessions opened and closed, their messages and the core's actions routed among the
+/// owners.
 impl Scheduler {
+    /// A worker connects: the core learns it, its session opens, it is welcomed, and what it
+    /// already holds is taken in.
     fn worker_up(&mut self, conn: u64, hello: ToDispatcher, link: WorkerLink) {
-        let ToDispatcher::Hello {
-            name,
-            slots,
-            memory,
-            gpus,
-            disk,
-            peer_url,
-            held,
-            request,
-            leaves_in_s,
-            eviction,
-            cache_quota,
-            rack,
-            ..
-        } = hello
+        if !matches!(hello, ToDispatcher::Hello { .. }) {
+            return;
+        }
+        let node = self.sessions.next_node();
+        let (names, prefetch) = (&mut self.names, &mut self.prefetch);
+        let sh = &mut shared!(self);
+        let Some((session, held)) = worker_msgs::introduce(conn, hello, node, sh, names, prefetch)
         else {
             return;
         };
-        let node = self.sessions.next_node();
-        let now = self.now();
-        let capacity = Resources {
-            cores: slots.max(1),
-            memory: memory.unwrap_or(u64::MAX),
-            gpus,
-            disk: disk.unwrap_or(u64::MAX),
-        };
-        if let Err(e) = self.core.handle_node_joined_with(node, capacity, now) {
-            tracing::error!("worker {name}: {e}");
-            return;
-        }
-        let label = self.names.id(&name);
-        let _ = self.core.handle_node_named(node, label);
-        let _ = self
-            .core
-            .handle_node_cache(node, cache_quota, eviction.unwrap_or_default(), now);
-        if let Some(r) = rack.as_deref().filter(|r| !r.is_empty()) {
-            let rack = self.prefetch.rack_id(r);
-            let _ = self.core.handle_node_rack(node, rack);
-        }
-        if let Some(s) = leaves_in_s.filter(|s| s.is_finite() && *s >= 0.0) {
-            let ends = now + Duration::from_secs_f64(s.min(1e9));
-            self.core.handle_node_deadline(node, Some(ends));
-        }
-        self.comm.attach(node, link);
-        self.comm.send(
+        sh.comm.attach(node, link);
+        sh.comm.send(
             node,
             ToWorker::Welcome {
                 node: node.0,
@@ -875,54 +494,17 @@ impl Scheduler {
             },
         );
         if self.shutting_down {
-            self.comm.send(node, ToWorker::Shutdown);
+            sh.comm.send(node, ToWorker::Shutdown);
         }
-        tracing::info!(worker = %name, slots, peer = %peer_url, "worker joined");
+        tracing::info!(worker = %session.name, slots = session.slots, peer = %session.peer_url, "worker joined");
         if let Some(p) = &self.pool {
-            p.joined(&request, &mut *self.comm);
+            p.joined(&session.request, sh.comm);
         }
-        self.sessions.insert(
-            node,
-            Session {
-                conn,
-                name,
-                request,
-                peer_url,
-                slots,
-                last_seen: Instant::now(),
-                cache: (cache_quota, 0, 0),
-            },
-        );
+        self.sessions.insert(node, session);
         // Its share of the storage cap reaches it before any task or fetch does.
         self.prefetch.share_storage_cap(&mut shared!(self));
-        self.cached(node, held);
-    }
-
-    /// `node` holds these objects. A version not yet known is taken as the current one until a
-    /// lookup says otherwise; a copy of another version than the current one is dropped.
-    fn cached(&mut self, node: NodeId, held: Vec<Held>) {
-        let now = self.now();
-        let mut stale = Vec::new();
-        for h in held {
-            let o = self.objects.intern(&h.uri);
-            let known = self.objects.version_mut(o);
-            if known.is_empty() {
-                *known = h.version.clone();
-            }
-            if *known == h.version {
-                let _ = self.core.handle_object_cached(node, o, now);
-                if let Some(p) = &mut self.pool {
-                    p.handed_off(node, o, &mut *self.comm);
-                }
-                self.prefetch.move_ended(node, o, &mut shared!(self));
-                self.batches.cached(node, o, &mut shared!(self));
-            } else {
-                stale.push(h.uri);
-            }
-        }
-        if !stale.is_empty() {
-            shared!(self).send_connected(node, ToWorker::Drop { uris: stale });
-        }
+        let (pool, prefetch, batches) = (self.pool.as_mut(), &mut self.prefetch, &mut self.batches);
+        worker_msgs::cached(node, held, &mut shared!(self), pool, prefetch, batches);
     }
 
     fn on_worker_message(&mut self, conn: u64, msg: ToDispatcher) {
@@ -937,6 +519,8 @@ impl Scheduler {
             s.last_seen = Instant::now();
         }
         let now = self.now();
+        let (ledger, lookups) = (&mut self.ledger, &mut self.lookups);
+        let (pool, prefetch, batches) = (self.pool.as_mut(), &mut self.prefetch, &mut self.batches);
         match msg {
             ToDispatcher::Heartbeat | ToDispatcher::Hello { .. } => {}
             ToDispatcher::Load {
@@ -951,7 +535,10 @@ impl Scheduler {
                     s.cache.2 = cache_objects.unwrap_or(0);
                 }
             }
-            ToDispatcher::Cached { objects } => self.cached(node, objects),
+            ToDispatcher::Cached { objects } => {
+                let sh = &mut shared!(self);
+                worker_msgs::cached(node, objects, sh, pool, prefetch, batches)
+            }
             ToDispatcher::Evicted { uris } => {
                 for uri in uris {
                     if let Some(o) = self.objects.get(&uri) {
@@ -959,112 +546,35 @@ impl Scheduler {
                     }
                 }
             }
-            ToDispatcher::Finished(report) => self.finished(node, report),
-            ToDispatcher::LookedUp { id, results } => self.looked_up(node, id, results),
+            ToDispatcher::Finished(report) => {
+                outcomes::finished(node, report, &mut shared!(self), ledger, lookups)
+            }
+            ToDispatcher::LookedUp { id, results } => {
+                let sh = &mut shared!(self);
+                intake::looked_up(node, id, results, sh, ledger, lookups, batches)
+            }
             ToDispatcher::Leaving => self.node_lost(node, "it is stopping", false),
-            ToDispatcher::FetchFailed { uri, error } => self.fetch_failed(node, &uri, &error),
+            ToDispatcher::FetchFailed { uri, error } => {
+                let sh = &mut shared!(self);
+                worker_msgs::fetch_failed(node, &uri, &error, sh, prefetch, batches)
+            }
             ToDispatcher::Transferred {
                 from,
                 bytes,
                 seconds,
-            } => self.transferred(node, from.as_deref(), bytes, seconds),
+            } => {
+                let sh = &mut shared!(self);
+                worker_msgs::transferred(node, from.as_deref(), bytes, seconds, sh, batches)
+            }
             ToDispatcher::BadCopy { uri, peer } => {
                 prefetch::bad_copy(node, &uri, &peer, &mut shared!(self))
             }
         }
     }
 
-    fn finished(&mut self, node: NodeId, mut report: TaskReport) {
-        let Some(t) = self.tasks.id_of(&report.task) else {
-            return;
-        };
-        report.hint_held = placement::hint_held(&self.tasks.get(t).def, &self.sessions, node);
-        let lost = report
-            .lost_input
-            .as_ref()
-            .and_then(|uri| self.objects.get(uri));
-        let outcome = workers::outcome_of(&report, lost);
-        let now = self.now();
-        let current = matches!(self.core.task_state(t), Some(TaskState::Running { node: n, attempt, .. }) if n == node && attempt == report.attempt);
-        if current && outcome == Outcome::Succeeded {
-            // What it wrote to tmp:// is on its worker: readers may now be sent there.
-            for k in &report.kept {
-                let o = self.objects.intern(&k.uri);
-                *self.objects.version_mut(o) = k.sha256.clone();
-                self.objects.set_tmp_size(o, k.size);
-                self.core.handle_intermediate_size(o, k.size);
-                let _ = self.core.handle_object_cached(node, o, now);
-                placement::copy_placed(o, &mut shared!(self));
-            }
-        }
-        let remake = matches!(self.tasks.get(t).phase, Phase::Done(_));
-        let result = self
-            .core
-            .handle_task_finished(t, report.attempt, outcome, now);
-        if !report.kept.is_empty() && !matches!(result, Ok(TaskState::Finished(Outcome::Succeeded)))
-        {
-            // Not a success the core took: what it kept is no one's input.
-            let uris = report.kept.iter().map(|k| k.uri.clone()).collect();
-            shared!(self).send_connected(node, ToWorker::Drop { uris });
-        }
-        if remake && result.is_ok() {
-            // A producer run again to remake a lost object: its recorded outcome stands.
-            tracing::info!(task = %report.task, attempt = report.attempt, "ran again to remake its intermediate objects: {}", if report.succeeded() { "done".to_string() } else { report.failure() });
-            self.attempt_failed(&report);
-            return;
-        }
-        match result {
-            Ok(TaskState::Queued) => {
-                // A retryable failure with retries left: the task runs again; this attempt's
-                // report is kept with the attempt.
-                tracing::info!(task = %report.task, attempt = report.attempt, "failed ({}); retrying", report.failure());
-                self.tasks.list_as(t, Listed::Queued);
-                self.attempt_failed(&report);
-            }
-            Ok(state) => {
-                let st = match state {
-                    TaskState::Cancelled => OutcomeState::Cancelled,
-                    TaskState::Finished(Outcome::Succeeded) => OutcomeState::Succeeded,
-                    _ => OutcomeState::Failed,
-                };
-                workers::add_traffic(&mut self.status, &report);
-                self.tasks.get_mut(t).phase = Phase::Done(st);
-                let o = TaskOutcome {
-                    id: report.task.clone(),
-                    state: st,
-                    attempt: report.attempt,
-                    node: self.sessions.name(&node).map(str::to_string),
-                    exit_code: report.exit_code,
-                    error: report.error.clone(),
-                    result_json: serde_json::to_string(&report).expect("report serializes"),
-                    finished_at: report.finished_at,
-                };
-                self.record_outcome(t, o);
-                if st == OutcomeState::Succeeded {
-                    self.wake_deferred(t);
-                }
-            }
-            Err(CoreError::StaleAttempt { .. })
-            | Err(CoreError::UnknownTask(_))
-            | Err(CoreError::NotRunning(_)) => {
-                tracing::warn!(task = %report.task, attempt = report.attempt, "stale result refused");
-            }
-            Err(e) => tracing::error!(task = %report.task, "result refused: {e}"),
-        }
-    }
-
-    /// An attempt ended and its task goes on (a retry, a remake): its traffic is counted and
-    /// its report kept with the attempt.
-    fn attempt_failed(&mut self, report: &TaskReport) {
-        workers::add_traffic(&mut self.status, report);
-        self.progress.attempt_result(
-            report.task.clone(),
-            report.attempt,
-            serde_json::to_string(report).expect("report serializes"),
-        );
-    }
-
-    /// `node` is gone: lost (`crashed`: its running tasks count a crash) or left cleanly.
+    /// `node` is gone: lost (`crashed`: its running tasks count a crash) or left cleanly. Its
+    /// session closes, its lookups and batches' requests go to others, and its tasks run again
+    /// elsewhere ([`outcomes::worker_gone`]).
     fn node_lost(&mut self, node: NodeId, why: &str, crashed: bool) {
         let Some(session) = self.sessions.remove(node) else {
             return;
@@ -1075,43 +585,8 @@ impl Scheduler {
             p.disconnected(&session, &mut *self.comm);
         }
         self.batches.node_left(node, &mut shared!(self));
-        let running = self.core.running_on(node).to_vec();
-        if crashed {
-            tracing::warn!(worker = %session.name, "worker lost ({why}); its tasks run again elsewhere");
-        } else {
-            tracing::info!(worker = %session.name, "worker left ({why}); its tasks run again elsewhere");
-        }
-        let now = self.now();
-        let lost = if crashed {
-            self.core.handle_node_lost(node, now)
-        } else {
-            self.core.handle_node_left(node, now)
-        };
-        let Ok(lost) = lost else { return };
-        let limit = self.core.config().crash_limit;
-        for t in running {
-            if lost.failed.contains(&t) {
-                self.finish_without_running(
-                    t,
-                    OutcomeState::Failed,
-                    Some(format!("its worker was lost {limit} times")),
-                );
-            } else if lost.cancelled.contains(&t) {
-                self.finish_without_running(
-                    t,
-                    OutcomeState::Cancelled,
-                    Some("cancelled; its worker was lost while it ran".into()),
-                );
-            } else if !matches!(self.tasks.get(t).phase, Phase::Done(_)) {
-                self.tasks.list_as(t, Listed::Queued);
-            }
-        }
-    }
-
-    fn check_heartbeats(&mut self) {
-        for node in self.sessions.silent(self.cfg.heartbeat_timeout) {
-            self.node_lost(node, "heartbeat timeout", true);
-        }
+        let sh = &mut shared!(self);
+        outcomes::worker_gone(node, &session.name, why, crashed, sh, &mut self.ledger);
     }
 
     /// Send waiting lookups to the connected workers.
@@ -1127,119 +602,12 @@ impl Scheduler {
             .send(&workers, &mut *self.comm, self.cfg.lookup_timeout);
     }
 
-    /// A worker answered a lookup: record sizes and versions (a changed version invalidates every
-    /// cached copy), and let the tasks whose every input is now known move on, in submission
-    /// order: into the core's queue, or failed with their first lookup error.
-    fn looked_up(&mut self, node: NodeId, id: u64, results: Vec<LookupResult>) {
-        let mut ready = Vec::new();
-        for (uri, result, waiters) in self.lookups.answered(node, id, results) {
-            let o = self.objects.intern(&uri);
-            let mut waiting = Vec::with_capacity(waiters.len());
-            for w in waiters {
-                match w {
-                    Waiter::Task(t) => waiting.push(t),
-                    Waiter::Stage(s) => self.batches.looked_up(s, o, &uri, &result),
-                }
-            }
-            let error = match result {
-                Ok((size, version)) => {
-                    workers::note_version(o, &uri, version, &mut shared!(self));
-                    for &t in &waiting {
-                        if let Some(i) = self.tasks.get_mut(t).inputs.iter_mut().find(|i| i.0 == o)
-                        {
-                            i.1 = size;
-                        }
-                    }
-                    None
-                }
-                Err(e) => Some(format!("input {}: {e}", crate::uri::redacted(&uri))),
-            };
-            for t in waiting {
-                if let Phase::Lookup {
-                    pending,
-                    error: first,
-                    ..
-                } = &mut self.tasks.get_mut(t).phase
-                {
-                    *pending -= 1;
-                    if first.is_none() {
-                        first.clone_from(&error);
-                    }
-                    if *pending == 0 {
-                        ready.push(t);
-                    }
-                }
-            }
-        }
-        ready.sort();
-        for t in ready {
-            self.inputs_known(t);
-        }
-        self.batches.pump(&mut shared!(self));
-    }
-
-    /// Every input of `t` (in [`Phase::Lookup`]) was looked up: it enters the core's queue, or
-    /// fails with its first lookup error.
-    fn inputs_known(&mut self, t: TaskId) {
-        let Phase::Lookup { error, .. } = self.tasks.get(t).phase.clone() else {
-            return;
-        };
-        let now = self.now();
-        match error {
-            Some(e) => {
-                // The tasks that depend on it are abandoned (`Action::Abandon`).
-                let _ = self.core.handle_failed_unrun(t, now);
-                self.finish_without_running(t, OutcomeState::Failed, Some(e))
-            }
-            None => {
-                self.looking_up -= 1;
-                self.tasks.get_mut(t).phase = Phase::Live;
-                let sizes: Vec<(ObjectId, u64)> = self.tasks.get(t).inputs.clone();
-                self.status.demand_bytes += sizes.iter().map(|(_, s)| s).sum::<u64>();
-                if let Err(e) = self.core.handle_inputs_known(t, &sizes, now) {
-                    tracing::error!(task = %self.tasks.get(t).def.id, "{e}");
-                }
-            }
-        }
-    }
-
-    /// A worker could not fetch `uri`.
-    fn fetch_failed(&mut self, node: NodeId, uri: &str, error: &str) {
-        tracing::info!(uri = %crate::uri::redacted(uri), "fetch failed: {error}");
-        if let Some(o) = self.objects.get(uri) {
-            let now = self.now();
-            self.core.handle_prefetch_failed(node, o, now);
-            self.prefetch.move_ended(node, o, &mut shared!(self));
-            self.batches
-                .fetch_failed(node, o, error, &mut shared!(self));
-        }
-    }
-
-    /// `node` received `bytes` from `from` (a peer's URL, None: storage) in `seconds`.
-    fn transferred(&mut self, node: NodeId, from: Option<&str>, bytes: u64, seconds: f64) {
-        let from = match from {
-            None => Endpoint::Storage,
-            Some(url) => match self.sessions.at_url(url) {
-                Some(n) => Endpoint::Node(n),
-                None => return, // it left
-            },
-        };
-        self.core.handle_transfer(from, node, bytes, seconds);
-        self.batches.transferred(node, from, bytes, &self.sessions);
-    }
-
     /// Carry out the core's actions.
     fn drain_actions(&mut self) {
         let now = self.now();
         while let Some(action) = self.core.poll_action(now) {
             match action {
-                Action::Dispatch(d) => workers::dispatch(
-                    d,
-                    &mut shared!(self),
-                    &mut self.tasks,
-                    &mut self.progress,
-                    self.cfg.task_defaults.task_timeout,
-                ),
+                Action::Dispatch(d) => workers::dispatch(d, &mut shared!(self), &mut self.ledger),
                 Action::Provision { nodes } => match &self.pool {
                     Some(_) => self.comm.pool(PoolCmd::Acquire(nodes)),
                     // Static: workers are the ones that connect.
@@ -1248,15 +616,13 @@ impl Scheduler {
                 Action::Release { node, handoff } => self.release(node, handoff),
                 Action::Abandon { task, why } => {
                     let limit = self.core.config().crash_limit;
-                    let error = dataflow::abandoned_why(
-                        why,
-                        &self.tasks,
-                        &self.objects,
-                        &self.names,
-                        limit,
-                    );
-                    if !matches!(self.tasks.get(task).phase, Phase::Done(_)) {
-                        self.finish_without_running(task, OutcomeState::Failed, Some(error));
+                    let tasks = &self.ledger.tasks;
+                    let error =
+                        dataflow::abandoned_why(why, tasks, &self.objects, &self.names, limit);
+                    if !matches!(tasks.get(task).phase, Phase::Done(_)) {
+                        let failed = crate::journal::OutcomeState::Failed;
+                        self.ledger
+                            .finish_without_running(task, failed, Some(error));
                     }
                 }
                 Action::DropObject { object, nodes } => {
@@ -1311,20 +677,5 @@ impl Scheduler {
             self.batches.pump(&mut shared!(self));
         }
         Ok(id)
-    }
-
-    /// Cancel every unfinished task of job `name`, the last taken in first (so a task ends
-    /// cancelled before the task it depends on does). None if no task names it.
-    fn cancel_job(&mut self, name: &str) -> Option<JobCancelled> {
-        let tasks = self.jobs.tasks(name)?.to_vec();
-        let mut done = JobCancelled {
-            job: name.to_string(),
-            ..JobCancelled::default()
-        };
-        for t in tasks.into_iter().rev() {
-            let id = self.tasks.get(t).def.id.clone();
-            done.count(self.cancel(&id));
-        }
-        Some(done)
     }
 }

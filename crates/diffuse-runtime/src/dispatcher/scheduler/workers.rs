@@ -1,16 +1,13 @@
 //! What the scheduler tells workers and takes from their reports, as functions of the owners
 //! they touch: a dispatched attempt's [`Assignment`], a changed source version dropped
-//! everywhere, a finished attempt's traffic counted and its outcome read. The handlers of
-//! workers' messages (hello, reports, results, a worker lost) route these among the owners in
-//! the scheduler's `mod.rs`.
+//! everywhere, a finished attempt's outcome read. The handlers of workers' messages route these
+//! among the owners ([`super::outcomes`], [`super::intake`], [`super::worker_msgs`]).
 
-use super::progress::Progress;
+use super::ledger::Ledger;
 use super::shared::Shared;
-use super::tasks::{Listed, Phase, TaskTable};
-use super::views::Status;
+use super::tasks::{Listed, Phase};
 use crate::proto::{Assignment, InputSource, TaskReport, ToWorker};
 use diffuse_core::{Dispatch, ObjectId, Outcome, Source};
-use std::time::Duration;
 
 /// For each input as written, its index among the distinct inputs (empty if none repeats).
 fn positions(inputs: &[String]) -> Vec<u32> {
@@ -32,14 +29,11 @@ fn positions(inputs: &[String]) -> Vec<u32> {
     }
 }
 
-/// Send the core's dispatch `d` to its worker, and hand the attempt to the journal (`progress`).
-pub fn dispatch(
-    d: Dispatch,
-    sh: &mut Shared,
-    tasks: &mut TaskTable,
-    progress: &mut Progress,
-    task_timeout: Option<Duration>,
-) {
+/// Send the core's dispatch `d` to its worker, and hand the attempt to the journal (the
+/// ledger's `progress`).
+pub fn dispatch(d: Dispatch, sh: &mut Shared, ledger: &mut Ledger) {
+    let task_timeout = ledger.default_timeout();
+    let (tasks, progress) = (&mut ledger.tasks, &mut ledger.progress);
     let Dispatch {
         task: t,
         attempt,
@@ -125,25 +119,5 @@ pub fn outcome_of(report: &TaskReport, lost: Option<ObjectId>) -> Outcome {
         Outcome::Retryable(report.failure())
     } else {
         Outcome::Failed(report.failure())
-    }
-}
-
-/// Count a finished attempt's input traffic and its staging and run times.
-pub fn add_traffic(status: &mut Status, report: &TaskReport) {
-    let tr = report.traffic;
-    let s = &mut status.traffic;
-    s.local += tr.local;
-    s.peer += tr.peer;
-    s.storage += tr.storage;
-    s.bytes_local += tr.bytes_local;
-    s.bytes_peer += tr.bytes_peer;
-    s.bytes_storage += tr.bytes_storage;
-    if report.staged_at > 0.0 {
-        status
-            .task_staging_seconds
-            .observe(report.staged_at - report.started_at);
-        status
-            .task_run_seconds
-            .observe(report.finished_at - report.staged_at);
     }
 }

@@ -193,7 +193,7 @@ impl Env {
             assert!(log.attached.contains(&node), "{node:?} has no open session");
         }
         let mut running = 0;
-        for i in 0..s.tasks.len() as u64 {
+        for i in 0..s.ledger.tasks.len() as u64 {
             if let Some(TaskState::Running { node, .. }) = s.core.task_state(TaskId(i)) {
                 assert!(s.sessions.contains(&node), "task {i} runs on gone {node:?}");
                 running += 1;
@@ -233,14 +233,14 @@ impl Env {
             st.queued + st.running + st.ending + st.succeeded + st.failed + st.cancelled,
             "every task counted once: {st:?}"
         );
-        assert_eq!(st.submitted as usize, s.tasks.len());
+        assert_eq!(st.submitted as usize, s.ledger.tasks.len());
         let listed: usize = super::tasks::Listed::ALL
             .iter()
-            .map(|l| s.tasks.page(Some(*l), None, usize::MAX - 1).0.len())
+            .map(|l| s.ledger.tasks.page(Some(*l), None, usize::MAX - 1).0.len())
             .sum();
         assert_eq!(
             listed,
-            s.tasks.len(),
+            s.ledger.tasks.len(),
             "the index by state holds each task once"
         );
         assert!(
