@@ -1,6 +1,6 @@
 //! A worker's job at a resource manager, as the pool and every backend see it: what it runs
-//! ([`Launch`]), where the resource manager says it stands ([`RmState`]) and how a listing shows
-//! it ([`Job`]).
+//! ([`Launch`]), where the resource manager says it stands ([`RmState`]), how a listing shows
+//! it ([`Job`]) and whether a name is one of the pool's ([`is_request_name`]).
 
 use std::path::PathBuf;
 
@@ -40,4 +40,12 @@ pub struct Job {
     pub name: String,
     /// Where it stands.
     pub state: RmState,
+}
+
+/// Whether `name` is a request name of the pool whose names start with `prefix`:
+/// `<prefix>-<n>`. A backend that lists by name keeps only those jobs.
+pub fn is_request_name(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }

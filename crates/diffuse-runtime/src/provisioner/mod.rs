@@ -30,6 +30,7 @@
 //! | [`rm`] | running a resource-manager command: time limit, retries |
 //! | [`reconcile`] | what to do with a job under the pool's names that no request owns |
 //! | [`local`], [`slurm`], [`command`] | the backends: processes here, Slurm batch jobs, a user's commands |
+//! | `tests` | the pool's decisions per kind of [`Listing`], on a scripted backend |
 //!
 //! A new backend (PBS, say) is a file beside `slurm.rs` with its settings and an `impl
 //! ResourceManager`, a [`Backend`] variant with its name, programs and one line in
@@ -43,6 +44,8 @@ pub mod local;
 pub mod reconcile;
 pub mod rm;
 pub mod slurm;
+#[cfg(test)]
+mod tests;
 
 pub use backend::{Listing, ResourceManager};
 pub use job::{Job, Launch, RmState};
@@ -323,7 +326,12 @@ impl Pool {
             .map_err(|e| format!("cannot create {}: {e}", cfg.state_dir.display()))?;
         cfg.backend.check()?;
         let rm = cfg.backend.build(&cfg.state_dir, &cfg.prefix, &cfg.rm)?;
-        Ok(Pool {
+        Ok(Pool::with_backend(cfg, rm, events))
+    }
+
+    /// A pool on a backend already built (`cfg.backend` only names it).
+    fn with_backend(cfg: PoolConfig, rm: Box<dyn ResourceManager>, events: EventSink) -> Pool {
+        Pool {
             cfg,
             rm,
             requests: BTreeMap::new(),
@@ -335,7 +343,7 @@ impl Pool {
             last_poll: None,
             adopted: false,
             cancelled: Default::default(),
-        })
+        }
     }
 
     /// Serve the scheduler's commands until it goes away or says shut down; then give every

@@ -20,7 +20,7 @@
 //! every job of this user under the pool's names ([`Listing::Named`]).
 
 use super::backend::{Listing, ResourceManager, RmFuture};
-use super::job::{Job, Launch, RmState};
+use super::job::{is_request_name, Job, Launch, RmState};
 use super::rm::{Call, RmPolicy};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -277,13 +277,6 @@ impl ResourceManager for Slurm {
 /// (another user's job whose name happens to share the prefix is never touched).
 fn user() -> String {
     rustix::process::getuid().as_raw().to_string()
-}
-
-/// Whether `name` is a request name of this pool: `<prefix>-<n>`.
-fn is_request_name(name: &str, prefix: &str) -> bool {
-    name.strip_prefix(prefix)
-        .and_then(|rest| rest.strip_prefix('-'))
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The jobs in `squeue --format %i|%j|%T` output named `<prefix>-<n>`.
