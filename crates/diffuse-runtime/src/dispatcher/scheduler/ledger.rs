@@ -136,6 +136,28 @@ impl Ledger {
         &self.counters
     }
 
+    /// The ledger's own invariants: every task counted submitted once, and `looking_up` is the
+    /// number of tasks in [`Phase::Lookup`]. Checked by the scheduler's tests after every step.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.counters.submitted != self.tasks.len() as u64 {
+            return Err(format!(
+                "{} submitted, {} tasks",
+                self.counters.submitted,
+                self.tasks.len()
+            ));
+        }
+        let looking_up = (0..self.tasks.len() as u64)
+            .filter(|i| matches!(self.tasks.get(TaskId(*i)).phase, Phase::Lookup { .. }))
+            .count() as u64;
+        if looking_up != self.looking_up {
+            return Err(format!(
+                "{looking_up} tasks look up their inputs, {} counted",
+                self.looking_up
+            ));
+        }
+        Ok(())
+    }
+
     /// `t` looks up its inputs once every task of `unfinished` (not empty) has succeeded.
     pub fn defer_lookups(&mut self, t: TaskId, unfinished: Vec<TaskId>) {
         self.deferred.wait(t, unfinished);

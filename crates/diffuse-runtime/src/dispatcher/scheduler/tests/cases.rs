@@ -1,9 +1,10 @@
 //! The scenarios: dispatch, a worker lost mid-task, a retry, a producer run again for a lost
-//! intermediate object, the elastic pool growing and shrinking, a batch staged with GDS.
+//! intermediate object, the elastic pool growing and shrinking, a batch staged with GDS, a
+//! task's inputs looked up before it runs.
 
 use super::{found, Env};
 use crate::journal::OutcomeState;
-use crate::proto::{Held, KeptOutput, ToDispatcher, ToWorker};
+use crate::proto::{Held, KeptOutput, LookupResult, ToDispatcher, ToWorker};
 use crate::provisioner::{PoolCmd, PoolEvent, RequestState};
 use diffuse_core::{CoreConfig, DynamicConfig, Provisioning, StepPolicy};
 use std::time::Duration;
@@ -279,4 +280,47 @@ fn a_staged_batch_copies_an_object_to_every_worker_and_reports_done() {
         let o = env.s.objects["file:///data/ref.bin"];
         assert!(env.s.core.locate(o).contains(&w.node));
     }
+}
+
+#[test]
+fn a_task_looks_up_its_inputs_before_it_runs_and_a_failed_lookup_fails_it() {
+    let mut env = Env::new(CoreConfig::default());
+    let w1 = env.join("w1", 1, None);
+    env.take();
+    env.submit(
+        r#"{"id":"a","cmd":"true","inputs":["file:///data/in.bin"]}
+{"id":"b","cmd":"true","inputs":["file:///data/missing.bin"]}"#,
+    );
+    let st = env.status();
+    assert_eq!((st.looking_up, st.running), (2, 0), "{st:?}");
+    let lookups: Vec<(u64, Vec<String>)> = env
+        .take()
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            ToWorker::Lookup { id, uris, .. } => Some((id, uris)),
+            _ => None,
+        })
+        .collect();
+    assert!(!lookups.is_empty(), "its inputs are looked up first");
+    for (id, uris) in lookups {
+        let results = uris
+            .iter()
+            .map(|u| LookupResult {
+                uri: u.clone(),
+                size: (!u.contains("missing")).then_some(1000),
+                version: (!u.contains("missing")).then(|| "v1".into()),
+                error: u.contains("missing").then(|| format!("not found: {u}")),
+            })
+            .collect();
+        env.from(w1, ToDispatcher::LookedUp { id, results });
+    }
+    let (_, a) = env.take_runs(1).remove(0);
+    assert_eq!((a.task.as_str(), a.inputs[0].size), ("a", 1000));
+    env.round();
+    let st = env.status();
+    assert_eq!((st.looking_up, st.running, st.demand_bytes), (0, 1, 1000));
+    assert_eq!(outcome(&env, "b").0, OutcomeState::Failed);
+    env.finish(w1, &a, 0, vec![]);
+    env.round();
+    assert_eq!(outcome(&env, "a"), (OutcomeState::Succeeded, 1));
 }

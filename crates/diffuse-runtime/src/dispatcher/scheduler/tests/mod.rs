@@ -178,7 +178,7 @@ impl Env {
     }
 
     /// The scheduler's invariants, checked after every step:
-    /// - the core's own (`check_invariants`);
+    /// - the core's own and the task ledger's (`check_invariants`);
     /// - every running task runs on a connected worker, whose session is open;
     /// - each attempt was sent once, and journaled once;
     /// - each task has at most one outcome, and a task whose outcome is confirmed is not in the
@@ -188,6 +188,7 @@ impl Env {
     pub fn check(&self) {
         let s = &self.s;
         s.core.check_invariants().expect("core invariants");
+        s.ledger.check_invariants().expect("ledger invariants");
         let log = self.comm.log();
         for node in s.sessions.nodes() {
             assert!(log.attached.contains(&node), "{node:?} has no open session");
