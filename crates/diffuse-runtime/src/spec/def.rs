@@ -7,8 +7,8 @@
 //! [`crate::proto::Assignment`] that comes from the task. [`TaskWire::check`] then checks what
 //! the types alone do not (ranges, URIs, fields that depend on each other).
 
-use super::values;
 use super::error::SpecError;
+use super::values;
 use crate::placeholder::Kind;
 use crate::uri::Scheme;
 use serde::de::{self, MapAccess, Visitor};
