@@ -27,10 +27,10 @@ use crate::provision::{Allocator, Demand, Provisioning};
 use crate::queue::WaitQueue;
 use crate::racks::Racks;
 use crate::resources::Resources;
+use crate::sharing::share::{JobSharing, Share, ShareView};
 use crate::task::{Input, Outcome, Placement, TaskSpec, TaskState};
 use crate::time::Time;
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod config;
@@ -40,9 +40,8 @@ use hints::Hints;
 mod invariants;
 mod jobs;
 mod nodes;
+pub use crate::sharing::JobOrder;
 pub use config::{CoreConfig, CoreError, Counts, LostTasks};
-pub use jobs::JobOrder;
-use jobs::Share;
 mod placement;
 mod provisioning;
 mod sources;
@@ -104,8 +103,8 @@ pub struct Core {
     kind_policies: BTreeMap<PolicyKind, Box<dyn DispatchPolicy>>,
     /// Queued tasks are in `locality`'s candidate sets: some policy in use reads cached data.
     tracking: bool,
-    /// Under Fair: each job's queued tasks, by order number.
-    job_queues: FxHashMap<JobId, BTreeSet<u64>>,
+    /// How jobs share the slots ([`crate::sharing`]): whose tasks a free slot is offered first.
+    job_order: Box<dyn JobSharing>,
     /// Which nodes share a rack ([`Core::handle_node_rack`]).
     racks: Racks,
     /// The policies that act after dispatch ([`crate::hooks`]), in the order they hear each
@@ -132,12 +131,12 @@ impl Core {
             handoff: cfg.handoff.as_ref(),
             storage_cap: cfg.storage_cap,
             prefetch: cfg.prefetch,
-            fair: cfg.job_order == JobOrder::Fair,
             two_mark: cfg.two_mark,
             caching: policy.uses_locality(),
         });
         let bandwidth = cfg.bandwidth;
         let tracking = policy.uses_locality();
+        let job_order = cfg.job_order.build();
         Core {
             cfg,
             policy,
@@ -167,7 +166,7 @@ impl Core {
             job_policies: FxHashMap::default(),
             kind_policies: BTreeMap::new(),
             tracking,
-            job_queues: FxHashMap::default(),
+            job_order,
             racks: Racks::new(),
             hooks: hooks.into_iter().map(Some).collect(),
             bandwidth: crate::bandwidth::Predictor::new(bandwidth),
@@ -272,9 +271,7 @@ impl Core {
         }
         self.bind_hint(task, seq);
         let job = self.tasks[&task].job;
-        if self.cfg.job_order == JobOrder::Fair {
-            self.job_queues.entry(job).or_default().insert(seq);
-        }
+        self.job_order.queued(job, seq);
         self.count_kind(job, true);
         self.counts.queued += 1;
         self.dirty = true;
@@ -288,14 +285,7 @@ impl Core {
         self.unbind_hint(task, seq);
         let job = self.tasks[&task].job;
         self.count_kind(job, false);
-        if self.cfg.job_order == JobOrder::Fair {
-            if let Some(q) = self.job_queues.get_mut(&job) {
-                q.remove(&seq);
-                if q.is_empty() {
-                    self.job_queues.remove(&job);
-                }
-            }
-        }
+        self.job_order.dequeued(job, seq);
         self.counts.queued -= 1;
     }
 
@@ -748,59 +738,56 @@ impl Core {
                             free: &self.free,
                             load: &load,
                         };
-                        let fair = self.cfg.job_order == JobOrder::Fair;
-                        let choice = if self.job_policies.is_empty() && !fair {
-                            if local_pass {
-                                self.policy.choose_local(&view, node, now)
-                            } else {
-                                self.policy.choose_any(&view, node, now)
-                            }
-                        } else {
-                            // Shares of the queue, each chosen from by its policy, in the job
-                            // order's turn (see core/jobs.rs).
-                            let job_policies = &self.job_policies;
-                            let kind_of = |t: TaskId| job_policies.get(&tasks[&t].job).copied();
-                            let groups = if fair {
-                                jobs::fair_order(&self.job_queues, &self.jobs, view.window_bound)
-                            } else {
-                                jobs::groups_by_age(
-                                    &self.queue,
-                                    view.window_bound,
-                                    &kind_of,
-                                    self.kind_queued.len(),
-                                )
-                            };
-                            let mut chosen = None;
-                            for g in groups {
-                                let fits_g = |t: TaskId| {
-                                    (match g {
-                                        Share::Policy(k) => kind_of(t) == k,
-                                        Share::Job(j) => tasks[&t].job == j,
-                                    }) && fits(t)
-                                };
-                                let view_g = view.with_fits(&fits_g);
-                                let kind = match g {
-                                    Share::Policy(k) => k,
-                                    Share::Job(j) => job_policies.get(&j).copied(),
-                                };
-                                let policy = match kind {
-                                    None => self.policy.as_mut(),
-                                    Some(k) => self
-                                        .kind_policies
-                                        .get_mut(&k)
-                                        .expect("a policy per kind")
-                                        .as_mut(),
-                                };
-                                chosen = if local_pass {
-                                    policy.choose_local(&view_g, node, now)
-                                } else {
-                                    policy.choose_any(&view_g, node, now)
-                                };
-                                if chosen.is_some() {
-                                    break;
+                        // Shares of the queue, each chosen from by its policy, in the job order's
+                        // turn (see crate::sharing).
+                        let job_policies = &self.job_policies;
+                        let kind_of = |t: TaskId| job_policies.get(&tasks[&t].job).copied();
+                        let jobs = &self.jobs;
+                        let held = |j: JobId| jobs.get(&j).map_or(0, |e| e.running_cores);
+                        let shares = self.job_order.shares(&ShareView {
+                            queue: &self.queue,
+                            window_bound: view.window_bound,
+                            job_policies: !job_policies.is_empty(),
+                            kind_of: &kind_of,
+                            groups: self.kind_queued.len(),
+                            held: &held,
+                        });
+                        let choice = match shares {
+                            None if local_pass => self.policy.choose_local(&view, node, now),
+                            None => self.policy.choose_any(&view, node, now),
+                            Some(groups) => {
+                                let mut chosen = None;
+                                for g in groups {
+                                    let fits_g = |t: TaskId| {
+                                        (match g {
+                                            Share::Policy(k) => kind_of(t) == k,
+                                            Share::Job(j) => tasks[&t].job == j,
+                                        }) && fits(t)
+                                    };
+                                    let view_g = view.with_fits(&fits_g);
+                                    let kind = match g {
+                                        Share::Policy(k) => k,
+                                        Share::Job(j) => job_policies.get(&j).copied(),
+                                    };
+                                    let policy = match kind {
+                                        None => self.policy.as_mut(),
+                                        Some(k) => self
+                                            .kind_policies
+                                            .get_mut(&k)
+                                            .expect("a policy per kind")
+                                            .as_mut(),
+                                    };
+                                    chosen = if local_pass {
+                                        policy.choose_local(&view_g, node, now)
+                                    } else {
+                                        policy.choose_any(&view_g, node, now)
+                                    };
+                                    if chosen.is_some() {
+                                        break;
+                                    }
                                 }
+                                chosen
                             }
-                            chosen
                         };
                         let Some(task) = choice else {
                             declined = true;

@@ -49,6 +49,7 @@ pub mod queue;
 pub mod racks;
 pub(crate) mod registry;
 pub mod resources;
+pub(crate) mod sharing;
 pub mod staging;
 pub mod task;
 pub mod time;

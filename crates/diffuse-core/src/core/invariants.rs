@@ -220,8 +220,8 @@ impl Core {
         Ok(())
     }
 
-    /// Each job's running cores add up to the busy slots; under Fair, the per-job queues hold
-    /// exactly the queued tasks.
+    /// Each job's running cores add up to the busy slots; the job order's state agrees with the
+    /// queue.
     fn check_jobs(&self) -> Result<(), String> {
         let held: u64 = self.jobs.values().map(|j| j.running_cores).sum();
         if held != self.counts.busy_slots {
@@ -262,26 +262,8 @@ impl Core {
                 ));
             }
         }
-        if self.cfg.job_order == JobOrder::Fair {
-            let listed: usize = self.job_queues.values().map(BTreeSet::len).sum();
-            if listed as u64 != self.counts.queued {
-                return Err(format!(
-                    "{listed} tasks in job queues, {} queued",
-                    self.counts.queued
-                ));
-            }
-            for (job, seqs) in &self.job_queues {
-                for seq in seqs {
-                    let t = self
-                        .queue
-                        .get(*seq)
-                        .ok_or(format!("{job} lists {seq}, not queued"))?;
-                    if self.tasks[&t].job != *job {
-                        return Err(format!("{t} is listed under {job}, not its job"));
-                    }
-                }
-            }
-        }
+        self.job_order
+            .check(&self.queue, &|t| self.tasks[&t].job, self.counts.queued)?;
         Ok(())
     }
 

@@ -6,6 +6,7 @@ use crate::hooks::hook::CoreView;
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
+use crate::sharing::share::JobSharing;
 use crate::task::Input;
 
 /// What the hooks see of the core: its state, read-only.
@@ -74,5 +75,9 @@ impl CoreView for Core {
 
     fn slots(&self) -> u64 {
         self.counts.slots
+    }
+
+    fn job_order(&self) -> &dyn JobSharing {
+        self.job_order.as_ref()
     }
 }
