@@ -39,14 +39,16 @@ mod hints;
 use hints::Hints;
 mod invariants;
 mod jobs;
+mod membership;
 mod nodes;
 pub use crate::sharing::JobOrder;
 pub use config::{CoreConfig, CoreError, Counts, LostTasks};
+use nodes::Nodes;
 mod placement;
 mod provisioning;
 mod sources;
 mod state;
-use state::{NodeEntry, Phase, TaskEntry};
+use state::{Phase, TaskEntry};
 mod view;
 
 use dataflow::{Intermediate, JobEntry};
@@ -65,9 +67,8 @@ pub struct Core {
     /// Running tasks fetching each (node, object) pair.
     incoming: FxHashMap<(NodeId, ObjectId), u32>,
     locality: Locality,
-    nodes: BTreeMap<NodeId, NodeEntry>,
-    /// Nodes with at least one free core.
-    free: BTreeSet<NodeId>,
+    /// The nodes in the pool and their slot counts ([`nodes::Nodes`]).
+    nodes: Nodes,
     /// Queued tasks that ask for more than one core, or anything else (the ones that may fit no
     /// node).
     demanding: BTreeSet<TaskId>,
@@ -83,6 +84,8 @@ pub struct Core {
     /// Tasks the driver holds back (e.g. while their inputs are looked up) that will soon be
     /// queued: counted as demand by provisioning.
     waiting: u64,
+    /// The task counters and `pending_nodes`; its `nodes`, `slots` and `busy_slots` stay 0, as
+    /// [`Nodes`] counts them ([`Core::counts`] puts them together).
     counts: Counts,
     /// Intermediate objects, by object.
     intermediates: FxHashMap<ObjectId, Intermediate>,
@@ -136,7 +139,7 @@ impl Core {
         });
         let bandwidth = cfg.bandwidth;
         let tracking = policy.uses_locality();
-        let job_order = cfg.job_order.build();
+        let job_order = cfg.job_order.build(());
         Core {
             cfg,
             policy,
@@ -146,8 +149,7 @@ impl Core {
             effective: LocationIndex::new(),
             incoming: FxHashMap::default(),
             locality: Locality::new(),
-            nodes: BTreeMap::new(),
-            free: BTreeSet::new(),
+            nodes: Nodes::default(),
             demanding: BTreeSet::new(),
             avoiding: BTreeSet::new(),
             actions: VecDeque::new(),
@@ -198,7 +200,12 @@ impl Core {
 
     /// Counters.
     pub fn counts(&self) -> Counts {
-        self.counts
+        Counts {
+            nodes: self.nodes.count(),
+            slots: self.nodes.slots(),
+            busy_slots: self.nodes.busy(),
+            ..self.counts
+        }
     }
 
     /// The location index.
@@ -349,11 +356,7 @@ impl Core {
             self.notify(None, |h, v, _| h.task_succeeded(v, task, since, now));
         }
         self.release_slot(task, node);
-        if let Some(n) = self.nodes.get_mut(&node) {
-            if n.running.is_empty() {
-                n.idle_since = Some(now);
-            }
-        }
+        self.nodes.idle_if_empty(node, now);
         self.counts.running -= 1;
         self.dirty = true;
         let t = self.tasks.get_mut(&task).expect("running task exists");
@@ -419,21 +422,13 @@ impl Core {
             }
         }
         for p in peers {
-            if let Some(pe) = self.nodes.get_mut(&p) {
-                pe.serving = pe.serving.saturating_sub(1);
-            }
+            self.nodes.served(p);
         }
         let held = self.tasks[&task].resources;
-        if let Some(n) = self.nodes.get_mut(&node) {
-            if let Some(pos) = n.running.iter().position(|t| *t == task) {
-                n.running.swap_remove(pos);
-                n.used = n.used.minus(&held);
-                self.counts.busy_slots -= held.cores as u64;
-                self.free.insert(node);
-                let job = self.tasks[&task].job;
-                if let Some(j) = self.jobs.get_mut(&job) {
-                    j.running_cores -= held.cores as u64;
-                }
+        if self.nodes.vacate(node, task, held) {
+            let job = self.tasks[&task].job;
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.running_cores -= held.cores as u64;
             }
         }
     }
@@ -445,7 +440,7 @@ impl Core {
         object: ObjectId,
         _now: Time,
     ) -> Result<(), CoreError> {
-        if !self.nodes.contains_key(&node) {
+        if !self.nodes.contains(node) {
             return Err(CoreError::UnknownNode(node));
         }
         if self.index.add(node, object) {
@@ -464,7 +459,7 @@ impl Core {
         object: ObjectId,
         _now: Time,
     ) -> Result<(), CoreError> {
-        if !self.nodes.contains_key(&node) {
+        if !self.nodes.contains(node) {
             return Err(CoreError::UnknownNode(node));
         }
         self.copy_gone(node, object, Gone::Reported, None);
@@ -682,18 +677,18 @@ impl Core {
             let mut declined = false;
             let mut dispatched_after_decline = false;
             for local_pass in [true, false] {
-                let free: Vec<NodeId> = self.free.iter().copied().collect();
+                let free: Vec<NodeId> = self.nodes.free().iter().copied().collect();
                 for node in free {
                     // A node takes the tasks hinted at it first.
-                    while self.has_free_slot(node) {
+                    while self.nodes.has_free_slot(node) {
                         let Some(task) = self.next_hinted(node, now) else {
                             break;
                         };
                         self.assign(task, node, now);
                     }
-                    while self.has_free_slot(node) && !self.queue.is_empty() {
+                    while self.nodes.has_free_slot(node) && !self.queue.is_empty() {
                         // A retried task avoids the node it failed on while another has room.
-                        let elsewhere = self.free.len() > 1;
+                        let elsewhere = self.nodes.free().len() > 1;
                         let tasks = &self.tasks;
                         let nodes = &self.nodes;
                         let uniform = self.demanding.is_empty()
@@ -702,7 +697,7 @@ impl Core {
                         // Whether a task may run on a node with a free core now.
                         let fits_on = |t: TaskId, on: NodeId| {
                             uniform || {
-                                let Some(n) = nodes.get(&on) else {
+                                let Some(n) = nodes.get(on) else {
                                     return false;
                                 };
                                 let e = &tasks[&t];
@@ -717,7 +712,7 @@ impl Core {
                         let fits = |t: TaskId| fits_on(t, node);
                         let nodes = &self.nodes;
                         let load = |n: NodeId| {
-                            nodes.get(&n).map_or(1.0, |e| {
+                            nodes.get(n).map_or(1.0, |e| {
                                 e.reported_load
                                     .unwrap_or(e.used.cores as f64 / e.capacity.cores.max(1) as f64)
                             })
@@ -731,11 +726,11 @@ impl Core {
                             held: &self.index,
                             racks: &self.racks,
                             window_bound: self.window_bound(),
-                            busy_slots: self.counts.busy_slots,
-                            total_slots: self.counts.slots,
+                            busy_slots: self.nodes.busy(),
+                            total_slots: self.nodes.slots(),
                             fits: &fits,
                             fits_on: &fits_on,
-                            free: &self.free,
+                            free: self.nodes.free(),
                             load: &load,
                         };
                         // Shares of the queue, each chosen from by its policy, in the job order's
@@ -798,16 +793,10 @@ impl Core {
                     }
                 }
             }
-            if !dispatched_after_decline || self.queue.is_empty() || self.free.is_empty() {
+            if !dispatched_after_decline || self.queue.is_empty() || self.nodes.free().is_empty() {
                 break;
             }
         }
-    }
-
-    fn has_free_slot(&self, node: NodeId) -> bool {
-        self.nodes
-            .get(&node)
-            .is_some_and(|n| n.used.cores < n.capacity.cores)
     }
 
     /// Queued tasks whose request no node of the pool could ever hold (no node has that much of
@@ -815,7 +804,7 @@ impl Core {
     /// while no node has joined; a hard hint at a name no node has now is waited for, not
     /// reported.
     pub fn unschedulable(&self) -> Vec<TaskId> {
-        if self.nodes.is_empty() {
+        if self.nodes.count() == 0 {
             return Vec::new();
         }
         self.demanding
@@ -823,31 +812,19 @@ impl Core {
             .copied()
             .filter(|t| {
                 let e = &self.tasks[t];
-                let want = e.resources;
-                match e.hint.filter(|h| h.strict) {
-                    Some(h) => {
-                        let mut named = self.nodes.values().filter(|n| n.name == Some(h.node));
-                        let mut any = false;
-                        let fits = named.any(|n| {
-                            any = true;
-                            want.fits_in(&n.capacity)
-                        });
-                        any && !fits
-                    }
-                    None => !self.nodes.values().any(|n| want.fits_in(&n.capacity)),
-                }
+                self.nodes.never_holds(e.resources, e.hint)
             })
             .collect()
     }
 
     /// Cores `node`'s running tasks hold (0 for an unknown node).
     pub fn node_used_cores(&self, node: NodeId) -> u32 {
-        self.nodes.get(&node).map_or(0, |n| n.used.cores)
+        self.nodes.get(node).map_or(0, |n| n.used.cores)
     }
 
     /// What `node` has in all (None: unknown node).
     pub fn node_capacity(&self, node: NodeId) -> Option<Resources> {
-        self.nodes.get(&node).map(|n| n.capacity)
+        self.nodes.get(node).map(|n| n.capacity)
     }
 
     fn assign(&mut self, task: TaskId, node: NodeId, now: Time) {
@@ -896,9 +873,7 @@ impl Core {
             .map(|(o, _)| *o)
             .collect();
         for p in &peers {
-            if let Some(pe) = self.nodes.get_mut(p) {
-                pe.serving += 1;
-            }
+            self.nodes.serve(*p);
         }
         let t = self.tasks.get_mut(&task).expect("task exists");
         t.inputs = task_inputs;
@@ -913,15 +888,8 @@ impl Core {
         let held = t.resources;
         let job = t.job;
         self.jobs.entry(job).or_default().running_cores += held.cores as u64;
-        let n = self.nodes.get_mut(&node).expect("node exists");
-        n.running.push(task);
-        n.used = n.used.plus(&held);
-        n.idle_since = None;
-        if n.used.cores >= n.capacity.cores {
-            self.free.remove(&node);
-        }
+        self.nodes.occupy(node, task, held);
         self.counts.running += 1;
-        self.counts.busy_slots += held.cores as u64;
         self.notify(None, |h, v, fx| {
             h.dispatched(v, task, node, &inputs, use_locality, fx)
         });

@@ -24,7 +24,7 @@
 //! | [`provision`] | static and dynamic provisioning | DRP |
 //! | [`handoff`] | cache hand-off on release: what a released node pushes, and where | (open question, section 6) |
 //! | `hooks` | the policies that act after dispatch (cache hand-off, MixApart's transfer scheduler, 2Mark) behind one trait, listed once in `hooks/registry.rs` | |
-//! | `sharing` | how jobs share the slots: FIFO and Fair behind one trait, one file each, listed once in `sharing/registry.rs` ([`JobOrder`]) | MixApart's compute scheduler |
+//! | [`sharing`] | how jobs share the slots: FIFO and Fair behind one trait, one file each, listed once in `sharing/registry.rs` ([`JobOrder`]) | MixApart's compute scheduler |
 //! | [`staging`] | staging a batch of objects to nodes: GDS's MinMin, LDS, naive | coordinated transfers |
 //! | [`bandwidth`] | per-pair transfer rates and their prediction | GDS's bandwidth prediction |
 //! | [`model`] | the abstract model of section 3.1 | abstract model |
@@ -49,7 +49,7 @@ pub mod queue;
 pub mod racks;
 pub(crate) mod registry;
 pub mod resources;
-pub(crate) mod sharing;
+pub mod sharing;
 pub mod staging;
 pub mod task;
 pub mod time;

@@ -30,7 +30,7 @@ impl Core {
                     running += 1;
                     let n = self
                         .nodes
-                        .get(node)
+                        .get(*node)
                         .ok_or(format!("{id} runs on unknown {node}"))?;
                     if !n.running.contains(id) {
                         return Err(format!("{id} runs on {node}, which does not list it"));
@@ -57,30 +57,7 @@ impl Core {
                 self.counts.running
             ));
         }
-        let mut busy = 0u64;
-        let mut slots = 0u64;
-        for (id, n) in &self.nodes {
-            let mut held = Resources {
-                cores: 0,
-                memory: 0,
-                gpus: 0,
-                disk: 0,
-            };
-            for t in &n.running {
-                held = held.plus(&self.tasks[t].resources);
-            }
-            if held != n.used {
-                return Err(format!("{id}: holds {held:?}, counted {:?}", n.used));
-            }
-            if !n.used.fits_in(&n.capacity) {
-                return Err(format!("{id}: tasks hold {:?} of {:?}", n.used, n.capacity));
-            }
-            if (n.used.cores < n.capacity.cores) != self.free.contains(id) {
-                return Err(format!("{id}: free set disagrees with its cores"));
-            }
-            busy += n.used.cores as u64;
-            slots += n.capacity.cores as u64;
-        }
+        self.nodes.check(&self.tasks)?;
         for t in &self.demanding {
             match self.tasks.get(t) {
                 Some(e)
@@ -90,14 +67,6 @@ impl Core {
                         "{t} listed as demanding but not a queued demanding task"
                     ))
                 }
-            }
-        }
-        if busy != self.counts.busy_slots || slots != self.counts.slots {
-            return Err("slot counters disagree with nodes".into());
-        }
-        for n in self.free.iter() {
-            if !self.nodes.contains_key(n) {
-                return Err(format!("free set lists unknown {n}"));
             }
         }
         self.index.check()?;
@@ -224,10 +193,10 @@ impl Core {
     /// queue.
     fn check_jobs(&self) -> Result<(), String> {
         let held: u64 = self.jobs.values().map(|j| j.running_cores).sum();
-        if held != self.counts.busy_slots {
+        if held != self.nodes.busy() {
             return Err(format!(
                 "jobs hold {held} cores, busy slots {}",
-                self.counts.busy_slots
+                self.nodes.busy()
             ));
         }
         if !self.job_policies.is_empty() {

@@ -28,13 +28,13 @@ impl CoreView for Core {
     }
 
     fn has_node(&self, node: NodeId) -> bool {
-        self.nodes.contains_key(&node)
+        self.nodes.contains(node)
     }
 
     fn nodes_busy(&self) -> Vec<(NodeId, bool)> {
         self.nodes
             .iter()
-            .map(|(id, n)| (*id, !n.running.is_empty() || n.serving > 0))
+            .map(|(id, n)| (id, !n.running.is_empty() || n.serving > 0))
             .collect()
     }
 
@@ -74,7 +74,7 @@ impl CoreView for Core {
     }
 
     fn slots(&self) -> u64 {
-        self.counts.slots
+        self.nodes.slots()
     }
 
     fn job_order(&self) -> &dyn JobSharing {

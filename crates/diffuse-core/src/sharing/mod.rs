@@ -20,6 +20,7 @@
 pub(crate) mod fair;
 pub(crate) mod fifo;
 pub mod registry;
-pub(crate) mod share;
+pub mod share;
 
 pub use registry::JobOrder;
+pub use share::{JobSharing, Share, ShareView};

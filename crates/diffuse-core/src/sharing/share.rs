@@ -8,7 +8,7 @@ use crate::queue::WaitQueue;
 
 /// Who chooses for a free slot, and among which tasks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Share {
+pub enum Share {
     /// The tasks of the jobs using this policy (None: the core's own).
     Policy(Option<PolicyKind>),
     /// The tasks of one job, by its policy.
@@ -16,7 +16,7 @@ pub(crate) enum Share {
 }
 
 /// What a job order sees of the core when it lists the shares of a free slot.
-pub(crate) struct ShareView<'a> {
+pub struct ShareView<'a> {
     /// The wait queue.
     pub queue: &'a WaitQueue,
     /// The scheduling window's bound (order numbers below it are in the window).
@@ -34,7 +34,7 @@ pub(crate) struct ShareView<'a> {
 /// An order between jobs. The core tells it of every task that joins or leaves the queue, and
 /// asks it whose tasks a free slot is offered first.
 #[allow(unused_variables)]
-pub(crate) trait JobSharing: Send {
+pub trait JobSharing: Send {
     /// A task of `job` joined the queue at order number `seq`.
     fn queued(&mut self, job: JobId, seq: u64) {}
 
