@@ -27,10 +27,10 @@ use crate::provision::{Allocator, Demand, Provisioning};
 use crate::queue::WaitQueue;
 use crate::racks::Racks;
 use crate::resources::Resources;
+use crate::sharing::share::{JobSharing, Share, ShareView};
 use crate::task::{Input, Outcome, Placement, TaskSpec, TaskState};
 use crate::time::Time;
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod config;
@@ -39,15 +39,16 @@ mod hints;
 use hints::Hints;
 mod invariants;
 mod jobs;
+mod membership;
 mod nodes;
+pub use crate::sharing::JobOrder;
 pub use config::{CoreConfig, CoreError, Counts, LostTasks};
-pub use jobs::JobOrder;
-use jobs::Share;
+use nodes::Nodes;
 mod placement;
 mod provisioning;
 mod sources;
 mod state;
-use state::{NodeEntry, Phase, TaskEntry};
+use state::{Phase, TaskEntry};
 mod view;
 
 use dataflow::{Intermediate, JobEntry};
@@ -66,9 +67,8 @@ pub struct Core {
     /// Running tasks fetching each (node, object) pair.
     incoming: FxHashMap<(NodeId, ObjectId), u32>,
     locality: Locality,
-    nodes: BTreeMap<NodeId, NodeEntry>,
-    /// Nodes with at least one free core.
-    free: BTreeSet<NodeId>,
+    /// The nodes in the pool and their slot counts ([`nodes::Nodes`]).
+    nodes: Nodes,
     /// Queued tasks that ask for more than one core, or anything else (the ones that may fit no
     /// node).
     demanding: BTreeSet<TaskId>,
@@ -84,6 +84,8 @@ pub struct Core {
     /// Tasks the driver holds back (e.g. while their inputs are looked up) that will soon be
     /// queued: counted as demand by provisioning.
     waiting: u64,
+    /// The task counters and `pending_nodes`; its `nodes`, `slots` and `busy_slots` stay 0, as
+    /// [`Nodes`] counts them ([`Core::counts`] puts them together).
     counts: Counts,
     /// Intermediate objects, by object.
     intermediates: FxHashMap<ObjectId, Intermediate>,
@@ -104,8 +106,8 @@ pub struct Core {
     kind_policies: BTreeMap<PolicyKind, Box<dyn DispatchPolicy>>,
     /// Queued tasks are in `locality`'s candidate sets: some policy in use reads cached data.
     tracking: bool,
-    /// Under Fair: each job's queued tasks, by order number.
-    job_queues: FxHashMap<JobId, BTreeSet<u64>>,
+    /// How jobs share the slots ([`crate::sharing`]): whose tasks a free slot is offered first.
+    job_order: Box<dyn JobSharing>,
     /// Which nodes share a rack ([`Core::handle_node_rack`]).
     racks: Racks,
     /// The policies that act after dispatch ([`crate::hooks`]), in the order they hear each
@@ -132,12 +134,12 @@ impl Core {
             handoff: cfg.handoff.as_ref(),
             storage_cap: cfg.storage_cap,
             prefetch: cfg.prefetch,
-            fair: cfg.job_order == JobOrder::Fair,
             two_mark: cfg.two_mark,
             caching: policy.uses_locality(),
         });
         let bandwidth = cfg.bandwidth;
         let tracking = policy.uses_locality();
+        let job_order = cfg.job_order.build(());
         Core {
             cfg,
             policy,
@@ -147,8 +149,7 @@ impl Core {
             effective: LocationIndex::new(),
             incoming: FxHashMap::default(),
             locality: Locality::new(),
-            nodes: BTreeMap::new(),
-            free: BTreeSet::new(),
+            nodes: Nodes::default(),
             demanding: BTreeSet::new(),
             avoiding: BTreeSet::new(),
             actions: VecDeque::new(),
@@ -167,7 +168,7 @@ impl Core {
             job_policies: FxHashMap::default(),
             kind_policies: BTreeMap::new(),
             tracking,
-            job_queues: FxHashMap::default(),
+            job_order,
             racks: Racks::new(),
             hooks: hooks.into_iter().map(Some).collect(),
             bandwidth: crate::bandwidth::Predictor::new(bandwidth),
@@ -199,7 +200,12 @@ impl Core {
 
     /// Counters.
     pub fn counts(&self) -> Counts {
-        self.counts
+        Counts {
+            nodes: self.nodes.count(),
+            slots: self.nodes.slots(),
+            busy_slots: self.nodes.busy(),
+            ..self.counts
+        }
     }
 
     /// The location index.
@@ -272,9 +278,7 @@ impl Core {
         }
         self.bind_hint(task, seq);
         let job = self.tasks[&task].job;
-        if self.cfg.job_order == JobOrder::Fair {
-            self.job_queues.entry(job).or_default().insert(seq);
-        }
+        self.job_order.queued(job, seq);
         self.count_kind(job, true);
         self.counts.queued += 1;
         self.dirty = true;
@@ -288,14 +292,7 @@ impl Core {
         self.unbind_hint(task, seq);
         let job = self.tasks[&task].job;
         self.count_kind(job, false);
-        if self.cfg.job_order == JobOrder::Fair {
-            if let Some(q) = self.job_queues.get_mut(&job) {
-                q.remove(&seq);
-                if q.is_empty() {
-                    self.job_queues.remove(&job);
-                }
-            }
-        }
+        self.job_order.dequeued(job, seq);
         self.counts.queued -= 1;
     }
 
@@ -359,11 +356,7 @@ impl Core {
             self.notify(None, |h, v, _| h.task_succeeded(v, task, since, now));
         }
         self.release_slot(task, node);
-        if let Some(n) = self.nodes.get_mut(&node) {
-            if n.running.is_empty() {
-                n.idle_since = Some(now);
-            }
-        }
+        self.nodes.idle_if_empty(node, now);
         self.counts.running -= 1;
         self.dirty = true;
         let t = self.tasks.get_mut(&task).expect("running task exists");
@@ -429,21 +422,13 @@ impl Core {
             }
         }
         for p in peers {
-            if let Some(pe) = self.nodes.get_mut(&p) {
-                pe.serving = pe.serving.saturating_sub(1);
-            }
+            self.nodes.served(p);
         }
         let held = self.tasks[&task].resources;
-        if let Some(n) = self.nodes.get_mut(&node) {
-            if let Some(pos) = n.running.iter().position(|t| *t == task) {
-                n.running.swap_remove(pos);
-                n.used = n.used.minus(&held);
-                self.counts.busy_slots -= held.cores as u64;
-                self.free.insert(node);
-                let job = self.tasks[&task].job;
-                if let Some(j) = self.jobs.get_mut(&job) {
-                    j.running_cores -= held.cores as u64;
-                }
+        if self.nodes.vacate(node, task, held) {
+            let job = self.tasks[&task].job;
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.running_cores -= held.cores as u64;
             }
         }
     }
@@ -455,7 +440,7 @@ impl Core {
         object: ObjectId,
         _now: Time,
     ) -> Result<(), CoreError> {
-        if !self.nodes.contains_key(&node) {
+        if !self.nodes.contains(node) {
             return Err(CoreError::UnknownNode(node));
         }
         if self.index.add(node, object) {
@@ -474,7 +459,7 @@ impl Core {
         object: ObjectId,
         _now: Time,
     ) -> Result<(), CoreError> {
-        if !self.nodes.contains_key(&node) {
+        if !self.nodes.contains(node) {
             return Err(CoreError::UnknownNode(node));
         }
         self.copy_gone(node, object, Gone::Reported, None);
@@ -692,18 +677,18 @@ impl Core {
             let mut declined = false;
             let mut dispatched_after_decline = false;
             for local_pass in [true, false] {
-                let free: Vec<NodeId> = self.free.iter().copied().collect();
+                let free: Vec<NodeId> = self.nodes.free().iter().copied().collect();
                 for node in free {
                     // A node takes the tasks hinted at it first.
-                    while self.has_free_slot(node) {
+                    while self.nodes.has_free_slot(node) {
                         let Some(task) = self.next_hinted(node, now) else {
                             break;
                         };
                         self.assign(task, node, now);
                     }
-                    while self.has_free_slot(node) && !self.queue.is_empty() {
+                    while self.nodes.has_free_slot(node) && !self.queue.is_empty() {
                         // A retried task avoids the node it failed on while another has room.
-                        let elsewhere = self.free.len() > 1;
+                        let elsewhere = self.nodes.free().len() > 1;
                         let tasks = &self.tasks;
                         let nodes = &self.nodes;
                         let uniform = self.demanding.is_empty()
@@ -712,7 +697,7 @@ impl Core {
                         // Whether a task may run on a node with a free core now.
                         let fits_on = |t: TaskId, on: NodeId| {
                             uniform || {
-                                let Some(n) = nodes.get(&on) else {
+                                let Some(n) = nodes.get(on) else {
                                     return false;
                                 };
                                 let e = &tasks[&t];
@@ -727,7 +712,7 @@ impl Core {
                         let fits = |t: TaskId| fits_on(t, node);
                         let nodes = &self.nodes;
                         let load = |n: NodeId| {
-                            nodes.get(&n).map_or(1.0, |e| {
+                            nodes.get(n).map_or(1.0, |e| {
                                 e.reported_load
                                     .unwrap_or(e.used.cores as f64 / e.capacity.cores.max(1) as f64)
                             })
@@ -741,66 +726,63 @@ impl Core {
                             held: &self.index,
                             racks: &self.racks,
                             window_bound: self.window_bound(),
-                            busy_slots: self.counts.busy_slots,
-                            total_slots: self.counts.slots,
+                            busy_slots: self.nodes.busy(),
+                            total_slots: self.nodes.slots(),
                             fits: &fits,
                             fits_on: &fits_on,
-                            free: &self.free,
+                            free: self.nodes.free(),
                             load: &load,
                         };
-                        let fair = self.cfg.job_order == JobOrder::Fair;
-                        let choice = if self.job_policies.is_empty() && !fair {
-                            if local_pass {
-                                self.policy.choose_local(&view, node, now)
-                            } else {
-                                self.policy.choose_any(&view, node, now)
-                            }
-                        } else {
-                            // Shares of the queue, each chosen from by its policy, in the job
-                            // order's turn (see core/jobs.rs).
-                            let job_policies = &self.job_policies;
-                            let kind_of = |t: TaskId| job_policies.get(&tasks[&t].job).copied();
-                            let groups = if fair {
-                                jobs::fair_order(&self.job_queues, &self.jobs, view.window_bound)
-                            } else {
-                                jobs::groups_by_age(
-                                    &self.queue,
-                                    view.window_bound,
-                                    &kind_of,
-                                    self.kind_queued.len(),
-                                )
-                            };
-                            let mut chosen = None;
-                            for g in groups {
-                                let fits_g = |t: TaskId| {
-                                    (match g {
-                                        Share::Policy(k) => kind_of(t) == k,
-                                        Share::Job(j) => tasks[&t].job == j,
-                                    }) && fits(t)
-                                };
-                                let view_g = view.with_fits(&fits_g);
-                                let kind = match g {
-                                    Share::Policy(k) => k,
-                                    Share::Job(j) => job_policies.get(&j).copied(),
-                                };
-                                let policy = match kind {
-                                    None => self.policy.as_mut(),
-                                    Some(k) => self
-                                        .kind_policies
-                                        .get_mut(&k)
-                                        .expect("a policy per kind")
-                                        .as_mut(),
-                                };
-                                chosen = if local_pass {
-                                    policy.choose_local(&view_g, node, now)
-                                } else {
-                                    policy.choose_any(&view_g, node, now)
-                                };
-                                if chosen.is_some() {
-                                    break;
+                        // Shares of the queue, each chosen from by its policy, in the job order's
+                        // turn (see crate::sharing).
+                        let job_policies = &self.job_policies;
+                        let kind_of = |t: TaskId| job_policies.get(&tasks[&t].job).copied();
+                        let jobs = &self.jobs;
+                        let held = |j: JobId| jobs.get(&j).map_or(0, |e| e.running_cores);
+                        let shares = self.job_order.shares(&ShareView {
+                            queue: &self.queue,
+                            window_bound: view.window_bound,
+                            job_policies: !job_policies.is_empty(),
+                            kind_of: &kind_of,
+                            groups: self.kind_queued.len(),
+                            held: &held,
+                        });
+                        let choice = match shares {
+                            None if local_pass => self.policy.choose_local(&view, node, now),
+                            None => self.policy.choose_any(&view, node, now),
+                            Some(groups) => {
+                                let mut chosen = None;
+                                for g in groups {
+                                    let fits_g = |t: TaskId| {
+                                        (match g {
+                                            Share::Policy(k) => kind_of(t) == k,
+                                            Share::Job(j) => tasks[&t].job == j,
+                                        }) && fits(t)
+                                    };
+                                    let view_g = view.with_fits(&fits_g);
+                                    let kind = match g {
+                                        Share::Policy(k) => k,
+                                        Share::Job(j) => job_policies.get(&j).copied(),
+                                    };
+                                    let policy = match kind {
+                                        None => self.policy.as_mut(),
+                                        Some(k) => self
+                                            .kind_policies
+                                            .get_mut(&k)
+                                            .expect("a policy per kind")
+                                            .as_mut(),
+                                    };
+                                    chosen = if local_pass {
+                                        policy.choose_local(&view_g, node, now)
+                                    } else {
+                                        policy.choose_any(&view_g, node, now)
+                                    };
+                                    if chosen.is_some() {
+                                        break;
+                                    }
                                 }
+                                chosen
                             }
-                            chosen
                         };
                         let Some(task) = choice else {
                             declined = true;
@@ -811,16 +793,10 @@ impl Core {
                     }
                 }
             }
-            if !dispatched_after_decline || self.queue.is_empty() || self.free.is_empty() {
+            if !dispatched_after_decline || self.queue.is_empty() || self.nodes.free().is_empty() {
                 break;
             }
         }
-    }
-
-    fn has_free_slot(&self, node: NodeId) -> bool {
-        self.nodes
-            .get(&node)
-            .is_some_and(|n| n.used.cores < n.capacity.cores)
     }
 
     /// Queued tasks whose request no node of the pool could ever hold (no node has that much of
@@ -828,7 +804,7 @@ impl Core {
     /// while no node has joined; a hard hint at a name no node has now is waited for, not
     /// reported.
     pub fn unschedulable(&self) -> Vec<TaskId> {
-        if self.nodes.is_empty() {
+        if self.nodes.count() == 0 {
             return Vec::new();
         }
         self.demanding
@@ -836,31 +812,19 @@ impl Core {
             .copied()
             .filter(|t| {
                 let e = &self.tasks[t];
-                let want = e.resources;
-                match e.hint.filter(|h| h.strict) {
-                    Some(h) => {
-                        let mut named = self.nodes.values().filter(|n| n.name == Some(h.node));
-                        let mut any = false;
-                        let fits = named.any(|n| {
-                            any = true;
-                            want.fits_in(&n.capacity)
-                        });
-                        any && !fits
-                    }
-                    None => !self.nodes.values().any(|n| want.fits_in(&n.capacity)),
-                }
+                self.nodes.never_holds(e.resources, e.hint)
             })
             .collect()
     }
 
     /// Cores `node`'s running tasks hold (0 for an unknown node).
     pub fn node_used_cores(&self, node: NodeId) -> u32 {
-        self.nodes.get(&node).map_or(0, |n| n.used.cores)
+        self.nodes.get(node).map_or(0, |n| n.used.cores)
     }
 
     /// What `node` has in all (None: unknown node).
     pub fn node_capacity(&self, node: NodeId) -> Option<Resources> {
-        self.nodes.get(&node).map(|n| n.capacity)
+        self.nodes.get(node).map(|n| n.capacity)
     }
 
     fn assign(&mut self, task: TaskId, node: NodeId, now: Time) {
@@ -909,9 +873,7 @@ impl Core {
             .map(|(o, _)| *o)
             .collect();
         for p in &peers {
-            if let Some(pe) = self.nodes.get_mut(p) {
-                pe.serving += 1;
-            }
+            self.nodes.serve(*p);
         }
         let t = self.tasks.get_mut(&task).expect("task exists");
         t.inputs = task_inputs;
@@ -926,15 +888,8 @@ impl Core {
         let held = t.resources;
         let job = t.job;
         self.jobs.entry(job).or_default().running_cores += held.cores as u64;
-        let n = self.nodes.get_mut(&node).expect("node exists");
-        n.running.push(task);
-        n.used = n.used.plus(&held);
-        n.idle_since = None;
-        if n.used.cores >= n.capacity.cores {
-            self.free.remove(&node);
-        }
+        self.nodes.occupy(node, task, held);
         self.counts.running += 1;
-        self.counts.busy_slots += held.cores as u64;
         self.notify(None, |h, v, fx| {
             h.dispatched(v, task, node, &inputs, use_locality, fx)
         });

@@ -14,6 +14,7 @@
 //! | `dispatch::tiers` | MixApart's locality tiers (node, rack, in transfer, anywhere, storage) | compute scheduler |
 //! | [`mixapart`] | MixApart's transfer scheduler: its settings and counters | data transfer scheduler |
 //! | [`racks`] | which nodes share a switch | rack |
+//! | `registry` | the shape every list of policies shares ([`PolicyKind`], [`EvictionPolicy`], `staging::Schedule`): names, builders, parsing | |
 //! | [`queue`] | the wait queue by priority and its window boundary | wait queue, window W |
 //! | [`resources`] | cores, memory, GPUs, disk: asked by tasks, had by nodes | executor = core |
 //! | [`index`] | object <-> node location index | centralized index |
@@ -23,6 +24,7 @@
 //! | [`provision`] | static and dynamic provisioning | DRP |
 //! | [`handoff`] | cache hand-off on release: what a released node pushes, and where | (open question, section 6) |
 //! | `hooks` | the policies that act after dispatch (cache hand-off, MixApart's transfer scheduler, 2Mark) behind one trait, listed once in `hooks/registry.rs` | |
+//! | [`sharing`] | how jobs share the slots: FIFO and Fair behind one trait, one file each, listed once in `sharing/registry.rs` ([`JobOrder`]) | MixApart's compute scheduler |
 //! | [`staging`] | staging a batch of objects to nodes: GDS's MinMin, LDS, naive | coordinated transfers |
 //! | [`bandwidth`] | per-pair transfer rates and their prediction | GDS's bandwidth prediction |
 //! | [`model`] | the abstract model of section 3.1 | abstract model |
@@ -45,7 +47,9 @@ pub mod model;
 pub mod provision;
 pub mod queue;
 pub mod racks;
+pub(crate) mod registry;
 pub mod resources;
+pub mod sharing;
 pub mod staging;
 pub mod task;
 pub mod time;

@@ -1,11 +1,11 @@
 //! The core's settings ([`CoreConfig`]), its errors ([`CoreError`]) and what it reports
 //! ([`Counts`], [`LostTasks`]): plain types, no state.
 
-use super::jobs::JobOrder;
 use crate::dispatch::{PolicyKind, PolicyParams};
 use crate::handoff::HandoffConfig;
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 use crate::provision::Provisioning;
+use crate::sharing::JobOrder;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 

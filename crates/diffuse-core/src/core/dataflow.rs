@@ -477,8 +477,8 @@ impl Core {
             let mut targets: Vec<(usize, NodeId)> = self
                 .nodes
                 .iter()
-                .filter(|(n, _)| **n != from && !holders.contains(n))
-                .map(|(n, e)| (e.running.len(), *n))
+                .filter(|(n, _)| *n != from && !holders.contains(n))
+                .map(|(n, e)| (e.running.len(), n))
                 .collect();
             targets.sort_unstable();
             let have = holders.len().max(1);

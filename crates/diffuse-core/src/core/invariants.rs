@@ -30,7 +30,7 @@ impl Core {
                     running += 1;
                     let n = self
                         .nodes
-                        .get(node)
+                        .get(*node)
                         .ok_or(format!("{id} runs on unknown {node}"))?;
                     if !n.running.contains(id) {
                         return Err(format!("{id} runs on {node}, which does not list it"));
@@ -57,30 +57,7 @@ impl Core {
                 self.counts.running
             ));
         }
-        let mut busy = 0u64;
-        let mut slots = 0u64;
-        for (id, n) in &self.nodes {
-            let mut held = Resources {
-                cores: 0,
-                memory: 0,
-                gpus: 0,
-                disk: 0,
-            };
-            for t in &n.running {
-                held = held.plus(&self.tasks[t].resources);
-            }
-            if held != n.used {
-                return Err(format!("{id}: holds {held:?}, counted {:?}", n.used));
-            }
-            if !n.used.fits_in(&n.capacity) {
-                return Err(format!("{id}: tasks hold {:?} of {:?}", n.used, n.capacity));
-            }
-            if (n.used.cores < n.capacity.cores) != self.free.contains(id) {
-                return Err(format!("{id}: free set disagrees with its cores"));
-            }
-            busy += n.used.cores as u64;
-            slots += n.capacity.cores as u64;
-        }
+        self.nodes.check(&self.tasks)?;
         for t in &self.demanding {
             match self.tasks.get(t) {
                 Some(e)
@@ -90,14 +67,6 @@ impl Core {
                         "{t} listed as demanding but not a queued demanding task"
                     ))
                 }
-            }
-        }
-        if busy != self.counts.busy_slots || slots != self.counts.slots {
-            return Err("slot counters disagree with nodes".into());
-        }
-        for n in self.free.iter() {
-            if !self.nodes.contains_key(n) {
-                return Err(format!("free set lists unknown {n}"));
             }
         }
         self.index.check()?;
@@ -220,14 +189,14 @@ impl Core {
         Ok(())
     }
 
-    /// Each job's running cores add up to the busy slots; under Fair, the per-job queues hold
-    /// exactly the queued tasks.
+    /// Each job's running cores add up to the busy slots; the job order's state agrees with the
+    /// queue.
     fn check_jobs(&self) -> Result<(), String> {
         let held: u64 = self.jobs.values().map(|j| j.running_cores).sum();
-        if held != self.counts.busy_slots {
+        if held != self.nodes.busy() {
             return Err(format!(
                 "jobs hold {held} cores, busy slots {}",
-                self.counts.busy_slots
+                self.nodes.busy()
             ));
         }
         if !self.job_policies.is_empty() {
@@ -262,26 +231,8 @@ impl Core {
                 ));
             }
         }
-        if self.cfg.job_order == JobOrder::Fair {
-            let listed: usize = self.job_queues.values().map(BTreeSet::len).sum();
-            if listed as u64 != self.counts.queued {
-                return Err(format!(
-                    "{listed} tasks in job queues, {} queued",
-                    self.counts.queued
-                ));
-            }
-            for (job, seqs) in &self.job_queues {
-                for seq in seqs {
-                    let t = self
-                        .queue
-                        .get(*seq)
-                        .ok_or(format!("{job} lists {seq}, not queued"))?;
-                    if self.tasks[&t].job != *job {
-                        return Err(format!("{t} is listed under {job}, not its job"));
-                    }
-                }
-            }
-        }
+        self.job_order
+            .check(&self.queue, &|t| self.tasks[&t].job, self.counts.queued)?;
         Ok(())
     }
 

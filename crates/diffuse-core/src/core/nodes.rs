@@ -1,24 +1,31 @@
-//! Nodes in the core: joining (with capacity, name, deadline and cache size), leaving or lost
-//! (their running tasks queued again or ended, their copies forgotten), and the demand the
-//! driver reports for provisioning.
+//! The nodes in the pool ([`Nodes`]): what each has and holds, which have a free core, and the
+//! slot counts. The core tells it of every node that joins or leaves and of every task that
+//! takes or gives back a node's resources; nothing else changes a node's record.
 
-use super::*;
-use crate::ids::RackId;
+use super::config::CoreError;
+use super::state::{NodeEntry, TaskEntry};
+use crate::ids::{NodeId, NodeName, TaskId};
+use crate::resources::Resources;
+use crate::task::Placement;
+use crate::time::Time;
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-impl Core {
-    /// A node joined with `slots` cores (memory and disk not counted, no GPU) and an empty
-    /// cache.
-    pub fn handle_node_joined(
-        &mut self,
-        node: NodeId,
-        slots: u32,
-        now: Time,
-    ) -> Result<(), CoreError> {
-        self.handle_node_joined_with(node, Resources::cores_only(slots), now)
-    }
+/// The nodes in the pool, by id.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Nodes {
+    nodes: BTreeMap<NodeId, NodeEntry>,
+    /// Nodes with at least one free core.
+    free: BTreeSet<NodeId>,
+    /// Cores of all nodes.
+    slots: u64,
+    /// Cores the running tasks hold.
+    busy: u64,
+}
 
-    /// A node joined with `capacity` and an empty cache.
-    pub fn handle_node_joined_with(
+impl Nodes {
+    /// `node` joined with `capacity`, idle since `now`.
+    pub(super) fn join(
         &mut self,
         node: NodeId,
         capacity: Resources,
@@ -49,177 +56,200 @@ impl Core {
             },
         );
         self.free.insert(node);
-        self.notify(None, |h, _, _| h.node_joined(node));
-        self.counts.nodes += 1;
-        self.counts.slots += capacity.cores as u64;
-        self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(1);
-        self.dirty = true;
+        self.slots += capacity.cores as u64;
         Ok(())
     }
 
-    /// `node` is in `rack` (MixApart's rack-local tier, and peer sources in the reader's rack
-    /// first). A node never placed in a rack shares one with no other node.
-    pub fn handle_node_rack(&mut self, node: NodeId, rack: RackId) -> Result<(), CoreError> {
-        if !self.nodes.contains_key(&node) {
-            return Err(CoreError::UnknownNode(node));
-        }
-        self.racks.set(node, rack);
-        self.dirty = true;
-        Ok(())
-    }
-
-    /// `tasks` more tasks wait outside the core and will be submitted soon (the live driver
-    /// looks up their inputs first): dynamic provisioning counts them as queued, so an empty
-    /// pool grows for them. Replaces the previous count.
-    pub fn handle_waiting_demand(&mut self, tasks: u64) {
-        self.waiting = tasks;
-    }
-
-    /// `node`'s load as the driver measures it (a machine's load average over its slots), in
-    /// place of its busy slots over its slots; clamped to [0, 1]. DAD's score uses it.
-    pub fn handle_node_load(&mut self, node: NodeId, load: f64) {
-        if let Some(n) = self.nodes.get_mut(&node) {
-            n.reported_load = load.is_finite().then(|| load.clamp(0.0, 1.0));
-            self.dirty = true;
-        }
-    }
-
-    /// `node` will leave at `ends_at` (a batch job's time limit; None: not known): a task that
-    /// states a walltime is sent to it only if it would end by then.
-    pub fn handle_node_deadline(&mut self, node: NodeId, ends_at: Option<Time>) {
-        if let Some(n) = self.nodes.get_mut(&node) {
-            n.ends_at = ends_at;
-            self.dirty = true;
-        }
-    }
-
-    /// `node`'s cache holds at most `quota` bytes and evicts by `eviction`. Optional: it only
-    /// tells cache hand-off how much room the node has (a node that never reports it receives no
-    /// pushes) and how its policy ranks what it holds.
-    pub fn handle_node_cache(
-        &mut self,
-        node: NodeId,
-        quota: u64,
-        eviction: EvictionPolicy,
-        _now: Time,
-    ) -> Result<(), CoreError> {
-        if !self.nodes.contains_key(&node) {
-            return Err(CoreError::UnknownNode(node));
-        }
-        self.notify(None, |h, _, _| h.node_cache(node, quota, eviction));
-        Ok(())
-    }
-
-    /// Nodes asked for with `Action::Provision` that will not come (the resource manager refused).
-    pub fn handle_provision_failed(&mut self, nodes: u32, _now: Time) {
-        self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(nodes);
-    }
-
-    /// A node is gone (crashed, cut off, or given up): its cache is forgotten and its running
-    /// tasks are queued again, or failed once they have lost `crash_limit` nodes, or, if their
-    /// cancel was asked for while they ran, ended as cancelled. Returns the tasks that ended
-    /// (each leaves the core; the driver records its outcome).
-    pub fn handle_node_lost(&mut self, node: NodeId, _now: Time) -> Result<LostTasks, CoreError> {
-        self.remove_node(node, true)
-    }
-
-    /// A node left cleanly (its worker was stopped and said so): as [`Core::handle_node_lost`],
-    /// but its running tasks were stopped, not crashed, so they do not count toward the crash
-    /// limit.
-    pub fn handle_node_left(&mut self, node: NodeId, _now: Time) -> Result<LostTasks, CoreError> {
-        self.remove_node(node, false)
-    }
-
-    /// The tasks running on `node` (empty for an unknown node).
-    pub fn running_on(&self, node: NodeId) -> &[TaskId] {
-        self.nodes.get(&node).map_or(&[], |n| n.running.as_slice())
-    }
-
-    pub(super) fn remove_node(
-        &mut self,
-        node: NodeId,
-        crashed: bool,
-    ) -> Result<LostTasks, CoreError> {
-        let entry = self.nodes.get(&node).ok_or(CoreError::UnknownNode(node))?;
-        let running = entry.running.clone();
-        let mut failed = Vec::new();
-        let mut cancelled = Vec::new();
-        let mut again = Vec::new();
-        for task in running {
-            self.release_slot(task, node);
-            let t = self.tasks.get_mut(&task).expect("running task exists");
-            let was_cancelled = matches!(
-                t.phase,
-                Phase::Running {
-                    cancelled: true,
-                    ..
-                }
-            );
-            if crashed {
-                t.crashes += 1;
-            }
-            self.counts.running -= 1;
-            t.phase = Phase::Blocked;
-            self.counts.blocked += 1;
-            if was_cancelled {
-                if !self.task_ended_unsuccessfully(task) {
-                    self.counts.cancelled += 1;
-                    cancelled.push(task);
-                }
-            } else if t.crashes >= self.cfg.crash_limit {
-                if !self.task_ended_unsuccessfully(task) {
-                    self.counts.failed += 1;
-                    failed.push(task);
-                }
-            } else {
-                again.push(task);
-            }
-        }
-        let held = self.forget_node(node);
-        // Queue them once the node's copies are forgotten: an intermediate input it held is
-        // waited for (and remade) instead.
-        for task in again {
-            self.counts.blocked -= 1;
-            self.requeue(task);
-        }
-        self.copies_lost(&held);
-        Ok(LostTasks { failed, cancelled })
-    }
-
-    /// Forget a node and its copies; returns the objects it held.
-    pub(super) fn forget_node(&mut self, node: NodeId) -> Vec<ObjectId> {
-        // Running tasks told to read from this node must not later decrement the count of a
-        // node that joins under the same id.
-        let running: Vec<TaskId> = self
-            .nodes
-            .values()
-            .flat_map(|n| n.running.iter().copied())
-            .collect();
-        for t in running {
-            if let Some(TaskEntry {
-                phase: Phase::Running { peers, .. },
-                ..
-            }) = self.tasks.get_mut(&t)
-            {
-                peers.retain(|p| *p != node);
-            }
-        }
-        let entry = self.nodes.remove(&node).expect("node exists");
+    /// `node` is gone: its record, if it was in the pool.
+    pub(super) fn remove(&mut self, node: NodeId) -> Option<NodeEntry> {
+        let entry = self.nodes.remove(&node)?;
         self.free.remove(&node);
-        self.counts.nodes -= 1;
-        self.counts.slots -= entry.capacity.cores as u64;
-        let held = self.index.remove_node(node);
-        self.incoming.retain(|(n, _), _| *n != node);
-        for object in self.effective.remove_node(node) {
-            self.locality.object_removed(node, object);
+        self.slots -= entry.capacity.cores as u64;
+        self.busy -= entry.used.cores as u64;
+        Some(entry)
+    }
+
+    /// `node`'s record.
+    pub(super) fn get(&self, node: NodeId) -> Option<&NodeEntry> {
+        self.nodes.get(&node)
+    }
+
+    /// Whether `node` is in the pool.
+    pub(super) fn contains(&self, node: NodeId) -> bool {
+        self.nodes.contains_key(&node)
+    }
+
+    /// Every node, in id order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (NodeId, &NodeEntry)> {
+        self.nodes.iter().map(|(id, n)| (*id, n))
+    }
+
+    /// How many nodes are in the pool.
+    pub(super) fn count(&self) -> u32 {
+        self.nodes.len() as u32
+    }
+
+    /// Cores of all nodes.
+    pub(super) fn slots(&self) -> u64 {
+        self.slots
+    }
+
+    /// Cores the running tasks hold.
+    pub(super) fn busy(&self) -> u64 {
+        self.busy
+    }
+
+    /// Nodes with at least one free core.
+    pub(super) fn free(&self) -> &BTreeSet<NodeId> {
+        &self.free
+    }
+
+    /// Whether `node` has a free core.
+    pub(super) fn has_free_slot(&self, node: NodeId) -> bool {
+        self.nodes
+            .get(&node)
+            .is_some_and(|n| n.used.cores < n.capacity.cores)
+    }
+
+    /// `task` runs on `node`, holding `held`.
+    pub(super) fn occupy(&mut self, node: NodeId, task: TaskId, held: Resources) {
+        let n = self.nodes.get_mut(&node).expect("node exists");
+        n.running.push(task);
+        n.used = n.used.plus(&held);
+        n.idle_since = None;
+        if n.used.cores >= n.capacity.cores {
+            self.free.remove(&node);
         }
-        self.locality.remove_node(node);
-        self.racks.remove(node);
-        self.notify(None, |h, _, _| h.node_left(node));
-        if let Some(name) = entry.name {
-            self.name_left(name);
+        self.busy += held.cores as u64;
+    }
+
+    /// `task` no longer runs on `node` and gives back `held`. False if it did not run there.
+    pub(super) fn vacate(&mut self, node: NodeId, task: TaskId, held: Resources) -> bool {
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return false;
+        };
+        let Some(pos) = n.running.iter().position(|t| *t == task) else {
+            return false;
+        };
+        n.running.swap_remove(pos);
+        n.used = n.used.minus(&held);
+        self.busy -= held.cores as u64;
+        self.free.insert(node);
+        true
+    }
+
+    /// `node` is idle from `now` if it runs nothing.
+    pub(super) fn idle_if_empty(&mut self, node: NodeId, now: Time) {
+        if let Some(n) = self.nodes.get_mut(&node) {
+            if n.running.is_empty() {
+                n.idle_since = Some(now);
+            }
         }
-        self.dirty = true;
-        held
+    }
+
+    /// `node` was told to serve one more peer read.
+    pub(super) fn serve(&mut self, node: NodeId) {
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.serving += 1;
+        }
+    }
+
+    /// A peer read `node` served ended.
+    pub(super) fn served(&mut self, node: NodeId) {
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.serving = n.serving.saturating_sub(1);
+        }
+    }
+
+    /// `node` now carries `name`; returns the name it carried before.
+    pub(super) fn name(
+        &mut self,
+        node: NodeId,
+        name: NodeName,
+    ) -> Result<Option<NodeName>, CoreError> {
+        let n = self
+            .nodes
+            .get_mut(&node)
+            .ok_or(CoreError::UnknownNode(node))?;
+        Ok(n.name.replace(name))
+    }
+
+    /// Whether a node named `name` is in the pool.
+    pub(super) fn has_name(&self, name: NodeName) -> bool {
+        self.nodes.values().any(|n| n.name == Some(name))
+    }
+
+    /// `node`'s load as the driver measured it, clamped to [0, 1] (NaN: none). False for an
+    /// unknown node.
+    pub(super) fn set_load(&mut self, node: NodeId, load: f64) -> bool {
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return false;
+        };
+        n.reported_load = load.is_finite().then(|| load.clamp(0.0, 1.0));
+        true
+    }
+
+    /// When `node` will leave (None: not known). False for an unknown node.
+    pub(super) fn set_deadline(&mut self, node: NodeId, ends_at: Option<Time>) -> bool {
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return false;
+        };
+        n.ends_at = ends_at;
+        true
+    }
+
+    /// Whether no node of the pool could ever hold `want` (`hint`: a hard hint, only nodes
+    /// of that name count; while none carries it, it is waited for, not reported).
+    pub(super) fn never_holds(&self, want: Resources, hint: Option<Placement>) -> bool {
+        match hint.filter(|h| h.strict) {
+            Some(h) => {
+                let mut named = self.nodes.values().filter(|n| n.name == Some(h.node));
+                let mut any = false;
+                let fits = named.any(|n| {
+                    any = true;
+                    want.fits_in(&n.capacity)
+                });
+                any && !fits
+            }
+            None => !self.nodes.values().any(|n| want.fits_in(&n.capacity)),
+        }
+    }
+
+    /// Each node's used resources are what its running tasks hold and within what it has;
+    /// the free set and the slot counts agree with them.
+    pub(super) fn check(&self, tasks: &FxHashMap<TaskId, TaskEntry>) -> Result<(), String> {
+        let mut busy = 0u64;
+        let mut slots = 0u64;
+        for (id, n) in &self.nodes {
+            let mut held = Resources {
+                cores: 0,
+                memory: 0,
+                gpus: 0,
+                disk: 0,
+            };
+            for t in &n.running {
+                held = held.plus(&tasks[t].resources);
+            }
+            if held != n.used {
+                return Err(format!("{id}: holds {held:?}, counted {:?}", n.used));
+            }
+            if !n.used.fits_in(&n.capacity) {
+                return Err(format!("{id}: tasks hold {:?} of {:?}", n.used, n.capacity));
+            }
+            if (n.used.cores < n.capacity.cores) != self.free.contains(id) {
+                return Err(format!("{id}: free set disagrees with its cores"));
+            }
+            busy += n.used.cores as u64;
+            slots += n.capacity.cores as u64;
+        }
+        if busy != self.busy || slots != self.slots {
+            return Err("slot counters disagree with nodes".into());
+        }
+        for n in self.free.iter() {
+            if !self.nodes.contains_key(n) {
+                return Err(format!("free set lists unknown {n}"));
+            }
+        }
+        Ok(())
     }
 }

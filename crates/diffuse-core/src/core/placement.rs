@@ -16,11 +16,7 @@ impl Core {
     /// `node` carries `name`, the driver's name for it (a worker's name), which hints name. A
     /// name may be shared; a node's later call replaces its name.
     pub fn handle_node_named(&mut self, node: NodeId, name: NodeName) -> Result<(), CoreError> {
-        let n = self
-            .nodes
-            .get_mut(&node)
-            .ok_or(CoreError::UnknownNode(node))?;
-        let old = n.name.replace(name);
+        let old = self.nodes.name(node, name)?;
         self.hints.arrived(name);
         if let Some(old) = old.filter(|o| *o != name) {
             // Renamed: its old name may now have no node.
@@ -59,14 +55,14 @@ impl Core {
 
     /// Whether a node named `name` is in the pool.
     pub fn has_node_named(&self, name: NodeName) -> bool {
-        self.nodes.values().any(|n| n.name == Some(name))
+        self.nodes.has_name(name)
     }
 
     /// Whether a hint bound `task`'s placement when it was dispatched: true if it ran (or runs)
     /// on a node of the name it asked for. None if it has no hint or is not running.
     pub fn hint_held(&self, task: TaskId, node: NodeId) -> Option<bool> {
         let h = self.tasks.get(&task)?.hint?;
-        Some(self.nodes.get(&node)?.name == Some(h.node))
+        Some(self.nodes.get(node)?.name == Some(h.node))
     }
 
     /// A task just queued at order `seq`: its hint binds it.
@@ -91,8 +87,7 @@ impl Core {
 
     /// The first task bound to `node`'s name that fits what `node` has free now.
     pub(super) fn next_hinted(&self, node: NodeId, now: Time) -> Option<TaskId> {
-        self.hints
-            .next_for(self.nodes.get(&node)?, &self.tasks, now)
+        self.hints.next_for(self.nodes.get(node)?, &self.tasks, now)
     }
 
     /// The name a hard-hinted task asks for, if its last node has left.

@@ -18,8 +18,8 @@ impl Core {
         let alloc = self.allocator.as_mut().expect("checked above");
         let want = alloc.nodes_to_acquire(Demand {
             queued: self.counts.queued + self.waiting,
-            free_slots: self.counts.slots - self.counts.busy_slots,
-            nodes: self.counts.nodes,
+            free_slots: self.nodes.slots() - self.nodes.busy(),
+            nodes: self.nodes.count(),
             pending: self.counts.pending_nodes,
         });
         if want > 0 {
@@ -35,17 +35,18 @@ impl Core {
                     if n.running.is_empty()
                         && n.serving == 0
                         && now.since(t) >= cfg.idle_timeout
-                        && !self.holds_needed_intermediate(*id)
-                        && !self.kept_by_hook(*id) =>
+                        && !self.holds_needed_intermediate(id)
+                        && !self.kept_by_hook(id) =>
                 {
-                    Some((t, *id))
+                    Some((t, id))
                 }
                 _ => None,
             })
             .collect();
         idle.sort();
-        let keep = cfg.min_nodes.min(self.counts.nodes) as usize;
-        idle.truncate(self.counts.nodes as usize - keep);
+        let nodes = self.nodes.count();
+        let keep = cfg.min_nodes.min(nodes) as usize;
+        idle.truncate(nodes as usize - keep);
         let releasing: BTreeSet<NodeId> = idle.iter().map(|(_, n)| *n).collect();
         for (_, node) in idle {
             let handoff = self.plan_handoff(node, &releasing, now);

@@ -16,7 +16,7 @@ impl Core {
             .holders(object)
             .iter()
             .filter_map(|h| {
-                let serving = self.nodes.get(h).map_or(u32::MAX, |n| n.serving);
+                let serving = self.nodes.get(*h).map_or(u32::MAX, |n| n.serving);
                 (kept || limit == 0 || serving < limit).then(|| {
                     let rate = self
                         .bandwidth

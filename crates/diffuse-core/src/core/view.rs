@@ -6,6 +6,7 @@ use crate::hooks::hook::CoreView;
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
+use crate::sharing::share::JobSharing;
 use crate::task::Input;
 
 /// What the hooks see of the core: its state, read-only.
@@ -27,13 +28,13 @@ impl CoreView for Core {
     }
 
     fn has_node(&self, node: NodeId) -> bool {
-        self.nodes.contains_key(&node)
+        self.nodes.contains(node)
     }
 
     fn nodes_busy(&self) -> Vec<(NodeId, bool)> {
         self.nodes
             .iter()
-            .map(|(id, n)| (*id, !n.running.is_empty() || n.serving > 0))
+            .map(|(id, n)| (id, !n.running.is_empty() || n.serving > 0))
             .collect()
     }
 
@@ -73,6 +74,10 @@ impl CoreView for Core {
     }
 
     fn slots(&self) -> u64 {
-        self.counts.slots
+        self.nodes.slots()
+    }
+
+    fn job_order(&self) -> &dyn JobSharing {
+        self.job_order.as_ref()
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Adding a policy: write its file beside this one (a type implementing
 //! [`DispatchPolicy`]), declare it in `dispatch/mod.rs`
-//! (`mod name;`), and add one line to the `policies!` list below. [`PolicyKind`], its
+//! (`mod name;`), and add one line to the `registry!` list below. [`PolicyKind`], its
 //! parsing, display, serde form and [`PolicyKind::ALL`] follow from that line.
 
 use super::dad::{DadConfig, DataAwareDispatch};
@@ -13,9 +13,7 @@ use super::mch::MaxCacheHit;
 use super::mcu::MaxComputeUtil;
 use super::policy::DispatchPolicy;
 use super::tiers::LocalityTiers;
-use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
+use crate::registry::registry;
 
 /// What the built-in policies are built with: the parameters of the core's settings that a
 /// policy reads (`CoreConfig::policy_params`). The default is `CoreConfig`'s.
@@ -36,44 +34,10 @@ impl Default for PolicyParams {
     }
 }
 
-/// `policies! { Variant = "name" => |params| build, ... }`: the enum [`PolicyKind`] with one
-/// variant per line, its name and its builder.
-macro_rules! policies {
-    ($( $(#[$attr:meta])* $variant:ident = $name:literal => $build:expr, )*) => {
-        /// The built-in policies by name, for configuration.
-        #[derive(
-            Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize,
-            Deserialize,
-        )]
-        pub enum PolicyKind {
-            $( $(#[$attr])* #[serde(rename = $name)] $variant, )*
-        }
-
-        impl PolicyKind {
-            /// Every built-in policy, in the order of the list.
-            pub const ALL: &'static [PolicyKind] = &[$(PolicyKind::$variant),*];
-
-            /// Its name, as on the command line.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(PolicyKind::$variant => $name,)*
-                }
-            }
-
-            /// Build the policy with `params` (GCC's threshold, DAD's parameters).
-            pub fn build(self, params: &PolicyParams) -> Box<dyn DispatchPolicy> {
-                match self {
-                    $(PolicyKind::$variant => {
-                        let build: fn(&PolicyParams) -> Box<dyn DispatchPolicy> = $build;
-                        build(params)
-                    })*
-                }
-            }
-        }
-    };
-}
-
-policies! {
+registry! {
+    /// The built-in policies by name, for configuration.
+    #[derive(PartialOrd, Ord, Hash)]
+    pub enum PolicyKind: "policy", fn build(params: &PolicyParams) -> Box<dyn DispatchPolicy>;
     /// First-available.
     Fa = "fa" => |_| Box::new(FirstAvailable),
     /// Max-compute-util.
@@ -94,29 +58,6 @@ impl PolicyKind {
     /// Whether the policy uses cached data (all but FA): what its built policy says.
     pub fn uses_locality(self) -> bool {
         self.build(&PolicyParams::default()).uses_locality()
-    }
-}
-
-impl FromStr for PolicyKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let lower = s.to_ascii_lowercase();
-        if let Some(kind) = Self::ALL.iter().find(|k| k.name() == lower) {
-            return Ok(*kind);
-        }
-        let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
-        let expected = match names.split_last() {
-            Some((last, [])) => last.to_string(),
-            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-            None => String::new(),
-        };
-        Err(format!("unknown policy '{s}' (expected {expected})"))
-    }
-}
-
-impl fmt::Display for PolicyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -3,52 +3,18 @@
 //!
 //! Adding a policy: write its file beside this one (a type implementing
 //! [`EvictionOrder`]), declare it in `eviction/mod.rs` (`mod name;`), and add one line to the
-//! `evictions!` list below.
+//! `registry!` list below.
 
 use super::fifo::Fifo;
 use super::lfu::Lfu;
 use super::lru::Lru;
 use super::order::EvictionOrder;
 use super::random::Random;
-use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
+use crate::registry::registry;
 
-/// `evictions! { Variant = "name" => |seed| build, ... }`: the enum [`EvictionPolicy`] with
-/// one variant per line, its name and its builder.
-macro_rules! evictions {
-    ($( $(#[$attr:meta])* $variant:ident = $name:literal => $build:expr, )*) => {
-        /// Which object a full cache gives up first.
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-        pub enum EvictionPolicy {
-            $( $(#[$attr])* #[serde(rename = $name)] $variant, )*
-        }
-
-        impl EvictionPolicy {
-            /// Every eviction policy, in the order of the list.
-            pub const ALL: &'static [EvictionPolicy] = &[$(EvictionPolicy::$variant),*];
-
-            /// Its name, as on the command line.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(EvictionPolicy::$variant => $name,)*
-                }
-            }
-
-            /// Its order, empty; `seed` drives a policy that draws at random.
-            pub fn build(self, seed: u64) -> Box<dyn EvictionOrder> {
-                match self {
-                    $(EvictionPolicy::$variant => {
-                        let build: fn(u64) -> Box<dyn EvictionOrder> = $build;
-                        build(seed)
-                    })*
-                }
-            }
-        }
-    };
-}
-
-evictions! {
+registry! {
+    /// Which object a full cache gives up first.
+    pub enum EvictionPolicy: "eviction policy", fn build(seed: u64) -> Box<dyn EvictionOrder>;
     /// A uniformly random object (seeded).
     Random = "random" => |seed| Box::new(Random::new(seed)),
     /// The object cached earliest.
@@ -58,31 +24,6 @@ evictions! {
     Lru = "lru" => |_| Box::new(Lru::default()),
     /// The object used least often; ties go to the least recently used.
     Lfu = "lfu" => |_| Box::new(Lfu::default()),
-}
-
-impl FromStr for EvictionPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let lower = s.to_ascii_lowercase();
-        if let Some(p) = Self::ALL.iter().find(|p| p.name() == lower) {
-            return Ok(*p);
-        }
-        let names: Vec<&str> = Self::ALL.iter().map(|p| p.name()).collect();
-        let expected = match names.split_last() {
-            Some((last, [])) => last.to_string(),
-            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-            None => String::new(),
-        };
-        Err(format!(
-            "unknown eviction policy '{s}' (expected {expected})"
-        ))
-    }
-}
-
-impl fmt::Display for EvictionPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use crate::handoff::Handoff;
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
+use crate::sharing::share::JobSharing;
 use crate::task::Input;
 use crate::time::Time;
 use std::any::Any;
@@ -60,6 +61,8 @@ pub(crate) trait CoreView {
     fn job_cores(&self, job: JobId) -> u64;
     /// Slots on allocated nodes.
     fn slots(&self) -> u64;
+    /// How jobs share the slots: the order the transfer scheduler ranks jobs in.
+    fn job_order(&self) -> &dyn JobSharing;
 }
 
 /// One thing a hook asks the core to do.

@@ -4,8 +4,8 @@
 //!
 //! * **Which objects.** The inputs of queued tasks in the window whose data is nowhere (not
 //!   held, not on its way: the locality sets' *cold* tasks), at most `lookahead` tasks, jobs in
-//!   the job order (FIFO: the oldest task first; Fair: the job holding the fewest cores and
-//!   unread prefetches first), and within a job by demand (how many queued tasks read the
+//!   the job order ([`crate::sharing`]; under Fair a job's unread prefetches count with the
+//!   cores it holds), and within a job by demand (how many queued tasks read the
 //!   object), then queue order.
 //! * **Within what.** `CoreConfig::storage_cap`. Every read from storage under way, a task's
 //!   own or a prefetch, is budgeted at its job's I/O rate (input bytes over run time of its
@@ -34,8 +34,6 @@ pub(crate) struct TransferScheduler {
     cap: f64,
     /// Prefetching (None: only the budget of tasks' own reads is kept).
     prefetch: Option<PrefetchConfig>,
-    /// Jobs by Fair order (the fewest cores and unread prefetches first), not FIFO.
-    fair: bool,
     /// Prefetches under way: (node, object) -> (job, budgeted bytes/s).
     prefetches: FxHashMap<(NodeId, ObjectId), (JobId, u64)>,
     /// Running tasks' own storage reads not landed yet: task -> (node, object, bytes/s).
@@ -56,11 +54,10 @@ pub(crate) struct TransferScheduler {
 
 impl TransferScheduler {
     /// A scheduler with budget `cap` bytes/s; it prefetches with `prefetch`.
-    pub fn new(cap: f64, prefetch: Option<PrefetchConfig>, fair: bool) -> TransferScheduler {
+    pub fn new(cap: f64, prefetch: Option<PrefetchConfig>) -> TransferScheduler {
         TransferScheduler {
             cap,
             prefetch,
-            fair,
             prefetches: FxHashMap::default(),
             task_reads: FxHashMap::default(),
             landing: FxHashMap::default(),
@@ -192,29 +189,23 @@ impl TransferScheduler {
         if by_job.is_empty() {
             return;
         }
-        // Jobs in the job order.
-        let mut order: Vec<(u64, u64, JobId)> = by_job
+        // Jobs in the job order, a job's unread prefetches counted with the cores it holds.
+        let jobs: Vec<(JobId, u64)> = by_job
             .iter()
-            .map(|(job, objects)| {
-                let first = objects.first().map_or(u64::MAX, |o| o.0);
-                let share = if self.fair {
-                    let cores = view.job_cores(*job);
-                    let unread = self
-                        .unread
-                        .values()
-                        .flat_map(|m| m.values())
-                        .filter(|(_, j)| j == job)
-                        .count() as u64;
-                    cores + unread
-                } else {
-                    0
-                };
-                (share, first, *job)
-            })
+            .map(|(job, objects)| (*job, objects.first().map_or(u64::MAX, |o| o.0)))
             .collect();
-        order.sort_unstable();
+        let held = |job: JobId| {
+            let unread = self
+                .unread
+                .values()
+                .flat_map(|m| m.values())
+                .filter(|(_, j)| *j == job)
+                .count() as u64;
+            view.job_cores(job) + unread
+        };
+        let order = view.job_order().rank(jobs, &held);
         let locality = view.locality();
-        for (_, _, job) in order {
+        for job in order {
             let mut objects = by_job.remove(&job).expect("listed");
             let demand = |o: ObjectId| locality.wanted(o).map_or(0, |w| w.0);
             objects.sort_by_key(|&(seq, o, _)| (std::cmp::Reverse(demand(o)), seq));

@@ -17,8 +17,6 @@ pub(crate) struct HookSettings<'a> {
     pub storage_cap: Option<f64>,
     /// Prefetching within the cap (`CoreConfig::prefetch`).
     pub prefetch: Option<PrefetchConfig>,
-    /// Jobs share the slots by Fair order (`JobOrder::Fair`), not FIFO.
-    pub fair: bool,
     /// 2Mark (`CoreConfig::two_mark`).
     pub two_mark: bool,
     /// The core's own dispatch policy reads through caches (all but FA).
@@ -32,7 +30,7 @@ pub(crate) fn registry(s: &HookSettings<'_>) -> Vec<Box<dyn Hook>> {
         hooks.push(Box::new(CacheHandoff::new(cfg.clone())));
     }
     if let Some(cap) = s.storage_cap {
-        hooks.push(Box::new(TransferScheduler::new(cap, s.prefetch, s.fair)));
+        hooks.push(Box::new(TransferScheduler::new(cap, s.prefetch)));
     }
     if s.two_mark && s.caching {
         hooks.push(Box::new(TwoMarkHook::new()));

@@ -3,51 +3,17 @@
 //!
 //! Adding a schedule: write its file beside this one (a type implementing
 //! [`StageSchedule`]), declare it in `staging/mod.rs` (`mod name;`), and add one line to the
-//! `schedules!` list below.
+//! `registry!` list below.
 
 use super::gds::Gds;
 use super::lds::Lds;
 use super::naive::Naive;
 use super::schedule::StageSchedule;
-use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
+use crate::registry::registry;
 
-/// `schedules! { Variant = "name" => |seed| build, ... }`: the enum [`Schedule`] with one
-/// variant per line, its name and its builder.
-macro_rules! schedules {
-    ($( $(#[$attr:meta])* $variant:ident = $name:literal => $build:expr, )*) => {
-        /// Which schedule stages the batch.
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-        pub enum Schedule {
-            $( $(#[$attr])* #[serde(rename = $name)] $variant, )*
-        }
-
-        impl Schedule {
-            /// Every schedule, in the order of the list.
-            pub const ALL: &'static [Schedule] = &[$(Schedule::$variant),*];
-
-            /// Its name, as on the command line.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Schedule::$variant => $name,)*
-                }
-            }
-
-            /// The schedule, before its first chunk; `seed` drives one that draws at random.
-            pub fn build(self, seed: u64) -> Box<dyn StageSchedule> {
-                match self {
-                    $(Schedule::$variant => {
-                        let build: fn(u64) -> Box<dyn StageSchedule> = $build;
-                        build(seed)
-                    })*
-                }
-            }
-        }
-    };
-}
-
-schedules! {
+registry! {
+    /// Which schedule stages the batch.
+    pub enum Schedule: "schedule", fn build(seed: u64) -> Box<dyn StageSchedule>;
     /// Each destination alone, each file whole from a random replica.
     Naive = "naive" => |seed| Box::new(Naive::new(seed)),
     /// Each destination alone, smallest files first, chunks from several replicas.
@@ -55,29 +21,6 @@ schedules! {
     /// One scheduler: MinMin over every pending chunk, bandwidth booked as it goes.
     #[default]
     Gds = "gds" => |_| Box::new(Gds),
-}
-
-impl FromStr for Schedule {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let lower = s.to_ascii_lowercase();
-        if let Some(k) = Self::ALL.iter().find(|k| k.name() == lower) {
-            return Ok(*k);
-        }
-        let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
-        let expected = match names.split_last() {
-            Some((last, [])) => last.to_string(),
-            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-            None => String::new(),
-        };
-        Err(format!("unknown schedule '{s}' (expected {expected})"))
-    }
-}
-
-impl fmt::Display for Schedule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 #[cfg(test)]
