@@ -9,9 +9,8 @@ impl Core {
         let mut queued = 0u64;
         let mut running = 0u64;
         let mut blocked = 0u64;
-        self.check_dataflow()?;
+        self.dataflow.check(&self.tasks, &self.index)?;
         self.check_hints()?;
-        self.check_remakes()?;
         self.check_jobs()?;
         for h in self.hooks.iter().flatten() {
             h.check(self)?;
@@ -97,94 +96,8 @@ impl Core {
         if fetches != self.incoming {
             return Err("in-transfer counts disagree with running tasks and prefetches".into());
         }
-        if self.tracking {
+        if self.policies.caching() {
             self.locality.check(&self.effective)?;
-        }
-        Ok(())
-    }
-
-    /// Readiness, lineage and pinning: who waits for whom, who reads what, what is made.
-    fn check_dataflow(&self) -> Result<(), String> {
-        let mut waits: FxHashMap<TaskId, Vec<TaskId>> = FxHashMap::default();
-        for (dep, list) in &self.dependents {
-            let d = self.tasks.get(dep).ok_or(format!(
-                "tasks wait for {dep}, which the core does not know"
-            ))?;
-            if matches!(d.phase, Phase::Done) {
-                return Err(format!("tasks wait for {dep}, which has succeeded"));
-            }
-            for c in list {
-                waits.entry(*c).or_default().push(*dep);
-            }
-        }
-        for c in waits.keys() {
-            if !self.tasks.contains_key(c) {
-                return Err(format!("{c} is gone but still listed as waiting"));
-            }
-        }
-        let mut readers: FxHashMap<ObjectId, Vec<TaskId>> = FxHashMap::default();
-        for (id, t) in &self.tasks {
-            let mut w = waits.remove(id).unwrap_or_default();
-            w.sort();
-            let mut own = t.waiting_on.clone();
-            own.sort();
-            if w != own {
-                return Err(format!("{id} waits for {own:?}, listed under {w:?}"));
-            }
-            match t.phase {
-                Phase::Blocked => {
-                    if t.waiting_on.is_empty() && !t.held {
-                        return Err(format!("{id} is blocked with nothing to wait for"));
-                    }
-                }
-                Phase::Done => {
-                    if t.remaking || t.produces.is_empty() || !t.waiting_on.is_empty() {
-                        return Err(format!("{id} kept as a producer, but it is not one"));
-                    }
-                    continue;
-                }
-                Phase::Queued { .. } | Phase::Running { .. } => {
-                    if !t.waiting_on.is_empty() || t.held {
-                        return Err(format!("{id} left the blocked set early"));
-                    }
-                }
-            }
-            if matches!(t.phase, Phase::Queued { .. }) {
-                for i in &t.inputs {
-                    if !self.available(i.object) {
-                        return Err(format!(
-                            "{id} queued, but its input {} has no copy",
-                            i.object
-                        ));
-                    }
-                }
-            }
-            for i in &t.inputs {
-                if self.intermediates.contains_key(&i.object) {
-                    readers.entry(i.object).or_default().push(*id);
-                }
-            }
-        }
-        for (o, im) in &self.intermediates {
-            let p = self
-                .tasks
-                .get(&im.producer)
-                .ok_or(format!("{o}: its producer {} is gone", im.producer))?;
-            if !p.produces.contains(o) {
-                return Err(format!("{o}: {} does not write it", im.producer));
-            }
-            if im.made && !matches!(p.phase, Phase::Done) {
-                return Err(format!("{o} made, but its producer has not succeeded"));
-            }
-            let mut have = im.readers.clone();
-            have.sort();
-            let mut want = readers.remove(o).unwrap_or_default();
-            want.sort();
-            if have != want {
-                return Err(format!(
-                    "{o}: readers {have:?}, unfinished tasks reading it {want:?}"
-                ));
-            }
         }
         Ok(())
     }
@@ -199,22 +112,12 @@ impl Core {
                 self.nodes.busy()
             ));
         }
-        if !self.job_policies.is_empty() {
-            let mut by_kind: FxHashMap<Option<PolicyKind>, u64> = FxHashMap::default();
-            for t in self.tasks.values() {
-                if matches!(t.phase, Phase::Queued { .. }) {
-                    *by_kind
-                        .entry(self.job_policies.get(&t.job).copied())
-                        .or_default() += 1;
-                }
-            }
-            if by_kind != self.kind_queued {
-                return Err(format!(
-                    "queued by policy {:?}, counted {:?}",
-                    by_kind, self.kind_queued
-                ));
-            }
-        }
+        self.policies.check(
+            self.tasks
+                .values()
+                .filter(|t| matches!(t.phase, Phase::Queued { .. }))
+                .map(|t| t.job),
+        )?;
         let mut unfinished: FxHashMap<JobId, u64> = FxHashMap::default();
         // A producer running again to remake its objects counts as unfinished until it ends.
         for t in self.tasks.values() {
@@ -233,22 +136,6 @@ impl Core {
         }
         self.job_order
             .check(&self.queue, &|t| self.tasks[&t].job, self.counts.queued)?;
-        Ok(())
-    }
-
-    fn check_remakes(&self) -> Result<(), String> {
-        let flagged: BTreeSet<TaskId> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.remaking)
-            .map(|(id, _)| *id)
-            .collect();
-        if flagged != self.remaking {
-            return Err(format!(
-                "remaking {flagged:?}, but the set says {:?}",
-                self.remaking
-            ));
-        }
         Ok(())
     }
 
