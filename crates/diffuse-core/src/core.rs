@@ -36,10 +36,10 @@ use std::collections::{BTreeSet, VecDeque};
 
 // What each child module decides. Owners (a type with its own state, no `impl Core`):
 // nodes (Nodes), dataflow (Dataflow), hints (Hints), policies (Policies), provisioner
-// (Provisioner), sources (Sources); plain types: config, state; the view the hooks read: view.
+// (Provisioner), sources (Sources); plain types: config, state; the view the hooks read: view;
+// the checks that span owners, as functions of what they read: invariants.
 // The core's handlers that move state between owners (`impl Core`): lifecycle (a task's life by
-// the dataflow rules), membership (nodes joining, leaving, released), placement (the hint API),
-// invariants (the check of everything).
+// the dataflow rules), membership (nodes joining, leaving, released), placement (the hint API).
 mod config;
 mod dataflow;
 mod hints;
@@ -238,6 +238,40 @@ impl Core {
             busy_slots: self.nodes.busy(),
             ..self.counts
         }
+    }
+
+    /// Check every invariant of the core's state; `Err` names the first one broken. Tests and the
+    /// simulator's `--check` mode call it after every step.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let tasks = &self.tasks;
+        self.dataflow.check(tasks, &self.index)?;
+        self.hints.check(tasks, &|name| self.nodes.has_name(name))?;
+        invariants::jobs(&self.jobs, tasks, self.nodes.busy())?;
+        let queued = tasks
+            .values()
+            .filter(|t| matches!(t.phase, Phase::Queued { .. }));
+        self.policies.check(queued.map(|t| t.job))?;
+        let job_of = |t: TaskId| tasks[&t].job;
+        self.job_order
+            .check(&self.queue, &job_of, self.counts.queued)?;
+        for h in self.hooks.iter().flatten() {
+            h.check(self)?;
+        }
+        invariants::tasks(tasks, &self.queue, &self.nodes, &self.counts)?;
+        self.nodes.check(tasks)?;
+        invariants::demanding(&self.demanding, tasks)?;
+        let hook_transfers = self.hooks.iter().flatten().flat_map(|h| h.in_transfer());
+        invariants::copies(
+            &self.index,
+            &self.effective,
+            &self.incoming,
+            tasks,
+            hook_transfers,
+        )?;
+        if self.policies.caching() {
+            self.locality.check(&self.effective)?;
+        }
+        Ok(())
     }
 
     /// The location index.
