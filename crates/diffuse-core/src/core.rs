@@ -12,6 +12,7 @@
 //! and the live dispatcher make the same decisions from the same events.
 
 use crate::action::{Abandoned, Action, Dispatch, Source};
+use crate::bandwidth::{Endpoint, PairView};
 use crate::cache::EvictionPolicy;
 use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
 use crate::handoff::{CacheModel, Handoff};
@@ -23,40 +24,51 @@ use crate::hooks::two_mark::TwoMarkHook;
 use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
-use crate::provision::{Allocator, Demand, Provisioning};
+use crate::provision::{Demand, Provisioning};
 use crate::queue::WaitQueue;
 use crate::racks::Racks;
 use crate::resources::Resources;
-use crate::sharing::share::{JobSharing, Share, ShareView};
+use crate::sharing::share::{JobSharing, ShareView};
 use crate::task::{Input, Outcome, Placement, TaskSpec, TaskState};
 use crate::time::Time;
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
+// What each child module decides. Owners (a type with its own state, no `impl Core`):
+// nodes (Nodes), dataflow (Dataflow), hints (Hints), policies (Policies), provisioner
+// (Provisioner), sources (Sources); plain types: config, state; the view the hooks read: view;
+// the checks that span owners, as functions of what they read: invariants.
+// The core's handlers that move state between owners (`impl Core`): lifecycle (a task's life by
+// the dataflow rules), membership (nodes joining, leaving, released), placement (the hint API).
 mod config;
 mod dataflow;
 mod hints;
-use hints::Hints;
 mod invariants;
-mod jobs;
+mod lifecycle;
 mod membership;
 mod nodes;
-pub use crate::sharing::JobOrder;
-pub use config::{CoreConfig, CoreError, Counts, LostTasks};
-use nodes::Nodes;
 mod placement;
-mod provisioning;
+mod policies;
+mod provisioner;
 mod sources;
 mod state;
-use state::{Phase, TaskEntry};
 mod view;
 
-use dataflow::{Intermediate, JobEntry};
+pub use crate::sharing::JobOrder;
+pub use config::{CoreConfig, CoreError, Counts, LostTasks};
+use dataflow::Dataflow;
+use hints::Hints;
+use nodes::Nodes;
+use policies::Policies;
+use provisioner::Provisioner;
+use sources::Sources;
+use state::{JobEntry, Phase, TaskEntry};
 
 /// The scheduling core. See the module documentation for the calling order.
 pub struct Core {
     cfg: CoreConfig,
-    policy: Box<dyn DispatchPolicy>,
+    /// The dispatch policies in use: the core's own and the jobs' ([`policies::Policies`]).
+    policies: Policies,
     tasks: FxHashMap<TaskId, TaskEntry>,
     queue: WaitQueue,
     /// What nodes reported they hold: the only valid peer sources.
@@ -79,33 +91,22 @@ pub struct Core {
     actions: VecDeque<Action>,
     /// Something changed that may allow a dispatch.
     dirty: bool,
-    allocator: Option<Allocator>,
-    next_check: Time,
+    /// Dynamic provisioning's rounds (None: static provisioning).
+    provisioner: Option<Provisioner>,
     /// Tasks the driver holds back (e.g. while their inputs are looked up) that will soon be
     /// queued: counted as demand by provisioning.
     waiting: u64,
     /// The task counters and `pending_nodes`; its `nodes`, `slots` and `busy_slots` stay 0, as
     /// [`Nodes`] counts them ([`Core::counts`] puts them together).
     counts: Counts,
-    /// Intermediate objects, by object.
-    intermediates: FxHashMap<ObjectId, Intermediate>,
-    /// For each task, the blocked tasks waiting for it to succeed.
-    dependents: FxHashMap<TaskId, Vec<TaskId>>,
+    /// Intermediate objects, who waits for whom, producers being remade
+    /// ([`dataflow::Dataflow`]).
+    dataflow: Dataflow,
     jobs: FxHashMap<JobId, JobEntry>,
     /// The placement hints that bind queued tasks now ([`hints::Hints`]).
     hints: Hints,
     /// When the last dispatch pass ran.
     last_pass: Option<Time>,
-    /// Queued tasks by policy group (None: the core's own), while jobs have policies.
-    kind_queued: FxHashMap<Option<PolicyKind>, u64>,
-    /// Producers running again to remake their objects (their success already counted).
-    remaking: BTreeSet<TaskId>,
-    /// Jobs with a dispatch policy of their own (the others use `policy`).
-    job_policies: FxHashMap<JobId, PolicyKind>,
-    /// One instance of each policy jobs chose.
-    kind_policies: BTreeMap<PolicyKind, Box<dyn DispatchPolicy>>,
-    /// Queued tasks are in `locality`'s candidate sets: some policy in use reads cached data.
-    tracking: bool,
     /// How jobs share the slots ([`crate::sharing`]): whose tasks a free slot is offered first.
     job_order: Box<dyn JobSharing>,
     /// Which nodes share a rack ([`Core::handle_node_rack`]).
@@ -113,8 +114,9 @@ pub struct Core {
     /// The policies that act after dispatch ([`crate::hooks`]), in the order they hear each
     /// event. A hook is taken out (None) only while it is being called.
     hooks: Vec<Option<Box<dyn Hook>>>,
-    /// Rates achieved by past transfers, per pair ([`Core::handle_transfer`]).
-    bandwidth: crate::bandwidth::Predictor,
+    /// Where a fetch reads from: past transfers' rates ([`Core::handle_transfer`]) and the
+    /// peer-read limit ([`sources::Sources`]).
+    sources: Sources,
 }
 
 impl Core {
@@ -126,9 +128,9 @@ impl Core {
 
     /// A core with a custom dispatch policy (`cfg.policy` is then ignored).
     pub fn with_policy(cfg: CoreConfig, policy: Box<dyn DispatchPolicy>) -> Core {
-        let allocator = match &cfg.provisioning {
+        let provisioner = match &cfg.provisioning {
             Provisioning::Static => None,
-            Provisioning::Dynamic(d) => Some(Allocator::new(d.clone())),
+            Provisioning::Dynamic(d) => Some(Provisioner::new(d.clone())),
         };
         let hooks = registry(&HookSettings {
             handoff: cfg.handoff.as_ref(),
@@ -138,11 +140,11 @@ impl Core {
             caching: policy.uses_locality(),
         });
         let bandwidth = cfg.bandwidth;
-        let tracking = policy.uses_locality();
+        let peer_read_limit = cfg.peer_read_limit;
         let job_order = cfg.job_order.build(());
         Core {
             cfg,
-            policy,
+            policies: Policies::new(policy),
             tasks: FxHashMap::default(),
             queue: WaitQueue::new(),
             index: LocationIndex::new(),
@@ -154,24 +156,17 @@ impl Core {
             avoiding: BTreeSet::new(),
             actions: VecDeque::new(),
             dirty: false,
-            allocator,
-            next_check: Time::ZERO,
+            provisioner,
             waiting: 0,
             counts: Counts::default(),
-            intermediates: FxHashMap::default(),
-            dependents: FxHashMap::default(),
+            dataflow: Dataflow::default(),
             jobs: FxHashMap::default(),
             hints: Hints::default(),
             last_pass: None,
-            kind_queued: FxHashMap::default(),
-            remaking: BTreeSet::new(),
-            job_policies: FxHashMap::default(),
-            kind_policies: BTreeMap::new(),
-            tracking,
             job_order,
             racks: Racks::new(),
             hooks: hooks.into_iter().map(Some).collect(),
-            bandwidth: crate::bandwidth::Predictor::new(bandwidth),
+            sources: Sources::new(crate::bandwidth::Predictor::new(bandwidth), peer_read_limit),
         }
     }
 
@@ -183,7 +178,43 @@ impl Core {
     /// Whether some policy in use caches what it reads (false while FA, which reads only from
     /// storage, is the only one). Per task: [`Core::caches_for`].
     pub fn caching_enabled(&self) -> bool {
-        self.tracking
+        self.policies.caching()
+    }
+
+    /// Job `job` is dispatched by `kind` instead of the core's policy. Only before its first
+    /// task ([`CoreError::JobStarted`] after).
+    pub fn handle_job_policy(&mut self, job: JobId, kind: PolicyKind) -> Result<(), CoreError> {
+        if self.jobs.contains_key(&job) {
+            return Err(CoreError::JobStarted(job));
+        }
+        let params = self.cfg.policy_params();
+        if self
+            .policies
+            .choose_for_job(job, kind, &params, self.counts.queued)
+        {
+            // A policy that reads cached data is now in use: the queued tasks enter the
+            // locality candidate sets.
+            for (seq, task) in self.queue.iter() {
+                let inputs = &self.tasks[&task].inputs;
+                self.locality.enqueue(task, seq, inputs, &self.effective);
+            }
+        }
+        Ok(())
+    }
+
+    /// The policy of job `job`, if it chose one.
+    pub fn job_policy(&self, job: JobId) -> Option<PolicyKind> {
+        self.policies.of_job(job)
+    }
+
+    /// Whether `task`'s policy reads through caches: its inputs are cached on its node, read
+    /// from a peer or locally when held (all but FA). Its intermediate inputs are read from
+    /// their holders whatever the policy.
+    pub fn caches_for(&self, task: TaskId) -> bool {
+        match self.tasks.get(&task) {
+            Some(t) => self.policies.caches_for_job(t.job),
+            None => self.policies.own_caches(),
+        }
     }
 
     /// Producers running again to remake a lost object, whose success is already counted in
@@ -191,11 +222,12 @@ impl Core {
     /// `blocked`, `queued` and `running` too; a driver showing each task once subtracts them.
     pub fn remakes(&self) -> (u64, u64) {
         let running = self
-            .remaking
+            .dataflow
+            .remaking()
             .iter()
             .filter(|t| matches!(self.tasks[t].phase, Phase::Running { .. }))
             .count() as u64;
-        (self.remaking.len() as u64 - running, running)
+        (self.dataflow.remaking().len() as u64 - running, running)
     }
 
     /// Counters.
@@ -206,6 +238,40 @@ impl Core {
             busy_slots: self.nodes.busy(),
             ..self.counts
         }
+    }
+
+    /// Check every invariant of the core's state; `Err` names the first one broken. Tests and the
+    /// simulator's `--check` mode call it after every step.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let tasks = &self.tasks;
+        self.dataflow.check(tasks, &self.index)?;
+        self.hints.check(tasks, &|name| self.nodes.has_name(name))?;
+        invariants::jobs(&self.jobs, tasks, self.nodes.busy())?;
+        let queued = tasks
+            .values()
+            .filter(|t| matches!(t.phase, Phase::Queued { .. }));
+        self.policies.check(queued.map(|t| t.job))?;
+        let job_of = |t: TaskId| tasks[&t].job;
+        self.job_order
+            .check(&self.queue, &job_of, self.counts.queued)?;
+        for h in self.hooks.iter().flatten() {
+            h.check(self)?;
+        }
+        invariants::tasks(tasks, &self.queue, &self.nodes, &self.counts)?;
+        self.nodes.check(tasks)?;
+        invariants::demanding(&self.demanding, tasks)?;
+        let hook_transfers = self.hooks.iter().flatten().flat_map(|h| h.in_transfer());
+        invariants::copies(
+            &self.index,
+            &self.effective,
+            &self.incoming,
+            tasks,
+            hook_transfers,
+        )?;
+        if self.policies.caching() {
+            self.locality.check(&self.effective)?;
+        }
+        Ok(())
     }
 
     /// The location index.
@@ -221,6 +287,32 @@ impl Core {
     /// Nodes that hold `object` (Hercules' `locate`).
     pub fn locate(&self, object: ObjectId) -> &[NodeId] {
         self.index.holders(object)
+    }
+
+    /// The holders of `object` other than `skip`, fastest predicted to `to` first: the sources
+    /// a reader may take chunks from besides the one it was given.
+    pub fn holders_by_rate(&self, object: ObjectId, to: NodeId, skip: &[NodeId]) -> Vec<NodeId> {
+        self.sources.holders_by_rate(&self.index, object, to, skip)
+    }
+
+    /// `to` received `bytes` from `from` in `secs`: the predictor learns the pair's rate.
+    pub fn handle_transfer(&mut self, from: Endpoint, to: NodeId, bytes: u64, secs: f64) {
+        self.sources.observe(from, to, bytes, secs);
+    }
+
+    /// The rate predicted from `from` to `to`, bytes per second.
+    pub fn predicted_rate(&self, from: Endpoint, to: NodeId) -> f64 {
+        self.sources.predictor().predict(from, Endpoint::Node(to))
+    }
+
+    /// The bandwidth predictor (for the batch stager, [`crate::staging`]).
+    pub fn predictor(&self) -> &crate::bandwidth::Predictor {
+        self.sources.predictor()
+    }
+
+    /// Every pair measured, with its prediction (for metrics).
+    pub fn bandwidth_pairs(&self) -> Vec<PairView> {
+        self.sources.predictor().pairs()
     }
 
     /// State of a task the core still tracks (blocked, queued or running, or kept as a
@@ -244,7 +336,7 @@ impl Core {
 
     /// A task was submitted. It joins the back of the wait queue, or, if it depends on tasks
     /// that have not succeeded yet (its `after`, and the producers of its intermediate inputs)
-    /// or is `held`, waits outside it until they have (see [`dataflow`]).
+    /// or is `held`, waits outside it until they have (see `core/lifecycle.rs`).
     pub fn handle_submit(&mut self, spec: TaskSpec, now: Time) -> Result<(), CoreError> {
         self.handle_restore(spec, 0, now)
     }
@@ -272,14 +364,14 @@ impl Core {
         if entry.avoid.is_some() || entry.walltime.is_some() {
             self.avoiding.insert(task);
         }
-        if self.tracking {
+        if self.policies.caching() {
             self.locality
                 .enqueue(task, seq, &entry.inputs, &self.effective);
         }
         self.bind_hint(task, seq);
         let job = self.tasks[&task].job;
         self.job_order.queued(job, seq);
-        self.count_kind(job, true);
+        self.policies.count(job, true);
         self.counts.queued += 1;
         self.dirty = true;
     }
@@ -291,7 +383,7 @@ impl Core {
         self.locality.dequeue(task, &self.effective);
         self.unbind_hint(task, seq);
         let job = self.tasks[&task].job;
-        self.count_kind(job, false);
+        self.policies.count(job, false);
         self.job_order.dequeued(job, seq);
         self.counts.queued -= 1;
     }
@@ -633,7 +725,7 @@ impl Core {
 
     /// When the core next wants `handle_timeout` to be called.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let provisioning = self.allocator.as_ref().map(|_| self.next_check);
+        let provisioning = self.provisioner.as_ref().map(Provisioner::next_check);
         [provisioning, self.hints.next_lapse(), self.next_round()]
             .into_iter()
             .flatten()
@@ -643,11 +735,7 @@ impl Core {
     /// When a policy in use wants its next round (see [`DispatchPolicy::wake_at`]), if that is
     /// after the last pass (a round that found no free node is not asked for again).
     fn next_round(&self) -> Option<Time> {
-        std::iter::once(&self.policy)
-            .chain(self.kind_policies.values())
-            .filter_map(|p| p.wake_at())
-            .filter(|t| self.last_pass.is_none_or(|last| *t > last))
-            .min()
+        self.policies.next_round(self.last_pass)
     }
 
     /// The next action for the driver, if any.
@@ -735,55 +823,22 @@ impl Core {
                         };
                         // Shares of the queue, each chosen from by its policy, in the job order's
                         // turn (see crate::sharing).
-                        let job_policies = &self.job_policies;
-                        let kind_of = |t: TaskId| job_policies.get(&tasks[&t].job).copied();
+                        let policies = &self.policies;
+                        let kind_of = |t: TaskId| policies.of_job(tasks[&t].job);
                         let jobs = &self.jobs;
                         let held = |j: JobId| jobs.get(&j).map_or(0, |e| e.running_cores);
                         let shares = self.job_order.shares(&ShareView {
                             queue: &self.queue,
                             window_bound: view.window_bound,
-                            job_policies: !job_policies.is_empty(),
+                            job_policies: policies.any_by_job(),
                             kind_of: &kind_of,
-                            groups: self.kind_queued.len(),
+                            groups: policies.groups(),
                             held: &held,
                         });
-                        let choice = match shares {
-                            None if local_pass => self.policy.choose_local(&view, node, now),
-                            None => self.policy.choose_any(&view, node, now),
-                            Some(groups) => {
-                                let mut chosen = None;
-                                for g in groups {
-                                    let fits_g = |t: TaskId| {
-                                        (match g {
-                                            Share::Policy(k) => kind_of(t) == k,
-                                            Share::Job(j) => tasks[&t].job == j,
-                                        }) && fits(t)
-                                    };
-                                    let view_g = view.with_fits(&fits_g);
-                                    let kind = match g {
-                                        Share::Policy(k) => k,
-                                        Share::Job(j) => job_policies.get(&j).copied(),
-                                    };
-                                    let policy = match kind {
-                                        None => self.policy.as_mut(),
-                                        Some(k) => self
-                                            .kind_policies
-                                            .get_mut(&k)
-                                            .expect("a policy per kind")
-                                            .as_mut(),
-                                    };
-                                    chosen = if local_pass {
-                                        policy.choose_local(&view_g, node, now)
-                                    } else {
-                                        policy.choose_any(&view_g, node, now)
-                                    };
-                                    if chosen.is_some() {
-                                        break;
-                                    }
-                                }
-                                chosen
-                            }
-                        };
+                        let job_of = |t: TaskId| tasks[&t].job;
+                        let choice = self
+                            .policies
+                            .choose(shares, &view, &job_of, node, now, local_pass);
                         let Some(task) = choice else {
                             declined = true;
                             break;
@@ -842,7 +897,7 @@ impl Core {
         for input in &task_inputs {
             // An intermediate object is read from a node that holds it, under any policy: it
             // is not on persistent storage.
-            let kept = match self.intermediates.get_mut(&input.object) {
+            let kept = match self.dataflow.get_mut(&input.object) {
                 Some(im) => {
                     im.read = true;
                     true
@@ -857,7 +912,15 @@ impl Core {
                 // Held, or being fetched to this node for another task: join that fetch.
                 Source::Local
             } else {
-                match self.pick_holder(node, input.object, kept) {
+                let holder = self.sources.pick_holder(
+                    &self.index,
+                    &self.nodes,
+                    &self.racks,
+                    node,
+                    input.object,
+                    kept,
+                );
+                match holder {
                     Some(h) => {
                         peers.push(h);
                         Source::Peer(h)

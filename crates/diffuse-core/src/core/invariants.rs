@@ -1,259 +1,155 @@
-//! The core's invariants, checked by tests and the simulator's `--check` mode.
+//! The invariants that span the core's owners (task phases against the queue, the nodes and
+//! the counters; jobs; copies held and in transfer), as functions of what they read. Each owner
+//! checks its own state ([`super::nodes::Nodes::check`], [`super::dataflow::Dataflow::check`],
+//! ...); `Core::check_invariants` runs them all, as tests and the simulator's `--check` mode do
+//! after every step.
 
-use super::*;
+use super::config::Counts;
+use super::nodes::Nodes;
+use super::state::{JobEntry, Phase, TaskEntry};
+use crate::ids::{JobId, NodeId, ObjectId, TaskId};
+use crate::index::LocationIndex;
+use crate::queue::WaitQueue;
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
 
-impl Core {
-    /// Check every invariant of the core's state; `Err` names the first one broken. Tests and the
-    /// simulator's `--check` mode call it after every step.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        let mut queued = 0u64;
-        let mut running = 0u64;
-        let mut blocked = 0u64;
-        self.check_dataflow()?;
-        self.check_hints()?;
-        self.check_remakes()?;
-        self.check_jobs()?;
-        for h in self.hooks.iter().flatten() {
-            h.check(self)?;
-        }
-        for (id, t) in &self.tasks {
-            match &t.phase {
-                Phase::Blocked => blocked += 1,
-                Phase::Done => {}
-                Phase::Queued { seq } => {
-                    queued += 1;
-                    if self.queue.get(*seq) != Some(*id) {
-                        return Err(format!("{id} queued at {seq} but the queue disagrees"));
-                    }
+/// Every task's phase agrees with the queue and its node; the task counters count them.
+pub(super) fn tasks(
+    tasks: &FxHashMap<TaskId, TaskEntry>,
+    queue: &WaitQueue,
+    nodes: &Nodes,
+    counts: &Counts,
+) -> Result<(), String> {
+    let mut queued = 0u64;
+    let mut running = 0u64;
+    let mut blocked = 0u64;
+    for (id, t) in tasks {
+        match &t.phase {
+            Phase::Blocked => blocked += 1,
+            Phase::Done => {}
+            Phase::Queued { seq } => {
+                queued += 1;
+                if queue.get(*seq) != Some(*id) {
+                    return Err(format!("{id} queued at {seq} but the queue disagrees"));
                 }
-                Phase::Running { node, .. } => {
-                    running += 1;
-                    let n = self
-                        .nodes
-                        .get(*node)
-                        .ok_or(format!("{id} runs on unknown {node}"))?;
-                    if !n.running.contains(id) {
-                        return Err(format!("{id} runs on {node}, which does not list it"));
-                    }
+            }
+            Phase::Running { node, .. } => {
+                running += 1;
+                let n = nodes
+                    .get(*node)
+                    .ok_or(format!("{id} runs on unknown {node}"))?;
+                if !n.running.contains(id) {
+                    return Err(format!("{id} runs on {node}, which does not list it"));
                 }
             }
         }
-        if queued != self.counts.queued || queued != self.queue.len() as u64 {
-            return Err(format!(
-                "queued: {queued} tasks, counter {}, queue {}",
-                self.counts.queued,
-                self.queue.len()
-            ));
-        }
-        if blocked != self.counts.blocked {
-            return Err(format!(
-                "blocked: {blocked} tasks, counter {}",
-                self.counts.blocked
-            ));
-        }
-        if running != self.counts.running {
-            return Err(format!(
-                "running: {running} tasks, counter {}",
-                self.counts.running
-            ));
-        }
-        self.nodes.check(&self.tasks)?;
-        for t in &self.demanding {
-            match self.tasks.get(t) {
-                Some(e)
-                    if matches!(e.phase, Phase::Queued { .. }) && !e.resources.is_one_core() => {}
-                _ => {
-                    return Err(format!(
-                        "{t} listed as demanding but not a queued demanding task"
-                    ))
-                }
-            }
-        }
-        self.index.check()?;
-        self.effective.check()?;
-        for (node, object) in self.effective.pairs() {
-            if !self.index.holds(node, object) && !self.incoming.contains_key(&(node, object)) {
+    }
+    if queued != counts.queued || queued != queue.len() as u64 {
+        return Err(format!(
+            "queued: {queued} tasks, counter {}, queue {}",
+            counts.queued,
+            queue.len()
+        ));
+    }
+    if blocked != counts.blocked {
+        return Err(format!(
+            "blocked: {blocked} tasks, counter {}",
+            counts.blocked
+        ));
+    }
+    if running != counts.running {
+        return Err(format!(
+            "running: {running} tasks, counter {}",
+            counts.running
+        ));
+    }
+    Ok(())
+}
+
+/// The tasks listed as demanding are queued tasks asking for more than one core.
+pub(super) fn demanding(
+    demanding: &BTreeSet<TaskId>,
+    tasks: &FxHashMap<TaskId, TaskEntry>,
+) -> Result<(), String> {
+    for t in demanding {
+        match tasks.get(t) {
+            Some(e) if matches!(e.phase, Phase::Queued { .. }) && !e.resources.is_one_core() => {}
+            _ => {
                 return Err(format!(
-                    "{node} scored as holding {object}: neither held nor fetched"
-                ));
+                    "{t} listed as demanding but not a queued demanding task"
+                ))
             }
         }
-        for (node, object) in self.index.pairs().chain(self.incoming.keys().copied()) {
-            if !self.effective.holds(node, object) {
-                return Err(format!("{object} on {node} missing from the scored index"));
-            }
-        }
-        let mut fetches: FxHashMap<(NodeId, ObjectId), u32> = FxHashMap::default();
-        for t in self.tasks.values() {
-            if let Phase::Running { node, fetching, .. } = &t.phase {
-                for o in fetching {
-                    *fetches.entry((*node, *o)).or_default() += 1;
-                }
-            }
-        }
-        for key in self.hooks.iter().flatten().flat_map(|h| h.in_transfer()) {
-            *fetches.entry(key).or_default() += 1;
-        }
-        if fetches != self.incoming {
-            return Err("in-transfer counts disagree with running tasks and prefetches".into());
-        }
-        if self.tracking {
-            self.locality.check(&self.effective)?;
-        }
-        Ok(())
     }
+    Ok(())
+}
 
-    /// Readiness, lineage and pinning: who waits for whom, who reads what, what is made.
-    fn check_dataflow(&self) -> Result<(), String> {
-        let mut waits: FxHashMap<TaskId, Vec<TaskId>> = FxHashMap::default();
-        for (dep, list) in &self.dependents {
-            let d = self.tasks.get(dep).ok_or(format!(
-                "tasks wait for {dep}, which the core does not know"
-            ))?;
-            if matches!(d.phase, Phase::Done) {
-                return Err(format!("tasks wait for {dep}, which has succeeded"));
-            }
-            for c in list {
-                waits.entry(*c).or_default().push(*dep);
-            }
-        }
-        for c in waits.keys() {
-            if !self.tasks.contains_key(c) {
-                return Err(format!("{c} is gone but still listed as waiting"));
-            }
-        }
-        let mut readers: FxHashMap<ObjectId, Vec<TaskId>> = FxHashMap::default();
-        for (id, t) in &self.tasks {
-            let mut w = waits.remove(id).unwrap_or_default();
-            w.sort();
-            let mut own = t.waiting_on.clone();
-            own.sort();
-            if w != own {
-                return Err(format!("{id} waits for {own:?}, listed under {w:?}"));
-            }
-            match t.phase {
-                Phase::Blocked => {
-                    if t.waiting_on.is_empty() && !t.held {
-                        return Err(format!("{id} is blocked with nothing to wait for"));
-                    }
-                }
-                Phase::Done => {
-                    if t.remaking || t.produces.is_empty() || !t.waiting_on.is_empty() {
-                        return Err(format!("{id} kept as a producer, but it is not one"));
-                    }
-                    continue;
-                }
-                Phase::Queued { .. } | Phase::Running { .. } => {
-                    if !t.waiting_on.is_empty() || t.held {
-                        return Err(format!("{id} left the blocked set early"));
-                    }
-                }
-            }
-            if matches!(t.phase, Phase::Queued { .. }) {
-                for i in &t.inputs {
-                    if !self.available(i.object) {
-                        return Err(format!(
-                            "{id} queued, but its input {} has no copy",
-                            i.object
-                        ));
-                    }
-                }
-            }
-            for i in &t.inputs {
-                if self.intermediates.contains_key(&i.object) {
-                    readers.entry(i.object).or_default().push(*id);
-                }
-            }
-        }
-        for (o, im) in &self.intermediates {
-            let p = self
-                .tasks
-                .get(&im.producer)
-                .ok_or(format!("{o}: its producer {} is gone", im.producer))?;
-            if !p.produces.contains(o) {
-                return Err(format!("{o}: {} does not write it", im.producer));
-            }
-            if im.made && !matches!(p.phase, Phase::Done) {
-                return Err(format!("{o} made, but its producer has not succeeded"));
-            }
-            let mut have = im.readers.clone();
-            have.sort();
-            let mut want = readers.remove(o).unwrap_or_default();
-            want.sort();
-            if have != want {
-                return Err(format!(
-                    "{o}: readers {have:?}, unfinished tasks reading it {want:?}"
-                ));
-            }
-        }
-        Ok(())
+/// Each job's running cores add up to the `busy` slots; each job counts its unfinished tasks.
+pub(super) fn jobs(
+    jobs: &FxHashMap<JobId, JobEntry>,
+    tasks: &FxHashMap<TaskId, TaskEntry>,
+    busy: u64,
+) -> Result<(), String> {
+    let held: u64 = jobs.values().map(|j| j.running_cores).sum();
+    if held != busy {
+        return Err(format!("jobs hold {held} cores, busy slots {busy}"));
     }
-
-    /// Each job's running cores add up to the busy slots; the job order's state agrees with the
-    /// queue.
-    fn check_jobs(&self) -> Result<(), String> {
-        let held: u64 = self.jobs.values().map(|j| j.running_cores).sum();
-        if held != self.nodes.busy() {
+    let mut unfinished: FxHashMap<JobId, u64> = FxHashMap::default();
+    // A producer running again to remake its objects counts as unfinished until it ends.
+    for t in tasks.values() {
+        if !matches!(t.phase, Phase::Done) {
+            *unfinished.entry(t.job).or_default() += 1;
+        }
+    }
+    for (job, e) in jobs {
+        let n = unfinished.get(job).copied().unwrap_or(0);
+        if e.unfinished != n {
             return Err(format!(
-                "jobs hold {held} cores, busy slots {}",
-                self.nodes.busy()
+                "{job} counts {} unfinished tasks, has {n}",
+                e.unfinished
             ));
         }
-        if !self.job_policies.is_empty() {
-            let mut by_kind: FxHashMap<Option<PolicyKind>, u64> = FxHashMap::default();
-            for t in self.tasks.values() {
-                if matches!(t.phase, Phase::Queued { .. }) {
-                    *by_kind
-                        .entry(self.job_policies.get(&t.job).copied())
-                        .or_default() += 1;
-                }
-            }
-            if by_kind != self.kind_queued {
-                return Err(format!(
-                    "queued by policy {:?}, counted {:?}",
-                    by_kind, self.kind_queued
-                ));
-            }
-        }
-        let mut unfinished: FxHashMap<JobId, u64> = FxHashMap::default();
-        // A producer running again to remake its objects counts as unfinished until it ends.
-        for t in self.tasks.values() {
-            if !matches!(t.phase, Phase::Done) {
-                *unfinished.entry(t.job).or_default() += 1;
-            }
-        }
-        for (job, e) in &self.jobs {
-            let n = unfinished.get(job).copied().unwrap_or(0);
-            if e.unfinished != n {
-                return Err(format!(
-                    "{job} counts {} unfinished tasks, has {n}",
-                    e.unfinished
-                ));
-            }
-        }
-        self.job_order
-            .check(&self.queue, &|t| self.tasks[&t].job, self.counts.queued)?;
-        Ok(())
     }
+    Ok(())
+}
 
-    fn check_remakes(&self) -> Result<(), String> {
-        let flagged: BTreeSet<TaskId> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.remaking)
-            .map(|(id, _)| *id)
-            .collect();
-        if flagged != self.remaking {
+/// What scoring sees (`effective`) is exactly what nodes hold (`index`) and what is on its way
+/// (`incoming`); the in-transfer counts are the running tasks' fetches and the hooks' transfers
+/// (`hook_transfers`).
+pub(super) fn copies(
+    index: &LocationIndex,
+    effective: &LocationIndex,
+    incoming: &FxHashMap<(NodeId, ObjectId), u32>,
+    tasks: &FxHashMap<TaskId, TaskEntry>,
+    hook_transfers: impl Iterator<Item = (NodeId, ObjectId)>,
+) -> Result<(), String> {
+    index.check()?;
+    effective.check()?;
+    for (node, object) in effective.pairs() {
+        if !index.holds(node, object) && !incoming.contains_key(&(node, object)) {
             return Err(format!(
-                "remaking {flagged:?}, but the set says {:?}",
-                self.remaking
+                "{node} scored as holding {object}: neither held nor fetched"
             ));
         }
-        Ok(())
     }
-
-    fn check_hints(&self) -> Result<(), String> {
-        self.hints
-            .check(&self.tasks, &|name| self.has_node_named(name))
+    for (node, object) in index.pairs().chain(incoming.keys().copied()) {
+        if !effective.holds(node, object) {
+            return Err(format!("{object} on {node} missing from the scored index"));
+        }
     }
+    let mut fetches: FxHashMap<(NodeId, ObjectId), u32> = FxHashMap::default();
+    for t in tasks.values() {
+        if let Phase::Running { node, fetching, .. } = &t.phase {
+            for o in fetching {
+                *fetches.entry((*node, *o)).or_default() += 1;
+            }
+        }
+    }
+    for key in hook_transfers {
+        *fetches.entry(key).or_default() += 1;
+    }
+    if fetches != *incoming {
+        return Err("in-transfer counts disagree with running tasks and prefetches".into());
+    }
+    Ok(())
 }

@@ -1,7 +1,8 @@
-//! The core's handlers of nodes joining (with capacity, rack, load, deadline and cache size)
-//! and leaving or lost (their running tasks queued again or ended, their copies forgotten), and
-//! of the demand the driver reports for provisioning. The node records themselves are
-//! [`super::nodes::Nodes`]'s.
+//! The core's handlers of the pool changing: nodes joining (with capacity, rack, load, deadline
+//! and cache size), leaving or lost (their running tasks queued again or ended, their copies
+//! forgotten), the demand the driver reports, and provisioning's round (`handle_timeout`:
+//! nodes asked for, idle ones released). The node records are [`super::nodes::Nodes`]'s, the
+//! provisioning decisions [`super::provisioner::Provisioner`]'s.
 
 use super::*;
 use crate::ids::RackId;
@@ -191,5 +192,54 @@ impl Core {
         }
         self.dirty = true;
         held
+    }
+
+    /// A deadline returned by `poll_timeout` has passed: run provisioning's round (nodes asked
+    /// for, idle nodes released, each after what it hands off).
+    pub fn handle_timeout(&mut self, now: Time) {
+        let Some(prov) = self.provisioner.as_mut() else {
+            return;
+        };
+        if !prov.due(now) {
+            return;
+        }
+        self.notify(None, |h, _, _| h.timeout(now));
+        let demand = Demand {
+            queued: self.counts.queued + self.waiting,
+            free_slots: self.nodes.slots() - self.nodes.busy(),
+            nodes: self.nodes.count(),
+            pending: self.counts.pending_nodes,
+        };
+        let prov = self.provisioner.as_mut().expect("checked above");
+        let want = prov.acquire(demand);
+        if want > 0 {
+            self.counts.pending_nodes += want;
+            self.actions.push_back(Action::Provision { nodes: want });
+        }
+        let kept = |n: NodeId| self.holds_needed_intermediate(n) || self.kept_by_hook(n);
+        let prov = self.provisioner.as_ref().expect("checked above");
+        let idle = prov.idle_to_release(&self.nodes, now, &kept);
+        let releasing: BTreeSet<NodeId> = idle.iter().copied().collect();
+        for node in idle {
+            let handoff = self.plan_handoff(node, &releasing, now);
+            let held = self.forget_node(node);
+            self.actions.push_back(Action::Release { node, handoff });
+            self.copies_lost(&held);
+        }
+    }
+
+    /// What `node` pushes before it goes (cache hand-off, [`crate::hooks::handoff`]); the
+    /// nodes in `releasing` go in the same round and receive nothing.
+    fn plan_handoff(
+        &mut self,
+        node: NodeId,
+        releasing: &BTreeSet<NodeId>,
+        now: Time,
+    ) -> Vec<Handoff> {
+        let mut plan = Vec::new();
+        self.notify(None, |h, v, _| {
+            plan.extend(h.node_released(v, node, releasing, now))
+        });
+        plan
     }
 }

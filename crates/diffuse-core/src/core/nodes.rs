@@ -253,3 +253,33 @@ impl Nodes {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::NodeName;
+
+    #[test]
+    fn occupy_and_vacate_keep_the_free_set_and_the_counts() {
+        let mut nodes = Nodes::default();
+        let (a, b) = (NodeId(1), NodeId(2));
+        nodes.join(a, Resources::cores_only(2), Time::ZERO).unwrap();
+        nodes.join(b, Resources::cores_only(1), Time::ZERO).unwrap();
+        assert_eq!(
+            nodes.join(a, Resources::cores_only(1), Time::ZERO),
+            Err(CoreError::DuplicateNode(a))
+        );
+        assert_eq!((nodes.count(), nodes.slots(), nodes.busy()), (2, 3, 0));
+        nodes.occupy(b, TaskId(7), Resources::ONE_CORE);
+        assert!(!nodes.has_free_slot(b) && !nodes.free().contains(&b));
+        assert_eq!(nodes.busy(), 1);
+        assert!(!nodes.vacate(a, TaskId(7), Resources::ONE_CORE), "not on a");
+        assert!(nodes.vacate(b, TaskId(7), Resources::ONE_CORE));
+        assert!(nodes.free().contains(&b));
+        assert_eq!(nodes.name(b, NodeName(3)), Ok(None));
+        assert!(nodes.has_name(NodeName(3)));
+        nodes.remove(b);
+        assert_eq!((nodes.count(), nodes.slots(), nodes.busy()), (1, 2, 0));
+        assert!(nodes.check(&FxHashMap::default()).is_ok());
+    }
+}

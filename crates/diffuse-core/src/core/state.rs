@@ -118,3 +118,12 @@ pub(super) struct NodeEntry {
     /// Its load as the driver last measured it ([`Core::handle_node_load`](crate::Core::handle_node_load)), in [0, 1].
     pub(super) reported_load: Option<f64>,
 }
+
+/// Tasks of one job not yet ended, and the intermediate objects its tasks write.
+#[derive(Clone, Debug, Default)]
+pub(super) struct JobEntry {
+    pub(super) unfinished: u64,
+    /// Cores its running tasks hold (what Fair sharing evens out).
+    pub(super) running_cores: u64,
+    pub(super) objects: Vec<ObjectId>,
+}

@@ -24,7 +24,7 @@ impl CoreView for Core {
     }
 
     fn is_intermediate(&self, object: ObjectId) -> bool {
-        self.intermediates.contains_key(&object)
+        self.dataflow.contains(&object)
     }
 
     fn has_node(&self, node: NodeId) -> bool {
@@ -58,7 +58,7 @@ impl CoreView for Core {
     }
 
     fn caching_enabled(&self) -> bool {
-        self.tracking
+        self.policies.caching()
     }
 
     fn locality(&self) -> &Locality {
