@@ -1,34 +1,20 @@
 //! FIFO eviction: the object cached earliest goes first; uses change nothing.
 
-use super::order::{EvictionOrder, Key};
-use super::ranked::Ranked;
-use crate::ids::ObjectId;
+use super::order::Key;
+use super::ranked::{Clock, Ranked, Rule};
 
-/// First in, first out.
+/// First in, first out: the key is the arrival tick.
 #[derive(Clone, Debug, Default)]
-pub struct Fifo(Ranked);
+pub struct FifoRule;
 
-impl EvictionOrder for Fifo {
-    fn insert(&mut self, object: ObjectId, priority: i16, at: Option<Key>) -> Key {
-        let key = at.unwrap_or_else(|| (self.0.tick(), 0));
-        self.0.insert(object, priority, key)
+/// The FIFO order.
+pub type Fifo = Ranked<FifoRule>;
+
+impl Rule for FifoRule {
+    fn arrival(clock: &mut Clock) -> Key {
+        (clock.tick(), 0)
     }
-    fn touch(&mut self, _: ObjectId, _: i16, key: Key) -> Key {
+    fn used(key: Key, _: &mut Clock) -> Key {
         key
-    }
-    fn remove(&mut self, object: ObjectId, priority: i16, key: Key) {
-        self.0.remove(object, priority, key);
-    }
-    fn next_victim(&mut self) -> Option<ObjectId> {
-        self.0.first()
-    }
-    fn hottest_first(&self) -> Box<dyn Iterator<Item = ObjectId> + '_> {
-        self.0.last_first()
-    }
-    fn clear(&mut self) {
-        self.0.clear();
-    }
-    fn boxed_clone(&self) -> Box<dyn EvictionOrder> {
-        Box::new(self.clone())
     }
 }

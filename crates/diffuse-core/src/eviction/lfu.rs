@@ -1,35 +1,20 @@
 //! LFU eviction: the object used least often goes first; ties go to the least recently used.
 
-use super::order::{EvictionOrder, Key};
-use super::ranked::Ranked;
-use crate::ids::ObjectId;
+use super::order::Key;
+use super::ranked::{Clock, Ranked, Rule};
 
 /// Least frequently used; the key is (uses, last use).
 #[derive(Clone, Debug, Default)]
-pub struct Lfu(Ranked);
+pub struct LfuRule;
 
-impl EvictionOrder for Lfu {
-    fn insert(&mut self, object: ObjectId, priority: i16, at: Option<Key>) -> Key {
-        let key = at.unwrap_or_else(|| (1, self.0.tick()));
-        self.0.insert(object, priority, key)
+/// The LFU order.
+pub type Lfu = Ranked<LfuRule>;
+
+impl Rule for LfuRule {
+    fn arrival(clock: &mut Clock) -> Key {
+        (1, clock.tick())
     }
-    fn touch(&mut self, object: ObjectId, priority: i16, key: Key) -> Key {
-        let new = (key.0 + 1, self.0.tick());
-        self.0.rekey(object, priority, key, new)
-    }
-    fn remove(&mut self, object: ObjectId, priority: i16, key: Key) {
-        self.0.remove(object, priority, key);
-    }
-    fn next_victim(&mut self) -> Option<ObjectId> {
-        self.0.first()
-    }
-    fn hottest_first(&self) -> Box<dyn Iterator<Item = ObjectId> + '_> {
-        self.0.last_first()
-    }
-    fn clear(&mut self) {
-        self.0.clear();
-    }
-    fn boxed_clone(&self) -> Box<dyn EvictionOrder> {
-        Box::new(self.clone())
+    fn used(key: Key, clock: &mut Clock) -> Key {
+        (key.0 + 1, clock.tick())
     }
 }

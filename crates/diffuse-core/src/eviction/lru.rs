@@ -1,36 +1,21 @@
 //! LRU eviction: the object used least recently goes first (the data diffusion paper's
 //! experiments all use it).
 
-use super::order::{EvictionOrder, Key};
-use super::ranked::Ranked;
-use crate::ids::ObjectId;
+use super::order::Key;
+use super::ranked::{Clock, Ranked, Rule};
 
-/// Least recently used.
+/// Least recently used: the key is the tick of the last arrival or use.
 #[derive(Clone, Debug, Default)]
-pub struct Lru(Ranked);
+pub struct LruRule;
 
-impl EvictionOrder for Lru {
-    fn insert(&mut self, object: ObjectId, priority: i16, at: Option<Key>) -> Key {
-        let key = at.unwrap_or_else(|| (self.0.tick(), 0));
-        self.0.insert(object, priority, key)
+/// The LRU order.
+pub type Lru = Ranked<LruRule>;
+
+impl Rule for LruRule {
+    fn arrival(clock: &mut Clock) -> Key {
+        (clock.tick(), 0)
     }
-    fn touch(&mut self, object: ObjectId, priority: i16, key: Key) -> Key {
-        let new = (self.0.tick(), 0);
-        self.0.rekey(object, priority, key, new)
-    }
-    fn remove(&mut self, object: ObjectId, priority: i16, key: Key) {
-        self.0.remove(object, priority, key);
-    }
-    fn next_victim(&mut self) -> Option<ObjectId> {
-        self.0.first()
-    }
-    fn hottest_first(&self) -> Box<dyn Iterator<Item = ObjectId> + '_> {
-        self.0.last_first()
-    }
-    fn clear(&mut self) {
-        self.0.clear();
-    }
-    fn boxed_clone(&self) -> Box<dyn EvictionOrder> {
-        Box::new(self.clone())
+    fn used(_: Key, clock: &mut Clock) -> Key {
+        (clock.tick(), 0)
     }
 }
