@@ -217,8 +217,10 @@ impl Assignment {
     /// `task_timeout` as its time limit unless it has one. Its fields go whole, but as the
     /// worker runs them, on the names workers of either version read: `memory` is the limit the
     /// kernel enforces (the task's `memory_limit`, else its `memory`; the name it had when the
-    /// request was the limit), `stdout`/`stderr` travel as `stdout_uri`/`stderr_uri`, and
-    /// `after` (for the dispatcher only, and long) stays behind.
+    /// request was the limit), `stdout`/`stderr` travel as `stdout_uri`/`stderr_uri`, and what
+    /// only the dispatcher reads stays behind: `after` (long), and `job_policy` and `hint`,
+    /// whose values a worker checks strictly, so that a later dispatcher with a new policy name
+    /// or hint field cannot send a worker a message it refuses.
     pub fn new(
         task: &TaskDef,
         attempt: u32,
@@ -232,6 +234,8 @@ impl Assignment {
         more.memory_limit = None;
         more.timeout_s = more.timeout_s.or(task_timeout.map(|t| t.as_secs_f64()));
         more.after = Vec::new();
+        more.job_policy = None;
+        more.hint = None;
         Assignment {
             task: task.id.clone(),
             attempt,
@@ -439,7 +443,7 @@ mod tests {
     #[test]
     fn an_assignment_carries_the_task_fields_on_the_names_workers_read() {
         let def = crate::spec::parse_tasks(
-            r#"{"id":"t","cmd":"x","cores":2,"memory":"1MB","memory_limit":"2MB","gpus":1,"env":{"A":"1"},"stdout":"file:///l/{id}.out","eviction_priority":3,"after":["s"],"job":"j"}"#,
+            r#"{"id":"t","cmd":"x","cores":2,"memory":"1MB","memory_limit":"2MB","gpus":1,"env":{"A":"1"},"stdout":"file:///l/{id}.out","eviction_priority":3,"after":["s"],"job":"j","job_policy":"mcu","hint":{"node":"w1"}}"#,
         )
         .unwrap()
         .remove(0);
@@ -459,7 +463,16 @@ mod tests {
         ] {
             assert_eq!(v[key], value, "{key} in {v}");
         }
-        for gone in ["memory_limit", "stdout", "stderr_uri", "after"] {
+        // What only the dispatcher reads stays behind (a worker checks a policy name and a
+        // hint strictly: a later dispatcher's new name would make it refuse the message).
+        for gone in [
+            "memory_limit",
+            "stdout",
+            "stderr_uri",
+            "after",
+            "job_policy",
+            "hint",
+        ] {
             assert!(v.get(gone).is_none(), "{gone} in {v}");
         }
         let back: ToWorker = serde_json::from_value(v).unwrap();
