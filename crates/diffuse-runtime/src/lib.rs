@@ -6,6 +6,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`dispatcher`] | `diffuse dispatcher`: the scheduler thread driving the core, the HTTP API, worker sessions, metrics and dashboard |
+//! | [`emulator`] | `diffuse emulate`: many workers in one process speaking the real protocol, tasks on timers (for measuring a dispatcher at scale) |
 //! | [`worker`] | `diffuse worker`: runs tasks as processes, keeps a cache directory, serves it to peers |
 //! | [`run`] | `diffuse run`: the embedded default, a dispatcher in-process and local worker processes |
 //! | [`run_caches`] | the caches `diffuse run`'s local workers keep between runs, each claimed by `flock` |
@@ -27,6 +28,7 @@ pub mod auth;
 pub mod cache_dir;
 pub mod demo;
 pub mod dispatcher;
+pub mod emulator;
 pub mod journal;
 pub mod placeholder;
 pub mod proto;

@@ -74,6 +74,9 @@ enum Command {
     /// Measure the running pool (storage, peer and local read rates, latencies, per-task
     /// cost) and write a testbed file for `diffuse sim --testbed`.
     Calibrate(live::calibrate::CalibrateArgs),
+    /// Emulate many workers in one process, speaking the real protocol without running tasks
+    /// (each "runs" for its compute_s): for measuring a dispatcher at the size of a cluster.
+    Emulate(live::emulate::EmulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -108,6 +111,7 @@ fn main() -> ExitCode {
         Command::Stage(args) => live::stage::stage(args),
         Command::Wait(args) => live::client::wait(args),
         Command::Calibrate(args) => live::calibrate::calibrate(args),
+        Command::Emulate(args) => live::emulate::emulate(args),
     };
     match result {
         Ok(code) => code,

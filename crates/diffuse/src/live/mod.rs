@@ -7,6 +7,7 @@ pub mod cache;
 pub mod calibrate;
 pub mod client;
 pub mod each;
+pub mod emulate;
 pub mod jobs;
 pub mod objects;
 pub mod pool_args;
