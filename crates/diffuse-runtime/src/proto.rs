@@ -11,6 +11,20 @@
 use crate::spec::{Cmd, TaskDef, TaskMore};
 use serde::{Deserialize, Serialize};
 
+/// Bytes each end of a worker's session buffers each way (the WebSocket library's default is
+/// 128 KiB each way per connection, which a pool of thousands pays many times over). Messages
+/// are small; a larger one is read in several chunks.
+pub const SESSION_BUFFER: usize = 16 << 10;
+
+/// The WebSocket settings of a worker's end of its session: [`SESSION_BUFFER`] each way, and
+/// messages up to 64 MiB (a hello listing a large cache).
+pub fn ws_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(SESSION_BUFFER)
+        .write_buffer_size(SESSION_BUFFER)
+        .max_message_size(Some(64 << 20))
+}
+
 /// An object a worker holds, with the source version it was fetched at.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Held {

@@ -697,6 +697,8 @@ async fn connect(
     h.worker(&headers)?;
     Ok(ws
         .max_message_size(64 << 20)
+        .read_buffer_size(crate::proto::SESSION_BUFFER)
+        .write_buffer_size(crate::proto::SESSION_BUFFER)
         .on_upgrade(move |socket| session(socket, h)))
 }
 
@@ -723,9 +725,18 @@ async fn session(socket: WebSocket, h: Handle) {
         return;
     }
     let writer = tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            let text = serde_json::to_string(&m).expect("message serializes");
-            if sink.send(Message::Text(text.into())).await.is_err() {
+        // Everything already queued goes out in one write: a round of the scheduler often
+        // sends one worker several messages.
+        'session: while let Some(m) = rx.recv().await {
+            let mut next = Some(m);
+            while let Some(m) = next.take() {
+                let text = serde_json::to_string(&m).expect("message serializes");
+                if sink.feed(Message::Text(text.into())).await.is_err() {
+                    break 'session;
+                }
+                next = rx.try_recv().ok();
+            }
+            if sink.flush().await.is_err() {
                 break;
             }
         }

@@ -82,6 +82,12 @@ pub(super) async fn serve(
     }
 }
 
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// Wait until `at`, or forever when there is no timer.
 async fn sleep_until(at: Option<Instant>) {
     match at {
@@ -110,7 +116,7 @@ async fn send_all(
 #[derive(Default)]
 struct Emulated {
     /// Running attempts by the time they end (and a sequence number to keep keys distinct).
-    timers: BTreeMap<(Instant, u64), Box<Assignment>>,
+    timers: BTreeMap<(Instant, u64), (Box<Assignment>, f64)>,
     /// Where each running (task, attempt) is in `timers`.
     running: HashMap<(String, u32), (Instant, u64)>,
     seq: u64,
@@ -136,18 +142,18 @@ impl Emulated {
                     0.0
                 };
                 if compute <= 0.0 {
-                    self.finish(&a, None, tally);
+                    self.finish(&a, unix_now(), None, tally);
                 } else {
                     self.seq += 1;
                     let key = (Instant::now() + Duration::from_secs_f64(compute), self.seq);
                     self.running.insert((a.task.clone(), a.attempt), key);
-                    self.timers.insert(key, a);
+                    self.timers.insert(key, (a, unix_now()));
                 }
             }
             ToWorker::Cancel { task, attempt } => {
                 if let Some(key) = self.running.remove(&(task, attempt)) {
-                    if let Some(a) = self.timers.remove(&key) {
-                        self.finish(&a, Some("cancelled".into()), tally);
+                    if let Some((a, started)) = self.timers.remove(&key) {
+                        self.finish(&a, started, Some("cancelled".into()), tally);
                     }
                 }
             }
@@ -215,15 +221,15 @@ impl Emulated {
             if entry.key().0 > now {
                 break;
             }
-            let a = entry.remove();
+            let (a, started) = entry.remove();
             self.running.remove(&(a.task.clone(), a.attempt));
-            self.finish(&a, None, tally);
+            self.finish(&a, started, None, tally);
         }
     }
 
-    /// Report an attempt ended (`error`: why it failed), after a `Cached` for each input it
-    /// fetched, as a worker reports them.
-    fn finish(&mut self, a: &Assignment, error: Option<String>, tally: &Tally) {
+    /// Report an attempt that started at `started` (Unix seconds) ended now (`error`: why it
+    /// failed), after a `Cached` for each input it fetched, as a worker reports them.
+    fn finish(&mut self, a: &Assignment, started: f64, error: Option<String>, tally: &Tally) {
         let mut traffic = Traffic::default();
         let mut cached = Vec::new();
         for i in &a.inputs {
@@ -242,9 +248,7 @@ impl Emulated {
         if !cached.is_empty() && error.is_none() {
             self.out.push(ToDispatcher::Cached { objects: cached });
         }
-        let at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let at = unix_now();
         let counter = if error.is_some() {
             &tally.cancelled
         } else {
@@ -256,8 +260,8 @@ impl Emulated {
             attempt: a.attempt,
             exit_code: error.is_none().then_some(0),
             error,
-            started_at: at,
-            staged_at: at,
+            started_at: started,
+            staged_at: started,
             finished_at: at,
             stdout: None,
             stderr: None,
@@ -294,7 +298,13 @@ async fn connect(cfg: &EmulatorConfig, name: &str) -> Result<(Ws, Duration), Str
             .parse()
             .map_err(|_| "bad token".to_string())?;
         request.headers_mut().insert("authorization", auth);
-        match tokio_tungstenite::connect_async(request).await {
+        match tokio_tungstenite::connect_async_with_config(
+            request,
+            Some(crate::proto::ws_config()),
+            false,
+        )
+        .await
+        {
             Ok((ws, _)) => break ws,
             Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
                 return Err(format!(

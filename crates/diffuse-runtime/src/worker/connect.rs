@@ -47,37 +47,40 @@ pub(super) async fn connect(
         .map_err(|e| refused(e.to_string()))?;
     request.headers_mut().insert("authorization", auth);
     let connector = tls.map(tokio_tungstenite::Connector::Rustls);
-    let (mut ws, _) =
-        tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector)
-            .await
-            .map_err(|e| {
-                let why = match &e {
-                    // The dispatcher's answer says why (a TLS port asked in plain HTTP says so).
-                    WsError::Http(resp) => {
-                        let body = resp
-                            .body()
-                            .as_deref()
-                            .map(String::from_utf8_lossy)
-                            .unwrap_or_default();
-                        let body: String = body.trim().chars().take(300).collect();
-                        format!("{e} {body}")
-                    }
-                    _ => crate::tls::describe(&e),
-                };
-                let text = format!(
-                    "cannot connect to the dispatcher at {}: {why}",
-                    cfg.dispatcher
-                );
-                let tls_failed = crate::tls::tls_failure(&e).is_some();
-                match e {
-                    WsError::Http(_)
-                    | WsError::Url(_)
-                    | WsError::HttpFormat(_)
-                    | WsError::Tls(_) => refused(text),
-                    _ if tls_failed => refused(text),
-                    _ => Connect::Unreachable(text),
-                }
-            })?;
+    let (mut ws, _) = tokio_tungstenite::connect_async_tls_with_config(
+        request,
+        Some(crate::proto::ws_config()),
+        false,
+        connector,
+    )
+    .await
+    .map_err(|e| {
+        let why = match &e {
+            // The dispatcher's answer says why (a TLS port asked in plain HTTP says so).
+            WsError::Http(resp) => {
+                let body = resp
+                    .body()
+                    .as_deref()
+                    .map(String::from_utf8_lossy)
+                    .unwrap_or_default();
+                let body: String = body.trim().chars().take(300).collect();
+                format!("{e} {body}")
+            }
+            _ => crate::tls::describe(&e),
+        };
+        let text = format!(
+            "cannot connect to the dispatcher at {}: {why}",
+            cfg.dispatcher
+        );
+        let tls_failed = crate::tls::tls_failure(&e).is_some();
+        match e {
+            WsError::Http(_) | WsError::Url(_) | WsError::HttpFormat(_) | WsError::Tls(_) => {
+                refused(text)
+            }
+            _ if tls_failed => refused(text),
+            _ => Connect::Unreachable(text),
+        }
+    })?;
     let local_ip = match ws.get_ref() {
         tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp.local_addr().ok().map(|a| a.ip()),
         tokio_tungstenite::MaybeTlsStream::Rustls(tls) => {

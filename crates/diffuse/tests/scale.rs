@@ -1,0 +1,117 @@
+//! The dispatcher with pools of a cluster's size, made of emulated workers (`diffuse emulate`:
+//! real sessions over TCP, tasks on timers). These tests check behaviour (every session is
+//! served, nothing is lost, the emulator answers as a worker does); bench/scale.sh reports the
+//! numbers.
+
+mod common;
+
+use common::cluster::{poll, Cluster};
+use common::send_signal;
+use common::BIN;
+use rustix::process::Signal;
+use serde_json::{json, Value};
+use std::process::{Child, Command, Stdio};
+
+/// Start `diffuse emulate` against `c` with `workers` workers of `slots` slots.
+fn emulate(c: &Cluster, workers: u32, slots: u32) -> Child {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["emulate", "--dispatcher", &c.url])
+        .args([
+            "--workers",
+            &workers.to_string(),
+            "--slots",
+            &slots.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(c.path("emulator.log")).expect("log"));
+    c.envs(&mut cmd);
+    cmd.spawn().expect("start diffuse emulate")
+}
+
+/// SIGTERM the emulator (each session says it is leaving) and return its summary.
+fn stop(emulator: Child) -> Value {
+    send_signal(emulator.id(), false, Signal::TERM);
+    let out = emulator.wait_with_output().expect("emulator exits");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("summary {text:?}: {e}"))
+}
+
+fn noop_tasks(prefix: &str, n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"id": format!("{prefix}{i}"), "cmd": ["true"]}))
+        .collect()
+}
+
+#[test]
+fn ten_thousand_emulated_sessions_connect_work_and_leave_without_error() {
+    let mut c = Cluster::start(&[]);
+    let emulator = emulate(&c, 10_000, 4);
+    c.wait_workers(10_000);
+    assert_eq!(c.status()["slots"], 40_000, "{}", c.status());
+    c.submit(&noop_tasks("t", 20_000));
+    poll("20,000 tasks to succeed", || {
+        (c.status()["succeeded"] == 20_000).then_some(())
+    });
+    let summary = stop(emulator);
+    assert_eq!(summary["connected"], 10_000, "{summary}");
+    assert_eq!(summary["errors"], 0, "{summary}");
+    assert_eq!(summary["finished"], 20_000, "{summary}");
+    // Every session is gone, none of them counted as crashed, and nothing was lost.
+    poll("every session closed", || {
+        (c.status()["workers"] == 0).then_some(())
+    });
+    let s = c.status();
+    for (key, want) in [
+        ("succeeded", 20_000),
+        ("failed", 0),
+        ("queued", 0),
+        ("running", 0),
+    ] {
+        assert_eq!(s[key], want, "{key}: {s}");
+    }
+    let log = std::fs::read_to_string(c.path("dispatcher-0-0.log")).unwrap_or_default();
+    assert!(
+        !log.contains("panicked"),
+        "{}",
+        common::cluster::tail(&log, 2000)
+    );
+}
+
+#[test]
+fn an_emulated_worker_runs_for_compute_s_and_answers_cancel_and_leave_as_a_worker_does() {
+    let mut c = Cluster::start(&[]);
+    let emulator = emulate(&c, 2, 1);
+    c.wait_workers(2);
+    c.submit(&[
+        json!({"id": "long-a", "cmd": ["true"], "compute_s": 600}),
+        json!({"id": "long-b", "cmd": ["true"], "compute_s": 600}),
+    ]);
+    poll("both long tasks running", || {
+        (c.status()["running"] == 2).then_some(())
+    });
+    c.submit(&[json!({"id": "short", "cmd": ["true"], "compute_s": 0.2})]);
+    // A cancelled emulated task ends now, not after its 600 s; its slot takes the short task,
+    // which takes its compute time.
+    let r = c
+        .http
+        .post(format!("{}/v1/tasks/long-a/cancel", c.url))
+        .bearer_auth(&c.client_token)
+        .send()
+        .expect("cancel");
+    assert!(r.status().is_success(), "{:?}", r.text());
+    assert_eq!(c.wait_done("long-a")["state"], "cancelled");
+    let (_, report) = c.wait_succeeded("short");
+    let ran = report["finished_at"].as_f64().unwrap() - report["started_at"].as_f64().unwrap();
+    assert!((0.2..60.0).contains(&ran), "ran {ran} s: {report}");
+    // A worker that leaves gives its running task back: it is queued again, not failed.
+    let summary = stop(emulator);
+    assert_eq!(summary["errors"], 0, "{summary}");
+    assert_eq!(
+        (summary["finished"].as_u64(), summary["cancelled"].as_u64()),
+        (Some(1), Some(1))
+    );
+    poll("long-b queued again", || {
+        (c.task("long-b")["state"] == "queued").then_some(())
+    });
+}
