@@ -48,7 +48,42 @@ fn ten_thousand_emulated_sessions_connect_work_and_leave_without_error() {
     let mut c = Cluster::start(&[]);
     let emulator = emulate(&c, 10_000, 4);
     c.wait_workers(10_000);
-    assert_eq!(c.status()["slots"], 40_000, "{}", c.status());
+    let s = c.status();
+    assert_eq!(s["slots"], 40_000, "{s}");
+    // The status stays short: the first workers and a count of the rest; the counts by state
+    // cover all of them, and GET /v1/workers pages through every one.
+    let listed = s["worker_list"].as_array().expect("worker_list").len();
+    assert_eq!(
+        (listed, s["worker_list_more"].as_u64()),
+        (100, Some(9_900)),
+        "{}",
+        s["worker_list_more"]
+    );
+    let by_state: u64 = s["workers_by_state"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(by_state, 10_000, "{}", s["workers_by_state"]);
+    let mut names = std::collections::BTreeSet::new();
+    let mut after = String::new();
+    loop {
+        let page = c.get(&format!("/v1/workers?limit=3000&after={after}"));
+        let workers = page["workers"].as_array().expect("a page of workers");
+        assert!(workers.len() <= 3000);
+        for w in workers {
+            assert!(
+                names.insert(w["name"].as_str().unwrap().to_string()),
+                "{w} twice"
+            );
+        }
+        match page["next"].as_str() {
+            Some(n) => after = n.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(names.len(), 10_000);
     c.submit(&noop_tasks("t", 20_000));
     poll("20,000 tasks to succeed", || {
         (c.status()["succeeded"] == 20_000).then_some(())

@@ -159,6 +159,20 @@ impl Handle {
         self.ask(SchedulerMsg::Status).await
     }
 
+    /// A page of workers in name order: at most `limit` after the name `after`.
+    pub async fn workers(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<super::scheduler::views::WorkerPage, ApiError> {
+        self.ask(|reply| SchedulerMsg::Workers {
+            after,
+            limit,
+            reply,
+        })
+        .await
+    }
+
     /// Tasks whose outcome was journaled after the first `after`, in that order, as (id, state);
     /// and how many have ended now.
     pub async fn ended_since(

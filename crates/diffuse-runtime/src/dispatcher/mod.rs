@@ -240,6 +240,7 @@ pub fn router(handle: Handle) -> Router {
         .route("/v1/tasks/{id}/logs", get(logs))
         .route("/v1/batches/{batch}", get(batch))
         .route("/v1/status", get(status))
+        .route("/v1/workers", get(workers))
         .route("/v1/locate", get(locate))
         .route("/v1/jobs/{job}", get(job))
         .route("/v1/jobs/{job}/cancel", post(cancel_job))
@@ -539,6 +540,26 @@ async fn status(
     h.reader_token(&headers)?;
     q?;
     Ok(Json(h.status().await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkerParams {
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/workers?after=NAME&limit=N`: the workers in name order, a page at a time (1,000 by
+/// default, at most 10,000), with `next` to pass as `after` while there are more.
+async fn workers(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    q: Result<Query<WorkerParams>, QueryRejection>,
+) -> Result<Json<scheduler::views::WorkerPage>, ApiError> {
+    h.reader_token(&headers)?;
+    let Query(q) = q?;
+    let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
+    Ok(Json(h.workers(q.after, limit).await?))
 }
 
 #[derive(Deserialize)]

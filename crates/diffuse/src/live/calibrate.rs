@@ -135,13 +135,30 @@ struct Pool {
 impl Pool {
     fn ask(c: &Client, rt: &tokio::runtime::Runtime) -> Result<Pool> {
         let status = rt.block_on(c.call(c.http.get(format!("{}/v1/status", c.url))))?;
-        let workers: Vec<String> = status["worker_list"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|w| w["state"] == "running" || w["state"] == "idle")
-            .filter_map(|w| w["name"].as_str().map(String::from))
-            .collect();
+        // Every worker, page by page (the status lists only the first ones of a large pool).
+        let mut workers: Vec<String> = Vec::new();
+        let mut after = String::new();
+        loop {
+            let page = rt.block_on(
+                c.call(
+                    c.http
+                        .get(format!("{}/v1/workers", c.url))
+                        .query(&[("after", after.as_str()), ("limit", "10000")]),
+                ),
+            )?;
+            workers.extend(
+                page["workers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|w| w["state"] == "running" || w["state"] == "idle")
+                    .filter_map(|w| w["name"].as_str().map(String::from)),
+            );
+            match page["next"].as_str() {
+                Some(n) => after = n.to_string(),
+                None => break,
+            }
+        }
         if workers.is_empty() {
             bail!("no worker is connected to {}: start the pool first", c.url);
         }

@@ -371,6 +371,9 @@ fn print_workers(s: &Value) {
                 .unwrap_or_default()
         );
     }
+    if let Some(more) = s["worker_list_more"].as_u64().filter(|n| *n > 0) {
+        println!("  ... and {more} more (GET /v1/workers lists them all, a page at a time)");
+    }
 }
 
 /// `diffuse status`.

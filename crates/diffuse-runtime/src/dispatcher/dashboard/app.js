@@ -154,6 +154,14 @@ function showStatus(s) {
     tr.append(cache, el("td", w.cache ? w.cache[2] : "-"), el("td", w.job || ""));
     wb.append(tr);
   }
+  if (s.worker_list_more) {
+    // A large pool: the status lists the first workers; the counts above cover all of them.
+    const tr = el("tr");
+    const td = el("td", "... and " + s.worker_list_more + " more (GET /v1/workers)");
+    td.colSpan = 6;
+    tr.append(td);
+    wb.append(tr);
+  }
   const fb = document.querySelector("#failures tbody");
   fb.replaceChildren();
   for (const f of s.recent_failures || []) {

@@ -309,6 +309,22 @@ impl Scheduler {
             SchedulerMsg::Status(reply) => {
                 let _ = reply.send(self.status());
             }
+            SchedulerMsg::Workers {
+                after,
+                limit,
+                reply,
+            } => {
+                let (mut all, _) =
+                    pool::workers_view(self.pool.as_ref(), &self.core, &self.sessions);
+                all.sort_by(|a, b| a.name.cmp(&b.name));
+                let start = after.map_or(0, |a| all.partition_point(|w| w.name <= a));
+                let mut workers: Vec<_> = all.into_iter().skip(start).take(limit + 1).collect();
+                let next = (workers.len() > limit).then(|| {
+                    workers.truncate(limit);
+                    workers.last().map(|w| w.name.clone()).unwrap_or_default()
+                });
+                let _ = reply.send(views::WorkerPage { workers, next });
+            }
             SchedulerMsg::Series(since, reply) => {
                 let _ = reply.send(self.ledger.series.points_since(since));
             }
@@ -410,9 +426,13 @@ impl Scheduler {
         for w in &worker_list {
             *workers_by_state.entry(w.state.clone()).or_default() += 1;
         }
+        let mut worker_list = worker_list;
+        let worker_list_more = worker_list.len().saturating_sub(views::STATUS_WORKER_ROWS) as u64;
+        worker_list.truncate(views::STATUS_WORKER_ROWS);
         Status {
             workers_by_state,
             worker_list,
+            worker_list_more,
             pool,
             unschedulable: unfit.len() as u64,
             unschedulable_examples: examples,

@@ -36,6 +36,15 @@ pub enum SchedulerMsg {
     Cancel(String, oneshot::Sender<Result<String, String>>),
     /// Counters.
     Status(oneshot::Sender<Status>),
+    /// A page of workers by name: those after `after`, at most `limit`.
+    Workers {
+        /// The last name of the previous page.
+        after: Option<String>,
+        /// Most workers on the page.
+        limit: usize,
+        /// Where the page goes.
+        reply: oneshot::Sender<super::views::WorkerPage>,
+    },
     /// The dashboard's samples after this number.
     Series(u64, oneshot::Sender<Vec<Point>>),
     /// One task's view (its outcome is read from the journal by the caller).
