@@ -6,7 +6,6 @@
 use crate::journal::OutcomeState;
 use crate::spec::TaskDef;
 use diffuse_core::{ObjectId, TaskId};
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -108,6 +107,12 @@ pub struct BatchCounts {
     pub failed_ids: Vec<String>,
 }
 
+/// The hash of a task's user id in [`TaskTable`]'s index.
+fn id_hash(id: &str) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(id)
+}
+
 /// How many failed ids a batch keeps.
 pub const FAILED_IDS: usize = 10;
 
@@ -115,7 +120,9 @@ pub const FAILED_IDS: usize = 10;
 #[derive(Default)]
 pub struct TaskTable {
     tasks: Vec<LiveTask>,
-    ids: FxHashMap<String, TaskId>,
+    /// The tasks by user id, hashed from the id in `tasks` (the id is not stored twice: with a
+    /// million queued tasks a map keyed by a copy of each id cost about 90 bytes a task).
+    ids: hashbrown::HashTable<TaskId>,
     by_state: [BTreeSet<u64>; 5],
     batches: BTreeMap<u64, BatchCounts>,
     /// Tasks in the order their outcomes were journaled.
@@ -136,13 +143,13 @@ impl TaskTable {
             Phase::Done(s) => Listed::ended(*s),
             _ => Listed::Queued,
         };
-        self.ids.insert(def.id.clone(), t);
         let counts = self.batches.entry(batch).or_default();
         counts.tasks += 1;
         if let Phase::Done(s) = &phase {
             count(counts, *s, &def.id);
         }
         self.by_state[listed as usize].insert(t.0);
+        let hash = id_hash(&def.id);
         self.tasks.push(LiveTask {
             def,
             batch,
@@ -150,6 +157,9 @@ impl TaskTable {
             phase,
             listed,
         });
+        let tasks = &self.tasks;
+        self.ids
+            .insert_unique(hash, t, |t| id_hash(&tasks[t.0 as usize].def.id));
         t
     }
 
@@ -165,7 +175,9 @@ impl TaskTable {
 
     /// The internal id of the task with user id `id`.
     pub fn id_of(&self, id: &str) -> Option<TaskId> {
-        self.ids.get(id).copied()
+        self.ids
+            .find(id_hash(id), |t| self.tasks[t.0 as usize].def.id == id)
+            .copied()
     }
 
     /// Tasks known.
