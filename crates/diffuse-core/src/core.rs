@@ -23,7 +23,6 @@ use crate::hooks::registry::{registry, HookSettings};
 use crate::hooks::two_mark::TwoMarkHook;
 use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};
 use crate::index::LocationIndex;
-use crate::locality::Locality;
 use crate::provision::{Demand, Provisioning};
 use crate::queue::WaitQueue;
 use crate::racks::Racks;
@@ -41,6 +40,7 @@ use std::collections::{BTreeSet, VecDeque};
 // The core's handlers that move state between owners (`impl Core`): lifecycle (a task's life by
 // the dataflow rules), membership (nodes joining, leaving, released), placement (the hint API).
 mod config;
+mod copies;
 mod dataflow;
 mod hints;
 mod invariants;
@@ -56,6 +56,7 @@ mod view;
 
 pub use crate::sharing::JobOrder;
 pub use config::{CoreConfig, CoreError, Counts, LostTasks};
+use copies::Copies;
 use dataflow::Dataflow;
 use hints::Hints;
 use nodes::Nodes;
@@ -71,14 +72,9 @@ pub struct Core {
     policies: Policies,
     tasks: FxHashMap<TaskId, TaskEntry>,
     queue: WaitQueue,
-    /// What nodes reported they hold: the only valid peer sources.
-    index: LocationIndex,
-    /// `index` plus objects being fetched to a node for a running task (MixApart's "in
-    /// transfer" tier): what scoring sees, so a task goes to the node already fetching its data.
-    effective: LocationIndex,
-    /// Running tasks fetching each (node, object) pair.
-    incoming: FxHashMap<(NodeId, ObjectId), u32>,
-    locality: Locality,
+    /// What nodes hold, what is on its way to them, and what scoring sees of both
+    /// ([`copies::Copies`]).
+    copies: Copies,
     /// The nodes in the pool and their slot counts ([`nodes::Nodes`]).
     nodes: Nodes,
     /// Queued tasks that ask for more than one core, or anything else (the ones that may fit no
@@ -147,10 +143,7 @@ impl Core {
             policies: Policies::new(policy),
             tasks: FxHashMap::default(),
             queue: WaitQueue::new(),
-            index: LocationIndex::new(),
-            effective: LocationIndex::new(),
-            incoming: FxHashMap::default(),
-            locality: Locality::new(),
+            copies: Copies::default(),
             nodes: Nodes::default(),
             demanding: BTreeSet::new(),
             avoiding: BTreeSet::new(),
@@ -196,7 +189,7 @@ impl Core {
             // locality candidate sets.
             for (seq, task) in self.queue.iter() {
                 let inputs = &self.tasks[&task].inputs;
-                self.locality.enqueue(task, seq, inputs, &self.effective);
+                self.copies.enqueue(task, seq, inputs);
             }
         }
         Ok(())
@@ -244,7 +237,7 @@ impl Core {
     /// simulator's `--check` mode call it after every step.
     pub fn check_invariants(&self) -> Result<(), String> {
         let tasks = &self.tasks;
-        self.dataflow.check(tasks, &self.index)?;
+        self.dataflow.check(tasks, self.copies.index())?;
         self.hints.check(tasks, &|name| self.nodes.has_name(name))?;
         invariants::jobs(&self.jobs, tasks, self.nodes.busy())?;
         let queued = tasks
@@ -261,22 +254,13 @@ impl Core {
         self.nodes.check(tasks)?;
         invariants::demanding(&self.demanding, tasks)?;
         let hook_transfers = self.hooks.iter().flatten().flat_map(|h| h.in_transfer());
-        invariants::copies(
-            &self.index,
-            &self.effective,
-            &self.incoming,
-            tasks,
-            hook_transfers,
-        )?;
-        if self.policies.caching() {
-            self.locality.check(&self.effective)?;
-        }
-        Ok(())
+        self.copies
+            .check(tasks, hook_transfers, self.policies.caching())
     }
 
     /// The location index.
     pub fn index(&self) -> &LocationIndex {
-        &self.index
+        self.copies.index()
     }
 
     /// The nodes' caches as cache hand-off sees them (None: hand-off is off).
@@ -286,13 +270,14 @@ impl Core {
 
     /// Nodes that hold `object` (Hercules' `locate`).
     pub fn locate(&self, object: ObjectId) -> &[NodeId] {
-        self.index.holders(object)
+        self.copies.index().holders(object)
     }
 
     /// The holders of `object` other than `skip`, fastest predicted to `to` first: the sources
     /// a reader may take chunks from besides the one it was given.
     pub fn holders_by_rate(&self, object: ObjectId, to: NodeId, skip: &[NodeId]) -> Vec<NodeId> {
-        self.sources.holders_by_rate(&self.index, object, to, skip)
+        self.sources
+            .holders_by_rate(self.copies.index(), object, to, skip)
     }
 
     /// `to` received `bytes` from `from` in `secs`: the predictor learns the pair's rate.
@@ -365,8 +350,7 @@ impl Core {
             self.avoiding.insert(task);
         }
         if self.policies.caching() {
-            self.locality
-                .enqueue(task, seq, &entry.inputs, &self.effective);
+            self.copies.enqueue(task, seq, &entry.inputs);
         }
         self.bind_hint(task, seq);
         let job = self.tasks[&task].job;
@@ -380,7 +364,7 @@ impl Core {
         self.queue.remove(seq);
         self.demanding.remove(&task);
         self.avoiding.remove(&task);
-        self.locality.dequeue(task, &self.effective);
+        self.copies.dequeue(task);
         self.unbind_hint(task, seq);
         let job = self.tasks[&task].job;
         self.policies.count(job, false);
@@ -506,7 +490,8 @@ impl Core {
             _ => (Vec::new(), Vec::new()),
         };
         for object in fetching {
-            if self.transfer_ended(node, object) && !self.index.holds(node, object) {
+            if self.copies.transfer_ended(node, object) && !self.copies.index().holds(node, object)
+            {
                 // Never landed (2Mark forgets the copy it made room for).
                 self.notify(None, |h, _, _| {
                     h.copy_gone(node, object, Gone::NeverLanded, false)
@@ -535,11 +520,7 @@ impl Core {
         if !self.nodes.contains(node) {
             return Err(CoreError::UnknownNode(node));
         }
-        if self.index.add(node, object) {
-            // A copy that landed can be read by peers now (MixApart's cached-anywhere tier).
-            self.dirty = true;
-        }
-        self.effective_add(node, object);
+        self.copies.cached(node, object);
         self.notify(None, |h, v, fx| h.object_cached(v, node, object, fx));
         Ok(())
     }
@@ -558,31 +539,12 @@ impl Core {
         Ok(())
     }
 
-    fn effective_add(&mut self, node: NodeId, object: ObjectId) {
-        if self.effective.add(node, object) {
-            self.locality.object_added(node, object);
-            self.dirty = true;
-        }
-    }
-
-    /// Drop (node, object) from what scoring sees unless the node holds it or is fetching it.
-    fn effective_remove_if_unused(&mut self, node: NodeId, object: ObjectId) {
-        if !self.index.holds(node, object)
-            && !self.incoming.contains_key(&(node, object))
-            && self.effective.remove(node, object)
-        {
-            self.locality.object_removed(node, object);
-            self.dirty = true;
-        }
-    }
-
     /// The source of `object` changed: no node's copy may be used again. Returns the nodes that
     /// held it (the driver tells them to drop it).
     pub fn handle_object_invalidated(&mut self, object: ObjectId, _now: Time) -> Vec<NodeId> {
-        let holders = self.index.holders(object).to_vec();
+        let holders = self.copies.index().holders(object).to_vec();
         for n in &holders {
-            self.index.remove(*n, object);
-            self.effective_remove_if_unused(*n, object);
+            self.copies.forget(*n, object);
             self.notify(None, |h, _, _| {
                 h.copy_gone(*n, object, Gone::Invalidated, true)
             });
@@ -627,11 +589,10 @@ impl Core {
                     self.copy_gone(node, object, Gone::Forgotten, Some(origin))
                 }
                 Effect::InTransfer { node, object } => {
-                    *self.incoming.entry((node, object)).or_default() += 1;
-                    self.effective_add(node, object);
+                    self.copies.transfer_started(node, object);
                 }
                 Effect::TransferEnded { node, object } => {
-                    self.transfer_ended(node, object);
+                    self.copies.transfer_ended(node, object);
                 }
                 Effect::Wake => self.dirty = true,
             }
@@ -642,30 +603,11 @@ impl Core {
     /// `origin` (the one that asked) told, and an intermediate object left without a copy
     /// that a task needs is made again.
     fn copy_gone(&mut self, node: NodeId, object: ObjectId, why: Gone, origin: Option<usize>) {
-        let held = self.index.remove(node, object);
-        if held {
-            self.effective_remove_if_unused(node, object);
-        }
+        let held = self.copies.forget(node, object);
         self.notify(origin, |h, _, _| h.copy_gone(node, object, why, held));
         if held {
             self.copies_lost(&[object]);
         }
-    }
-
-    /// One transfer of `object` to `node` (a task's fetch or a prefetch) ended. Returns true if
-    /// it was the last one: the object is then no longer in transfer there.
-    fn transfer_ended(&mut self, node: NodeId, object: ObjectId) -> bool {
-        let key = (node, object);
-        let Some(c) = self.incoming.get_mut(&key) else {
-            return false;
-        };
-        *c -= 1;
-        if *c > 0 {
-            return false;
-        }
-        self.incoming.remove(&key);
-        self.effective_remove_if_unused(node, object);
-        true
     }
 
     /// The hook of type `T`, if it is in use.
@@ -745,6 +687,9 @@ impl Core {
         {
             self.dirty = true;
         }
+        if self.copies.take_changed() {
+            self.dirty = true;
+        }
         if self.actions.is_empty() && self.dirty {
             self.dirty = false;
             self.dispatch_pass(now);
@@ -809,9 +754,9 @@ impl Core {
                         let view = SchedView {
                             beta: &beta,
                             queue: &self.queue,
-                            locality: &self.locality,
-                            index: &self.effective,
-                            held: &self.index,
+                            locality: self.copies.locality(),
+                            index: self.copies.effective(),
+                            held: self.copies.index(),
                             racks: &self.racks,
                             window_bound: self.window_bound(),
                             busy_slots: self.nodes.busy(),
@@ -906,14 +851,14 @@ impl Core {
             };
             let source = if !use_locality && !kept {
                 Source::Storage
-            } else if self.index.holds(node, input.object)
-                || (use_locality && self.incoming.contains_key(&(node, input.object)))
+            } else if self.copies.index().holds(node, input.object)
+                || (use_locality && self.copies.in_transfer(node, input.object))
             {
                 // Held, or being fetched to this node for another task: join that fetch.
                 Source::Local
             } else {
                 let holder = self.sources.pick_holder(
-                    &self.index,
+                    self.copies.index(),
                     &self.nodes,
                     &self.racks,
                     node,
@@ -963,8 +908,7 @@ impl Core {
             inputs,
         }));
         for object in fetching {
-            *self.incoming.entry((node, object)).or_default() += 1;
-            self.effective_add(node, object);
+            self.copies.transfer_started(node, object);
         }
     }
 }

@@ -30,7 +30,7 @@ impl Core {
     /// Nodes that hold `object`, if it is an intermediate object that is made.
     pub fn intermediate_holders(&self, object: ObjectId) -> Option<&[NodeId]> {
         let im = self.dataflow.get(&object)?;
-        im.made.then(|| self.index.holders(object))
+        im.made.then(|| self.copies.index().holders(object))
     }
 
     /// The producer of an intermediate object the core knows.
@@ -39,7 +39,7 @@ impl Core {
     }
 
     pub(super) fn available(&self, object: ObjectId) -> bool {
-        self.dataflow.available(object, &self.index)
+        self.dataflow.available(object, self.copies.index())
     }
 
     /// Take a task in: check it, register what it writes and reads, and make it wait for what it
@@ -332,10 +332,9 @@ impl Core {
 
     /// Forget every copy of `object` and tell their nodes to delete them.
     fn drop_copies(&mut self, object: ObjectId) {
-        let holders = self.index.holders(object).to_vec();
+        let holders = self.copies.index().holders(object).to_vec();
         for n in &holders {
-            self.index.remove(*n, object);
-            self.effective_remove_if_unused(*n, object);
+            self.copies.forget(*n, object);
             self.notify(None, |h, _, _| {
                 h.copy_gone(*n, object, Gone::Released, true)
             });
@@ -420,7 +419,7 @@ impl Core {
             if !self.dataflow.contains(&object) {
                 continue;
             }
-            let holders = self.index.holders(object);
+            let holders = self.copies.index().holders(object);
             let mut targets: Vec<(usize, NodeId)> = self
                 .nodes
                 .iter()
@@ -529,7 +528,7 @@ impl Core {
             let Some(im) = self.dataflow.get(o) else {
                 continue;
             };
-            if !im.made || !self.index.holders(*o).is_empty() {
+            if !im.made || !self.copies.index().holders(*o).is_empty() {
                 continue;
             }
             let producer = im.producer;
@@ -567,6 +566,6 @@ impl Core {
 
     /// Whether `node` holds the only copy of an intermediate object some task may still read.
     pub(super) fn holds_needed_intermediate(&self, node: NodeId) -> bool {
-        self.dataflow.only_copy_on(node, &self.index)
+        self.dataflow.only_copy_on(node, self.copies.index())
     }
 }

@@ -179,12 +179,7 @@ impl Core {
             }
         }
         let entry = self.nodes.remove(node).expect("node exists");
-        let held = self.index.remove_node(node);
-        self.incoming.retain(|(n, _), _| *n != node);
-        for object in self.effective.remove_node(node) {
-            self.locality.object_removed(node, object);
-        }
-        self.locality.remove_node(node);
+        let held = self.copies.remove_node(node);
         self.racks.remove(node);
         self.notify(None, |h, _, _| h.node_left(node));
         if let Some(name) = entry.name {

@@ -12,15 +12,15 @@ use crate::task::Input;
 /// What the hooks see of the core: its state, read-only.
 impl CoreView for Core {
     fn index(&self) -> &LocationIndex {
-        &self.index
+        self.copies.index()
     }
 
     fn effective(&self) -> &LocationIndex {
-        &self.effective
+        self.copies.effective()
     }
 
     fn in_transfer(&self, node: NodeId, object: ObjectId) -> bool {
-        self.incoming.contains_key(&(node, object))
+        self.copies.in_transfer(node, object)
     }
 
     fn is_intermediate(&self, object: ObjectId) -> bool {
@@ -62,7 +62,7 @@ impl CoreView for Core {
     }
 
     fn locality(&self) -> &Locality {
-        &self.locality
+        self.copies.locality()
     }
 
     fn window_bound(&self) -> u64 {
