@@ -1,7 +1,8 @@
 //! The invariants that span the core's owners (task phases against the queue, the nodes and
 //! the counters; jobs; demanding tasks), as functions of what they read. Each owner checks its
-//! own state ([`super::nodes::Nodes::check`], [`super::copies::Copies::check`], ...); `Core::check_invariants` runs them all, as tests and the simulator's `--check` mode do
-//! after every step.
+//! own state ([`super::nodes::Nodes::check`], [`super::copies::Copies::check`], ...);
+//! `Core::check_invariants` runs them all, as tests and the simulator's `--check` mode do after
+//! every step.
 
 use super::config::Counts;
 use super::nodes::Nodes;

@@ -23,16 +23,15 @@
 //!   job is unfinished. A task that reads it later makes its producer run again.
 //!
 //! Reads of an intermediate object never go to persistent storage: the dispatch names a holder.
-
 //!
-//! **Layering.** The owners (`nodes`, `dataflow`, `hints`, `policies`, `copies`, `queued`,
-//! `hook_set`, ...) each keep their own state and know nothing of each other. A [`Step`] borrows
-//! the ones a task's life moves state between, for one event, and applies the rules above
-//! through their methods; `pass`, `membership` and `placement` are handlers over a `Step` and the
-//! few owners only they use, and `Core` (core.rs) builds the `Step` for each call of its API.
-//! One loop is inherent and stays inside this file: the hooks hear events from the rules
-//! ([`Step::notify`]), and what a hook asks for can lose a copy ([`Step::copy_gone`]), which
-//! remakes a producer, which the hooks hear of in turn.
+//! **Layering.** The owners (`nodes`, `copies`, `queued`, `dataflow`, `hints`, `policies`,
+//! `hook_set`, ...) each keep their own state and check it, and none calls up into the rules.
+//! A [`Step`] borrows the ones a task's life moves state between, for one event, and applies the
+//! rules above through their methods. `pass`, `membership` and `placement` are functions over a
+//! `Step` and the few owners only they use; `Core` (core.rs) builds the `Step` for each call of
+//! its API. One loop is inherent and stays inside this file: the hooks hear events from the
+//! rules ([`Step::notify`]), and what a hook asks for can lose a copy ([`Step::copy_gone`]),
+//! which remakes a producer, which the hooks hear of in turn.
 
 use super::config::{CoreConfig, CoreError, Counts};
 use super::copies::Copies;
