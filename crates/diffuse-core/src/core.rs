@@ -11,58 +11,92 @@
 //! The core never reads a clock, does no I/O and uses no unseeded randomness, so the simulator
 //! and the live dispatcher make the same decisions from the same events.
 
-use crate::action::{Abandoned, Action, Dispatch, Source};
+use crate::action::Action;
 use crate::bandwidth::{Endpoint, PairView};
 use crate::cache::EvictionPolicy;
-use crate::dispatch::{DispatchPolicy, PolicyKind, SchedView};
-use crate::handoff::{CacheModel, Handoff};
+use crate::dispatch::{DispatchPolicy, PolicyKind};
+use crate::handoff::CacheModel;
 use crate::hooks::handoff::CacheHandoff;
-use crate::hooks::hook::{CoreView, Effect, Effects, Gone, Hook};
+use crate::hooks::hook::Gone;
 use crate::hooks::prefetch::TransferScheduler;
 use crate::hooks::registry::{registry, HookSettings};
 use crate::hooks::two_mark::TwoMarkHook;
-use crate::ids::{JobId, NodeId, NodeName, ObjectId, TaskId};
+use crate::ids::{JobId, NodeId, NodeName, ObjectId, RackId, TaskId};
 use crate::index::LocationIndex;
-use crate::locality::Locality;
-use crate::provision::{Demand, Provisioning};
-use crate::queue::WaitQueue;
+use crate::provision::Provisioning;
 use crate::racks::Racks;
 use crate::resources::Resources;
-use crate::sharing::share::{JobSharing, ShareView};
-use crate::task::{Input, Outcome, Placement, TaskSpec, TaskState};
+use crate::task::{Outcome, Placement, TaskSpec, TaskState};
 use crate::time::Time;
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
-// What each child module decides. Owners (a type with its own state, no `impl Core`):
-// nodes (Nodes), dataflow (Dataflow), hints (Hints), policies (Policies), provisioner
-// (Provisioner), sources (Sources); plain types: config, state; the view the hooks read: view;
-// the checks that span owners, as functions of what they read: invariants.
-// The core's handlers that move state between owners (`impl Core`): lifecycle (a task's life by
-// the dataflow rules), membership (nodes joining, leaving, released), placement (the hint API).
+// What each child module decides, bottom up (see `core/lifecycle.rs` for the layering).
+// Owners, each a type with its own state and its own check, knowing nothing of the others:
+// nodes (Nodes), copies (Copies: what nodes hold, what is on its way, the candidate sets),
+// queued (Queued: the wait queue, its sets, the job order), dataflow (Dataflow), hints (Hints),
+// policies (Policies), hook_set (HookSet: the after-dispatch hooks), provisioner (Provisioner),
+// sources (Sources); plain types: config, state. Over the owners: view (what the hooks read),
+// invariants (the checks that span owners, as functions of what they read). The rules:
+// lifecycle (Step, the owners borrowed for one event: a task's life by the dataflow rules, and
+// calling the hooks), and the handlers over a Step: pass (the dispatch pass, assigning a task),
+// membership (nodes joining, leaving, released), placement (the hint API). Core (this file)
+// composes the owners and is the public API; no child module refers to it.
 mod config;
+mod copies;
 mod dataflow;
 mod hints;
+mod hook_set;
 mod invariants;
 mod lifecycle;
 mod membership;
 mod nodes;
+mod pass;
 mod placement;
 mod policies;
 mod provisioner;
+mod queued;
 mod sources;
 mod state;
 mod view;
 
 pub use crate::sharing::JobOrder;
 pub use config::{CoreConfig, CoreError, Counts, LostTasks};
+use copies::Copies;
 use dataflow::Dataflow;
 use hints::Hints;
+use hook_set::HookSet;
+use lifecycle::Step;
 use nodes::Nodes;
 use policies::Policies;
 use provisioner::Provisioner;
+use queued::Queued;
 use sources::Sources;
 use state::{JobEntry, Phase, TaskEntry};
+use view::View;
+
+/// The owners a task's life moves state between ([`Step`]), borrowed from `$core` for one
+/// event. A macro, not a method, so that the core's other owners (the racks, the sources, the
+/// provisioner) can be borrowed beside it.
+macro_rules! step {
+    ($core:expr) => {
+        Step {
+            cfg: &$core.cfg,
+            tasks: &mut $core.tasks,
+            jobs: &mut $core.jobs,
+            counts: &mut $core.counts,
+            dataflow: &mut $core.dataflow,
+            queued: &mut $core.queued,
+            copies: &mut $core.copies,
+            hints: &mut $core.hints,
+            policies: &mut $core.policies,
+            nodes: &mut $core.nodes,
+            hooks: &mut $core.hooks,
+            actions: &mut $core.actions,
+            dirty: &mut $core.dirty,
+        }
+    };
+}
 
 /// The scheduling core. See the module documentation for the calling order.
 pub struct Core {
@@ -70,24 +104,13 @@ pub struct Core {
     /// The dispatch policies in use: the core's own and the jobs' ([`policies::Policies`]).
     policies: Policies,
     tasks: FxHashMap<TaskId, TaskEntry>,
-    queue: WaitQueue,
-    /// What nodes reported they hold: the only valid peer sources.
-    index: LocationIndex,
-    /// `index` plus objects being fetched to a node for a running task (MixApart's "in
-    /// transfer" tier): what scoring sees, so a task goes to the node already fetching its data.
-    effective: LocationIndex,
-    /// Running tasks fetching each (node, object) pair.
-    incoming: FxHashMap<(NodeId, ObjectId), u32>,
-    locality: Locality,
+    /// The wait queue, the sets kept beside it and the job order ([`queued::Queued`]).
+    queued: Queued,
+    /// What nodes hold, what is on its way to them, and what scoring sees of both
+    /// ([`copies::Copies`]).
+    copies: Copies,
     /// The nodes in the pool and their slot counts ([`nodes::Nodes`]).
     nodes: Nodes,
-    /// Queued tasks that ask for more than one core, or anything else (the ones that may fit no
-    /// node).
-    demanding: BTreeSet<TaskId>,
-    /// Queued tasks that avoid a node (retries) or state a walltime (which some node may not
-    /// have left). With none of these and no demanding task, every
-    /// queued task fits any node with a free core, and decisions skip the check.
-    avoiding: BTreeSet<TaskId>,
     actions: VecDeque<Action>,
     /// Something changed that may allow a dispatch.
     dirty: bool,
@@ -107,13 +130,11 @@ pub struct Core {
     hints: Hints,
     /// When the last dispatch pass ran.
     last_pass: Option<Time>,
-    /// How jobs share the slots ([`crate::sharing`]): whose tasks a free slot is offered first.
-    job_order: Box<dyn JobSharing>,
     /// Which nodes share a rack ([`Core::handle_node_rack`]).
     racks: Racks,
     /// The policies that act after dispatch ([`crate::hooks`]), in the order they hear each
-    /// event. A hook is taken out (None) only while it is being called.
-    hooks: Vec<Option<Box<dyn Hook>>>,
+    /// event ([`hook_set::HookSet`]).
+    hooks: HookSet,
     /// Where a fetch reads from: past transfers' rates ([`Core::handle_transfer`]) and the
     /// peer-read limit ([`sources::Sources`]).
     sources: Sources,
@@ -146,14 +167,9 @@ impl Core {
             cfg,
             policies: Policies::new(policy),
             tasks: FxHashMap::default(),
-            queue: WaitQueue::new(),
-            index: LocationIndex::new(),
-            effective: LocationIndex::new(),
-            incoming: FxHashMap::default(),
-            locality: Locality::new(),
+            queued: Queued::new(job_order),
+            copies: Copies::default(),
             nodes: Nodes::default(),
-            demanding: BTreeSet::new(),
-            avoiding: BTreeSet::new(),
             actions: VecDeque::new(),
             dirty: false,
             provisioner,
@@ -163,9 +179,8 @@ impl Core {
             jobs: FxHashMap::default(),
             hints: Hints::default(),
             last_pass: None,
-            job_order,
             racks: Racks::new(),
-            hooks: hooks.into_iter().map(Some).collect(),
+            hooks: HookSet::new(hooks),
             sources: Sources::new(crate::bandwidth::Predictor::new(bandwidth), peer_read_limit),
         }
     }
@@ -194,9 +209,9 @@ impl Core {
         {
             // A policy that reads cached data is now in use: the queued tasks enter the
             // locality candidate sets.
-            for (seq, task) in self.queue.iter() {
+            for (seq, task) in self.queued.queue().iter() {
                 let inputs = &self.tasks[&task].inputs;
-                self.locality.enqueue(task, seq, inputs, &self.effective);
+                self.copies.enqueue(task, seq, inputs);
             }
         }
         Ok(())
@@ -211,10 +226,7 @@ impl Core {
     /// from a peer or locally when held (all but FA). Its intermediate inputs are read from
     /// their holders whatever the policy.
     pub fn caches_for(&self, task: TaskId) -> bool {
-        match self.tasks.get(&task) {
-            Some(t) => self.policies.caches_for_job(t.job),
-            None => self.policies.own_caches(),
-        }
+        view::caches_for(&self.tasks, &self.policies, task)
     }
 
     /// Producers running again to remake a lost object, whose success is already counted in
@@ -244,7 +256,7 @@ impl Core {
     /// simulator's `--check` mode call it after every step.
     pub fn check_invariants(&self) -> Result<(), String> {
         let tasks = &self.tasks;
-        self.dataflow.check(tasks, &self.index)?;
+        self.dataflow.check(tasks, self.copies.index())?;
         self.hints.check(tasks, &|name| self.nodes.has_name(name))?;
         invariants::jobs(&self.jobs, tasks, self.nodes.busy())?;
         let queued = tasks
@@ -252,47 +264,38 @@ impl Core {
             .filter(|t| matches!(t.phase, Phase::Queued { .. }));
         self.policies.check(queued.map(|t| t.job))?;
         let job_of = |t: TaskId| tasks[&t].job;
-        self.job_order
-            .check(&self.queue, &job_of, self.counts.queued)?;
-        for h in self.hooks.iter().flatten() {
-            h.check(self)?;
-        }
-        invariants::tasks(tasks, &self.queue, &self.nodes, &self.counts)?;
+        let queue = self.queued.queue();
+        let job_order = self.queued.job_order();
+        job_order.check(queue, &job_of, self.counts.queued)?;
+        self.hooks.check(&self.view())?;
+        invariants::tasks(tasks, queue, &self.nodes, &self.counts)?;
         self.nodes.check(tasks)?;
-        invariants::demanding(&self.demanding, tasks)?;
-        let hook_transfers = self.hooks.iter().flatten().flat_map(|h| h.in_transfer());
-        invariants::copies(
-            &self.index,
-            &self.effective,
-            &self.incoming,
-            tasks,
-            hook_transfers,
-        )?;
-        if self.policies.caching() {
-            self.locality.check(&self.effective)?;
-        }
-        Ok(())
+        invariants::demanding(self.queued.demanding(), tasks)?;
+        let hook_transfers = self.hooks.in_transfer();
+        self.copies
+            .check(tasks, hook_transfers, self.policies.caching())
     }
 
     /// The location index.
     pub fn index(&self) -> &LocationIndex {
-        &self.index
+        self.copies.index()
     }
 
     /// The nodes' caches as cache hand-off sees them (None: hand-off is off).
     pub fn cache_model(&self) -> Option<&CacheModel> {
-        self.hook::<CacheHandoff>().map(CacheHandoff::model)
+        self.hooks.find::<CacheHandoff>().map(CacheHandoff::model)
     }
 
     /// Nodes that hold `object` (Hercules' `locate`).
     pub fn locate(&self, object: ObjectId) -> &[NodeId] {
-        self.index.holders(object)
+        self.copies.index().holders(object)
     }
 
     /// The holders of `object` other than `skip`, fastest predicted to `to` first: the sources
     /// a reader may take chunks from besides the one it was given.
     pub fn holders_by_rate(&self, object: ObjectId, to: NodeId, skip: &[NodeId]) -> Vec<NodeId> {
-        self.sources.holders_by_rate(&self.index, object, to, skip)
+        self.sources
+            .holders_by_rate(self.copies.index(), object, to, skip)
     }
 
     /// `to` received `bytes` from `from` in `secs`: the predictor learns the pair's rate.
@@ -332,7 +335,7 @@ impl Core {
         })
     }
 
-    // ----- inputs -----
+    // ----- inputs: tasks (core/lifecycle.rs) -----
 
     /// A task was submitted. It joins the back of the wait queue, or, if it depends on tasks
     /// that have not succeeded yet (its `after`, and the producers of its intermediate inputs)
@@ -350,42 +353,49 @@ impl Core {
         attempts: u32,
         _now: Time,
     ) -> Result<(), CoreError> {
-        self.notify(None, |h, _, _| h.task_submitted(&spec.inputs));
-        self.admit(spec, attempts)
+        let mut step = self.step();
+        step.notify(None, |h, _, _| h.task_submitted(&spec.inputs));
+        step.admit(spec, attempts)
     }
 
-    fn enqueue(&mut self, task: TaskId) {
-        let entry = self.tasks.get_mut(&task).expect("task exists");
-        let seq = self.queue.push_at(task, entry.priority);
-        entry.phase = Phase::Queued { seq };
-        if !entry.resources.is_one_core() {
-            self.demanding.insert(task);
-        }
-        if entry.avoid.is_some() || entry.walltime.is_some() {
-            self.avoiding.insert(task);
-        }
-        if self.policies.caching() {
-            self.locality
-                .enqueue(task, seq, &entry.inputs, &self.effective);
-        }
-        self.bind_hint(task, seq);
-        let job = self.tasks[&task].job;
-        self.job_order.queued(job, seq);
-        self.policies.count(job, true);
-        self.counts.queued += 1;
-        self.dirty = true;
+    /// Nodes that hold `object`, if it is an intermediate object that is made.
+    pub fn intermediate_holders(&self, object: ObjectId) -> Option<&[NodeId]> {
+        let im = self.dataflow.get(&object)?;
+        im.made.then(|| self.copies.index().holders(object))
     }
 
-    fn dequeue(&mut self, task: TaskId, seq: u64) {
-        self.queue.remove(seq);
-        self.demanding.remove(&task);
-        self.avoiding.remove(&task);
-        self.locality.dequeue(task, &self.effective);
-        self.unbind_hint(task, seq);
-        let job = self.tasks[&task].job;
-        self.policies.count(job, false);
-        self.job_order.dequeued(job, seq);
-        self.counts.queued -= 1;
+    /// The producer of an intermediate object the core knows.
+    pub fn producer_of(&self, object: ObjectId) -> Option<TaskId> {
+        self.dataflow.get(&object).map(|im| im.producer)
+    }
+
+    /// A task that succeeded before the driver restarted, kept as the producer of its
+    /// intermediate objects: if a task needs one of them and no node reports holding it, it
+    /// runs again.
+    pub fn handle_restore_done(&mut self, spec: TaskSpec, _now: Time) -> Result<(), CoreError> {
+        self.step().restore_done(spec)
+    }
+
+    /// The sizes of a held task's inputs are known: it may run once its dependencies have
+    /// succeeded. Sizes of objects it does not read are ignored.
+    pub fn handle_inputs_known(
+        &mut self,
+        task: TaskId,
+        sizes: &[(ObjectId, u64)],
+        _now: Time,
+    ) -> Result<(), CoreError> {
+        self.step().inputs_known(task, sizes)
+    }
+
+    /// The driver ends a task that has not run (its inputs could not be looked up): it fails, and
+    /// the tasks that depend on it are abandoned.
+    pub fn handle_failed_unrun(&mut self, task: TaskId, _now: Time) -> Result<(), CoreError> {
+        self.step().failed_unrun(task)
+    }
+
+    /// An intermediate object is `size` bytes (its producer's node reports it).
+    pub fn handle_intermediate_size(&mut self, object: ObjectId, size: u64) {
+        self.step().intermediate_size(object, size);
     }
 
     /// Cancel a task. A blocked or queued task ends at once (and the tasks that depend on it are
@@ -396,27 +406,7 @@ impl Core {
         task: TaskId,
         _now: Time,
     ) -> Result<Option<TaskState>, CoreError> {
-        let entry = self
-            .tasks
-            .get_mut(&task)
-            .ok_or(CoreError::UnknownTask(task))?;
-        match &mut entry.phase {
-            Phase::Done => Err(CoreError::UnknownTask(task)),
-            Phase::Blocked | Phase::Queued { .. } => {
-                if let Phase::Queued { seq } = entry.phase {
-                    self.dequeue(task, seq);
-                }
-                self.task_ended_unsuccessfully(task);
-                self.counts.cancelled += 1;
-                // The window now reaches one task deeper.
-                self.dirty = true;
-                Ok(Some(TaskState::Cancelled))
-            }
-            Phase::Running { cancelled, .. } => {
-                *cancelled = true;
-                Ok(None)
-            }
-        }
+        self.step().cancel(task)
     }
 
     /// The current attempt of `task` ended on its node. Returns the task's final state.
@@ -427,103 +417,176 @@ impl Core {
         outcome: Outcome,
         now: Time,
     ) -> Result<TaskState, CoreError> {
-        let t = self.tasks.get(&task).ok_or(CoreError::UnknownTask(task))?;
-        let Phase::Running {
-            node,
-            cancelled,
-            since,
-            ..
-        } = t.phase.clone()
-        else {
-            return Err(CoreError::NotRunning(task));
-        };
-        if attempt != t.attempt {
-            return Err(CoreError::StaleAttempt {
-                task,
-                got: attempt,
-                current: t.attempt,
-            });
-        }
-        if outcome == Outcome::Succeeded && !cancelled {
-            self.notify(None, |h, v, _| h.task_succeeded(v, task, since, now));
-        }
-        self.release_slot(task, node);
-        self.nodes.idle_if_empty(node, now);
-        self.counts.running -= 1;
-        self.dirty = true;
-        let t = self.tasks.get_mut(&task).expect("running task exists");
-        t.phase = Phase::Blocked;
-        self.counts.blocked += 1;
-        let state = match outcome {
-            Outcome::Succeeded if !cancelled => {
-                self.counts.blocked -= 1;
-                let produced = t.produces.clone();
-                self.task_succeeded(task);
-                self.replicate(&produced, node);
-                return Ok(TaskState::Finished(Outcome::Succeeded));
-            }
-            Outcome::Retryable(_) if !cancelled && t.retries_left > 0 => {
-                t.retries_left -= 1;
-                t.avoid = Some(node);
-                self.counts.blocked -= 1;
-                self.requeue(task);
-                return Ok(TaskState::Queued);
-            }
-            Outcome::InputLost(object) if !cancelled => {
-                t.crashes += 1;
-                if t.crashes < self.cfg.crash_limit {
-                    // Its copy is gone from the index if the node said so; if the index still
-                    // names a node that has not, that node is avoided next time.
-                    t.avoid = Some(node);
-                    self.counts.blocked -= 1;
-                    self.requeue(task);
-                    return Ok(TaskState::Queued);
-                }
-                let name = format!("input {object} could not be read {} times", t.crashes);
-                TaskState::Finished(Outcome::Failed(name))
-            }
-            _ if cancelled => TaskState::Cancelled,
-            Outcome::Retryable(reason) | Outcome::Failed(reason) => {
-                TaskState::Finished(Outcome::Failed(reason))
-            }
-            Outcome::Succeeded | Outcome::InputLost(_) => unreachable!("handled above"),
-        };
-        if !self.task_ended_unsuccessfully(task) {
-            match state {
-                TaskState::Cancelled => self.counts.cancelled += 1,
-                _ => self.counts.failed += 1,
-            }
-        }
-        Ok(state)
+        self.step().finished(task, attempt, outcome, now)
     }
 
-    fn release_slot(&mut self, task: TaskId, node: NodeId) {
-        self.notify(None, |h, _, fx| h.task_ended(task, fx));
-        let (peers, fetching) = match &self.tasks[&task].phase {
-            Phase::Running {
-                peers, fetching, ..
-            } => (peers.clone(), fetching.clone()),
-            _ => (Vec::new(), Vec::new()),
-        };
-        for object in fetching {
-            if self.transfer_ended(node, object) && !self.index.holds(node, object) {
-                // Never landed (2Mark forgets the copy it made room for).
-                self.notify(None, |h, _, _| {
-                    h.copy_gone(node, object, Gone::NeverLanded, false)
-                });
-            }
+    // ----- inputs: nodes (core/membership.rs) -----
+
+    /// A node joined with `slots` cores (memory and disk not counted, no GPU) and an empty
+    /// cache.
+    pub fn handle_node_joined(
+        &mut self,
+        node: NodeId,
+        slots: u32,
+        now: Time,
+    ) -> Result<(), CoreError> {
+        self.handle_node_joined_with(node, Resources::cores_only(slots), now)
+    }
+
+    /// A node joined with `capacity` and an empty cache.
+    pub fn handle_node_joined_with(
+        &mut self,
+        node: NodeId,
+        capacity: Resources,
+        now: Time,
+    ) -> Result<(), CoreError> {
+        membership::joined(&mut self.step(), node, capacity, now)
+    }
+
+    /// `node` is in `rack` (MixApart's rack-local tier, and peer sources in the reader's rack
+    /// first). A node never placed in a rack shares one with no other node.
+    pub fn handle_node_rack(&mut self, node: NodeId, rack: RackId) -> Result<(), CoreError> {
+        if !self.nodes.contains(node) {
+            return Err(CoreError::UnknownNode(node));
         }
-        for p in peers {
-            self.nodes.served(p);
-        }
-        let held = self.tasks[&task].resources;
-        if self.nodes.vacate(node, task, held) {
-            let job = self.tasks[&task].job;
-            if let Some(j) = self.jobs.get_mut(&job) {
-                j.running_cores -= held.cores as u64;
-            }
+        self.racks.set(node, rack);
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// `tasks` more tasks wait outside the core and will be submitted soon (the live driver
+    /// looks up their inputs first): dynamic provisioning counts them as queued, so an empty
+    /// pool grows for them. Replaces the previous count.
+    pub fn handle_waiting_demand(&mut self, tasks: u64) {
+        self.waiting = tasks;
+    }
+
+    /// `node`'s load as the driver measures it (a machine's load average over its slots), in
+    /// place of its busy slots over its slots; clamped to [0, 1]. DAD's score uses it.
+    pub fn handle_node_load(&mut self, node: NodeId, load: f64) {
+        if self.nodes.set_load(node, load) {
+            self.dirty = true;
         }
     }
+
+    /// `node` will leave at `ends_at` (a batch job's time limit; None: not known): a task that
+    /// states a walltime is sent to it only if it would end by then.
+    pub fn handle_node_deadline(&mut self, node: NodeId, ends_at: Option<Time>) {
+        if self.nodes.set_deadline(node, ends_at) {
+            self.dirty = true;
+        }
+    }
+
+    /// `node`'s cache holds at most `quota` bytes and evicts by `eviction`. Optional: it only
+    /// tells cache hand-off how much room the node has (a node that never reports it receives no
+    /// pushes) and how its policy ranks what it holds.
+    pub fn handle_node_cache(
+        &mut self,
+        node: NodeId,
+        quota: u64,
+        eviction: EvictionPolicy,
+        _now: Time,
+    ) -> Result<(), CoreError> {
+        if !self.nodes.contains(node) {
+            return Err(CoreError::UnknownNode(node));
+        }
+        self.step()
+            .notify(None, |h, _, _| h.node_cache(node, quota, eviction));
+        Ok(())
+    }
+
+    /// Nodes asked for with `Action::Provision` that will not come (the resource manager refused).
+    pub fn handle_provision_failed(&mut self, nodes: u32, _now: Time) {
+        self.counts.pending_nodes = self.counts.pending_nodes.saturating_sub(nodes);
+    }
+
+    /// A node is gone (crashed, cut off, or given up): its cache is forgotten and its running
+    /// tasks are queued again, or failed once they have lost `crash_limit` nodes, or, if their
+    /// cancel was asked for while they ran, ended as cancelled. Returns the tasks that ended
+    /// (each leaves the core; the driver records its outcome).
+    pub fn handle_node_lost(&mut self, node: NodeId, _now: Time) -> Result<LostTasks, CoreError> {
+        membership::remove_node(&mut step!(self), &mut self.racks, node, true)
+    }
+
+    /// A node left cleanly (its worker was stopped and said so): as [`Core::handle_node_lost`],
+    /// but its running tasks were stopped, not crashed, so they do not count toward the crash
+    /// limit.
+    pub fn handle_node_left(&mut self, node: NodeId, _now: Time) -> Result<LostTasks, CoreError> {
+        membership::remove_node(&mut step!(self), &mut self.racks, node, false)
+    }
+
+    /// The tasks running on `node` (empty for an unknown node).
+    pub fn running_on(&self, node: NodeId) -> &[TaskId] {
+        self.nodes.get(node).map_or(&[], |n| n.running.as_slice())
+    }
+
+    /// A deadline returned by `poll_timeout` has passed: run provisioning's round (nodes asked
+    /// for, idle nodes released, each after what it hands off).
+    pub fn handle_timeout(&mut self, now: Time) {
+        let Some(prov) = self.provisioner.as_mut() else {
+            return;
+        };
+        if !prov.due(now) {
+            return;
+        }
+        let mut step = step!(self);
+        membership::round(&mut step, &mut self.racks, prov, self.waiting, now);
+    }
+
+    // ----- placement hints (core/placement.rs) -----
+
+    /// `node` carries `name`, the driver's name for it (a worker's name), which hints name. A
+    /// name may be shared; a node's later call replaces its name.
+    pub fn handle_node_named(&mut self, node: NodeId, name: NodeName) -> Result<(), CoreError> {
+        placement::named(&mut self.step(), node, name)
+    }
+
+    /// Set `task`'s hint before it runs (Hercules' `set_rank`, as `diffuse place` uses it on
+    /// the producer of an object). Returns false, changing nothing, if it is running or done.
+    pub fn handle_hint(
+        &mut self,
+        task: TaskId,
+        hint: Placement,
+        _now: Time,
+    ) -> Result<bool, CoreError> {
+        placement::hint(&mut self.step(), task, hint)
+    }
+
+    /// Whether a node named `name` is in the pool.
+    pub fn has_node_named(&self, name: NodeName) -> bool {
+        self.nodes.has_name(name)
+    }
+
+    /// Whether a hint bound `task`'s placement when it was dispatched: true if it ran (or runs)
+    /// on a node of the name it asked for. None if it has no hint or is not running.
+    pub fn hint_held(&self, task: TaskId, node: NodeId) -> Option<bool> {
+        let h = self.tasks.get(&task)?.hint?;
+        Some(self.nodes.get(node)?.name == Some(h.node))
+    }
+
+    // ----- the owners, borrowed -----
+
+    /// The owners a task's life moves state between, for one event.
+    fn step(&mut self) -> Step<'_> {
+        step!(self)
+    }
+
+    /// What the hooks see of the core.
+    fn view(&self) -> View<'_> {
+        View {
+            window: self.cfg.window,
+            tasks: &self.tasks,
+            jobs: &self.jobs,
+            dataflow: &self.dataflow,
+            queued: &self.queued,
+            copies: &self.copies,
+            hints: &self.hints,
+            policies: &self.policies,
+            nodes: &self.nodes,
+        }
+    }
+
+    // ----- inputs: copies -----
 
     /// `node` reports it now holds `object`.
     pub fn handle_object_cached(
@@ -535,12 +598,9 @@ impl Core {
         if !self.nodes.contains(node) {
             return Err(CoreError::UnknownNode(node));
         }
-        if self.index.add(node, object) {
-            // A copy that landed can be read by peers now (MixApart's cached-anywhere tier).
-            self.dirty = true;
-        }
-        self.effective_add(node, object);
-        self.notify(None, |h, v, fx| h.object_cached(v, node, object, fx));
+        self.copies.cached(node, object);
+        let mut step = self.step();
+        step.notify(None, |h, v, fx| h.object_cached(v, node, object, fx));
         Ok(())
     }
 
@@ -554,40 +614,22 @@ impl Core {
         if !self.nodes.contains(node) {
             return Err(CoreError::UnknownNode(node));
         }
-        self.copy_gone(node, object, Gone::Reported, None);
+        self.step().copy_gone(node, object, Gone::Reported, None);
         Ok(())
-    }
-
-    fn effective_add(&mut self, node: NodeId, object: ObjectId) {
-        if self.effective.add(node, object) {
-            self.locality.object_added(node, object);
-            self.dirty = true;
-        }
-    }
-
-    /// Drop (node, object) from what scoring sees unless the node holds it or is fetching it.
-    fn effective_remove_if_unused(&mut self, node: NodeId, object: ObjectId) {
-        if !self.index.holds(node, object)
-            && !self.incoming.contains_key(&(node, object))
-            && self.effective.remove(node, object)
-        {
-            self.locality.object_removed(node, object);
-            self.dirty = true;
-        }
     }
 
     /// The source of `object` changed: no node's copy may be used again. Returns the nodes that
     /// held it (the driver tells them to drop it).
     pub fn handle_object_invalidated(&mut self, object: ObjectId, _now: Time) -> Vec<NodeId> {
-        let holders = self.index.holders(object).to_vec();
+        let holders = self.copies.index().holders(object).to_vec();
+        let mut step = self.step();
         for n in &holders {
-            self.index.remove(*n, object);
-            self.effective_remove_if_unused(*n, object);
-            self.notify(None, |h, _, _| {
+            step.copies.forget(*n, object);
+            step.notify(None, |h, _, _| {
                 h.copy_gone(*n, object, Gone::Invalidated, true)
             });
         }
-        self.notify(None, |h, _, _| h.object_invalidated(object, &holders));
+        step.notify(None, |h, _, _| h.object_invalidated(object, &holders));
         if !holders.is_empty() {
             // A task held back for a holder (MCH) may now run anywhere.
             self.dirty = true;
@@ -595,102 +637,23 @@ impl Core {
         holders
     }
 
-    // ----- after-dispatch policies ([`crate::hooks`]) -----
-
-    /// Tell every hook but `skip` of an event, in the registry's order; each hook's effects are
-    /// carried out before the next hears of it.
-    fn notify(
-        &mut self,
-        skip: Option<usize>,
-        mut event: impl FnMut(&mut dyn Hook, &dyn CoreView, &mut Effects),
-    ) {
-        for i in 0..self.hooks.len() {
-            if skip == Some(i) {
-                continue;
-            }
-            let Some(mut hook) = self.hooks[i].take() else {
-                continue;
-            };
-            let mut fx = Effects::default();
-            event(hook.as_mut(), &*self, &mut fx);
-            self.hooks[i] = Some(hook);
-            self.apply(i, fx);
-        }
-    }
-
-    /// Carry out what hook `origin` asked for, in order.
-    fn apply(&mut self, origin: usize, fx: Effects) {
-        for effect in fx.0 {
-            match effect {
-                Effect::Act(action) => self.actions.push_back(action),
-                Effect::Forget { node, object } => {
-                    self.copy_gone(node, object, Gone::Forgotten, Some(origin))
-                }
-                Effect::InTransfer { node, object } => {
-                    *self.incoming.entry((node, object)).or_default() += 1;
-                    self.effective_add(node, object);
-                }
-                Effect::TransferEnded { node, object } => {
-                    self.transfer_ended(node, object);
-                }
-                Effect::Wake => self.dirty = true,
-            }
-        }
-    }
-
-    /// `node`'s copy of `object` no longer counts (`why`): out of the index, every hook but
-    /// `origin` (the one that asked) told, and an intermediate object left without a copy
-    /// that a task needs is made again.
-    fn copy_gone(&mut self, node: NodeId, object: ObjectId, why: Gone, origin: Option<usize>) {
-        let held = self.index.remove(node, object);
-        if held {
-            self.effective_remove_if_unused(node, object);
-        }
-        self.notify(origin, |h, _, _| h.copy_gone(node, object, why, held));
-        if held {
-            self.copies_lost(&[object]);
-        }
-    }
-
-    /// One transfer of `object` to `node` (a task's fetch or a prefetch) ended. Returns true if
-    /// it was the last one: the object is then no longer in transfer there.
-    fn transfer_ended(&mut self, node: NodeId, object: ObjectId) -> bool {
-        let key = (node, object);
-        let Some(c) = self.incoming.get_mut(&key) else {
-            return false;
-        };
-        *c -= 1;
-        if *c > 0 {
-            return false;
-        }
-        self.incoming.remove(&key);
-        self.effective_remove_if_unused(node, object);
-        true
-    }
-
-    /// The hook of type `T`, if it is in use.
-    fn hook<T: Hook>(&self) -> Option<&T> {
-        self.hooks
-            .iter()
-            .flatten()
-            .find_map(|h| (&**h as &dyn std::any::Any).downcast_ref::<T>())
-    }
-
     /// What 2Mark did so far (None: 2Mark is off).
     pub fn two_mark_stats(&self) -> Option<crate::twomark::TwoMarkStats> {
-        self.hook::<TwoMarkHook>().map(TwoMarkHook::stats)
+        self.hooks.find::<TwoMarkHook>().map(TwoMarkHook::stats)
     }
 
     /// `object` is `size` bytes: for a driver that knows the size of a copy the core has not
     /// seen a task read (objects placed on nodes before any task). Tasks' inputs and
     /// intermediate objects need no call.
     pub fn handle_object_size(&mut self, object: ObjectId, size: u64) {
-        self.notify(None, |h, _, _| h.object_size(object, size));
+        self.step()
+            .notify(None, |h, _, _| h.object_size(object, size));
     }
 
     /// What the transfer scheduler did so far.
     pub fn prefetch_stats(&self) -> crate::mixapart::PrefetchStats {
-        self.hook::<TransferScheduler>()
+        self.hooks
+            .find::<TransferScheduler>()
             .map(TransferScheduler::stats)
             .unwrap_or_default()
     }
@@ -698,14 +661,16 @@ impl Core {
     /// Reads from persistent storage under way to each node (prefetches and tasks' own), for
     /// a driver that divides the storage cap among its nodes by demand.
     pub fn storage_reads(&self) -> FxHashMap<NodeId, u32> {
-        self.hook::<TransferScheduler>()
+        self.hooks
+            .find::<TransferScheduler>()
             .map(TransferScheduler::reads_by_node)
             .unwrap_or_default()
     }
 
     /// The budgeted rate of the storage reads under way, bytes/s.
     pub fn storage_budget_used(&self) -> u64 {
-        self.hook::<TransferScheduler>()
+        self.hooks
+            .find::<TransferScheduler>()
             .map_or(0, TransferScheduler::budget_used)
     }
 
@@ -713,12 +678,8 @@ impl Core {
     /// its way there. Anything else about the object is unchanged; a task already sent to that
     /// node to read it reads it from storage.
     pub fn handle_prefetch_failed(&mut self, node: NodeId, object: ObjectId, _now: Time) {
-        self.notify(None, |h, _, fx| h.transfer_failed(node, object, fx));
-    }
-
-    /// Whether a hook keeps an idle `node` from being released.
-    fn kept_by_hook(&self, node: NodeId) -> bool {
-        self.hooks.iter().flatten().any(|h| h.keeps_node(node))
+        self.step()
+            .notify(None, |h, _, fx| h.transfer_failed(node, object, fx));
     }
 
     // ----- outputs -----
@@ -745,113 +706,16 @@ impl Core {
         {
             self.dirty = true;
         }
+        if self.copies.take_changed() {
+            self.dirty = true;
+        }
         if self.actions.is_empty() && self.dirty {
             self.dirty = false;
-            self.dispatch_pass(now);
-            self.notify(None, |h, v, fx| h.poll(v, fx));
+            self.last_pass = Some(now);
+            pass::run(&mut step!(self), &self.sources, &self.racks, now);
+            self.step().notify(None, |h, v, fx| h.poll(v, fx));
         }
         self.actions.pop_front()
-    }
-
-    fn dispatch_pass(&mut self, now: Time) {
-        self.last_pass = Some(now);
-        if self.queue.is_empty() {
-            return;
-        }
-        self.hints.time(&mut self.tasks, now);
-        // A dispatch moves the window, which can bring in a task for a node that already
-        // declined in this pass: repeat until a pass changes nothing of that kind.
-        loop {
-            let mut declined = false;
-            let mut dispatched_after_decline = false;
-            for local_pass in [true, false] {
-                let free: Vec<NodeId> = self.nodes.free().iter().copied().collect();
-                for node in free {
-                    // A node takes the tasks hinted at it first.
-                    while self.nodes.has_free_slot(node) {
-                        let Some(task) = self.next_hinted(node, now) else {
-                            break;
-                        };
-                        self.assign(task, node, now);
-                    }
-                    while self.nodes.has_free_slot(node) && !self.queue.is_empty() {
-                        // A retried task avoids the node it failed on while another has room.
-                        let elsewhere = self.nodes.free().len() > 1;
-                        let tasks = &self.tasks;
-                        let nodes = &self.nodes;
-                        let uniform = self.demanding.is_empty()
-                            && self.avoiding.is_empty()
-                            && !self.hints.any_bound();
-                        // Whether a task may run on a node with a free core now.
-                        let fits_on = |t: TaskId, on: NodeId| {
-                            uniform || {
-                                let Some(n) = nodes.get(on) else {
-                                    return false;
-                                };
-                                let e = &tasks[&t];
-                                (e.resources.is_one_core()
-                                    || e.resources.fits_in(&n.capacity.minus(&n.used)))
-                                    && !(elsewhere && e.avoid == Some(on))
-                                    && e.walltime
-                                        .is_none_or(|w| n.ends_at.is_none_or(|end| now + w <= end))
-                                    && !(e.hint_live && e.hint.map(|h| h.node) != n.name)
-                            }
-                        };
-                        let fits = |t: TaskId| fits_on(t, node);
-                        let nodes = &self.nodes;
-                        let load = |n: NodeId| {
-                            nodes.get(n).map_or(1.0, |e| {
-                                e.reported_load
-                                    .unwrap_or(e.used.cores as f64 / e.capacity.cores.max(1) as f64)
-                            })
-                        };
-                        let beta = |t: TaskId| tasks.get(&t).and_then(|e| e.dad_beta);
-                        let view = SchedView {
-                            beta: &beta,
-                            queue: &self.queue,
-                            locality: &self.locality,
-                            index: &self.effective,
-                            held: &self.index,
-                            racks: &self.racks,
-                            window_bound: self.window_bound(),
-                            busy_slots: self.nodes.busy(),
-                            total_slots: self.nodes.slots(),
-                            fits: &fits,
-                            fits_on: &fits_on,
-                            free: self.nodes.free(),
-                            load: &load,
-                        };
-                        // Shares of the queue, each chosen from by its policy, in the job order's
-                        // turn (see crate::sharing).
-                        let policies = &self.policies;
-                        let kind_of = |t: TaskId| policies.of_job(tasks[&t].job);
-                        let jobs = &self.jobs;
-                        let held = |j: JobId| jobs.get(&j).map_or(0, |e| e.running_cores);
-                        let shares = self.job_order.shares(&ShareView {
-                            queue: &self.queue,
-                            window_bound: view.window_bound,
-                            job_policies: policies.any_by_job(),
-                            kind_of: &kind_of,
-                            groups: policies.groups(),
-                            held: &held,
-                        });
-                        let job_of = |t: TaskId| tasks[&t].job;
-                        let choice = self
-                            .policies
-                            .choose(shares, &view, &job_of, node, now, local_pass);
-                        let Some(task) = choice else {
-                            declined = true;
-                            break;
-                        };
-                        dispatched_after_decline |= declined;
-                        self.assign(task, node, now);
-                    }
-                }
-            }
-            if !dispatched_after_decline || self.queue.is_empty() || self.nodes.free().is_empty() {
-                break;
-            }
-        }
     }
 
     /// Queued tasks whose request no node of the pool could ever hold (no node has that much of
@@ -862,7 +726,8 @@ impl Core {
         if self.nodes.count() == 0 {
             return Vec::new();
         }
-        self.demanding
+        self.queued
+            .demanding()
             .iter()
             .copied()
             .filter(|t| {
@@ -880,91 +745,5 @@ impl Core {
     /// What `node` has in all (None: unknown node).
     pub fn node_capacity(&self, node: NodeId) -> Option<Resources> {
         self.nodes.get(node).map(|n| n.capacity)
-    }
-
-    fn assign(&mut self, task: TaskId, node: NodeId, now: Time) {
-        let Phase::Queued { seq } = self.tasks[&task].phase else {
-            panic!("policy chose {task}, which is not queued");
-        };
-        self.dequeue(task, seq);
-        let use_locality = self.caches_for(task);
-        let t = self.tasks.get_mut(&task).expect("task exists");
-        t.attempt += 1;
-        // Taken out while sources are picked (which reads the rest of the core), put back below.
-        let task_inputs = std::mem::take(&mut t.inputs);
-        let mut inputs = Vec::with_capacity(task_inputs.len());
-        let mut peers: Vec<NodeId> = Vec::new();
-        for input in &task_inputs {
-            // An intermediate object is read from a node that holds it, under any policy: it
-            // is not on persistent storage.
-            let kept = match self.dataflow.get_mut(&input.object) {
-                Some(im) => {
-                    im.read = true;
-                    true
-                }
-                None => false,
-            };
-            let source = if !use_locality && !kept {
-                Source::Storage
-            } else if self.index.holds(node, input.object)
-                || (use_locality && self.incoming.contains_key(&(node, input.object)))
-            {
-                // Held, or being fetched to this node for another task: join that fetch.
-                Source::Local
-            } else {
-                let holder = self.sources.pick_holder(
-                    &self.index,
-                    &self.nodes,
-                    &self.racks,
-                    node,
-                    input.object,
-                    kept,
-                );
-                match holder {
-                    Some(h) => {
-                        peers.push(h);
-                        Source::Peer(h)
-                    }
-                    None => Source::Storage,
-                }
-            };
-            inputs.push((input.object, source));
-        }
-        let fetching: Vec<ObjectId> = inputs
-            .iter()
-            .filter(|(_, src)| use_locality && *src != Source::Local)
-            .map(|(o, _)| *o)
-            .collect();
-        for p in &peers {
-            self.nodes.serve(*p);
-        }
-        let t = self.tasks.get_mut(&task).expect("task exists");
-        t.inputs = task_inputs;
-        t.phase = Phase::Running {
-            node,
-            since: now,
-            peers,
-            fetching: fetching.clone(),
-            cancelled: false,
-        };
-        let attempt = t.attempt;
-        let held = t.resources;
-        let job = t.job;
-        self.jobs.entry(job).or_default().running_cores += held.cores as u64;
-        self.nodes.occupy(node, task, held);
-        self.counts.running += 1;
-        self.notify(None, |h, v, fx| {
-            h.dispatched(v, task, node, &inputs, use_locality, fx)
-        });
-        self.actions.push_back(Action::Dispatch(Dispatch {
-            task,
-            attempt,
-            node,
-            inputs,
-        }));
-        for object in fetching {
-            *self.incoming.entry((node, object)).or_default() += 1;
-            self.effective_add(node, object);
-        }
     }
 }

@@ -1,6 +1,7 @@
 //! The placement hints that bind queued tasks now ([`Hints`]): which tasks each node name
 //! takes first, when soft hints lapse, and which names have left the pool. The rules are in
-//! `core/placement.rs`; this type owns their state, and is told of each change by the core.
+//! `core/placement.rs`; this type owns their state, and is told of each change by the core's
+//! step (`core/lifecycle.rs`: a task queued or leaving the queue).
 
 use super::state::{NodeEntry, Phase, TaskEntry};
 use crate::ids::{NodeName, TaskId};
@@ -130,6 +131,12 @@ impl Hints {
     /// Whether the last node of `name` left (and none has carried it since).
     pub(super) fn is_departed(&self, name: NodeName) -> bool {
         self.departed.contains(&name)
+    }
+
+    /// The name a hard-hinted task (entry `t`) asks for, if its last node has left.
+    pub(super) fn departed_hint(&self, t: &TaskEntry) -> Option<NodeName> {
+        let h = t.hint?;
+        (h.strict && self.is_departed(h.node)).then_some(h.node)
     }
 
     /// A node now carries `name`.

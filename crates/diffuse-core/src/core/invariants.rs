@@ -1,14 +1,13 @@
 //! The invariants that span the core's owners (task phases against the queue, the nodes and
-//! the counters; jobs; copies held and in transfer), as functions of what they read. Each owner
-//! checks its own state ([`super::nodes::Nodes::check`], [`super::dataflow::Dataflow::check`],
-//! ...); `Core::check_invariants` runs them all, as tests and the simulator's `--check` mode do
-//! after every step.
+//! the counters; jobs; demanding tasks), as functions of what they read. Each owner checks its
+//! own state ([`super::nodes::Nodes::check`], [`super::copies::Copies::check`], ...);
+//! `Core::check_invariants` runs them all, as tests and the simulator's `--check` mode do after
+//! every step.
 
 use super::config::Counts;
 use super::nodes::Nodes;
 use super::state::{JobEntry, Phase, TaskEntry};
-use crate::ids::{JobId, NodeId, ObjectId, TaskId};
-use crate::index::LocationIndex;
+use crate::ids::{JobId, TaskId};
 use crate::queue::WaitQueue;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
@@ -109,47 +108,6 @@ pub(super) fn jobs(
                 e.unfinished
             ));
         }
-    }
-    Ok(())
-}
-
-/// What scoring sees (`effective`) is exactly what nodes hold (`index`) and what is on its way
-/// (`incoming`); the in-transfer counts are the running tasks' fetches and the hooks' transfers
-/// (`hook_transfers`).
-pub(super) fn copies(
-    index: &LocationIndex,
-    effective: &LocationIndex,
-    incoming: &FxHashMap<(NodeId, ObjectId), u32>,
-    tasks: &FxHashMap<TaskId, TaskEntry>,
-    hook_transfers: impl Iterator<Item = (NodeId, ObjectId)>,
-) -> Result<(), String> {
-    index.check()?;
-    effective.check()?;
-    for (node, object) in effective.pairs() {
-        if !index.holds(node, object) && !incoming.contains_key(&(node, object)) {
-            return Err(format!(
-                "{node} scored as holding {object}: neither held nor fetched"
-            ));
-        }
-    }
-    for (node, object) in index.pairs().chain(incoming.keys().copied()) {
-        if !effective.holds(node, object) {
-            return Err(format!("{object} on {node} missing from the scored index"));
-        }
-    }
-    let mut fetches: FxHashMap<(NodeId, ObjectId), u32> = FxHashMap::default();
-    for t in tasks.values() {
-        if let Phase::Running { node, fetching, .. } = &t.phase {
-            for o in fetching {
-                *fetches.entry((*node, *o)).or_default() += 1;
-            }
-        }
-    }
-    for key in hook_transfers {
-        *fetches.entry(key).or_default() += 1;
-    }
-    if fetches != *incoming {
-        return Err("in-transfer counts disagree with running tasks and prefetches".into());
     }
     Ok(())
 }

@@ -23,23 +23,162 @@
 //!   job is unfinished. A task that reads it later makes its producer run again.
 //!
 //! Reads of an intermediate object never go to persistent storage: the dispatch names a holder.
+//!
+//! **Layering.** The owners (`nodes`, `copies`, `queued`, `dataflow`, `hints`, `policies`,
+//! `hook_set`, ...) each keep their own state and check it, and none calls up into the rules.
+//! A [`Step`] borrows the ones a task's life moves state between, for one event, and applies the
+//! rules above through their methods. `pass`, `membership` and `placement` are functions over a
+//! `Step` and the few owners only they use; `Core` (core.rs) builds the `Step` for each call of
+//! its API. One loop is inherent and stays inside this file: the hooks hear events from the
+//! rules ([`Step::notify`]), and what a hook asks for can lose a copy ([`Step::copy_gone`]),
+//! which remakes a producer, which the hooks hear of in turn.
 
-use super::*;
+use super::config::{CoreConfig, CoreError, Counts};
+use super::copies::Copies;
+use super::dataflow::Dataflow;
+use super::hints::Hints;
+use super::hook_set::HookSet;
+use super::nodes::Nodes;
+use super::policies::Policies;
+use super::queued::Queued;
+use super::state::{JobEntry, Phase, TaskEntry};
+use super::view::{self, View};
+use crate::action::{Abandoned, Action};
+use crate::hooks::hook::{CoreView, Effect, Effects, Gone, Hook};
+use crate::ids::{JobId, NodeId, ObjectId, TaskId};
+use crate::task::{Input, Outcome, TaskSpec, TaskState};
+use crate::time::Time;
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
-impl Core {
-    /// Nodes that hold `object`, if it is an intermediate object that is made.
-    pub fn intermediate_holders(&self, object: ObjectId) -> Option<&[NodeId]> {
-        let im = self.dataflow.get(&object)?;
-        im.made.then(|| self.index.holders(object))
+/// The owners one event moves a task's state between, borrowed from the core for that event.
+pub(super) struct Step<'a> {
+    /// Settings (the crash limit, replicas of intermediate objects, the window).
+    pub(super) cfg: &'a CoreConfig,
+    /// The tasks the core keeps.
+    pub(super) tasks: &'a mut FxHashMap<TaskId, TaskEntry>,
+    /// Each job's unfinished tasks, held cores and intermediate objects.
+    pub(super) jobs: &'a mut FxHashMap<JobId, JobEntry>,
+    /// The task counters.
+    pub(super) counts: &'a mut Counts,
+    /// Intermediate objects, who waits for whom, remakes.
+    pub(super) dataflow: &'a mut Dataflow,
+    /// The wait queue and what is kept beside it.
+    pub(super) queued: &'a mut Queued,
+    /// What nodes hold and what is on its way to them.
+    pub(super) copies: &'a mut Copies,
+    /// The hints that bind queued tasks.
+    pub(super) hints: &'a mut Hints,
+    /// The dispatch policies in use (they count the queued tasks of each job).
+    pub(super) policies: &'a mut Policies,
+    /// The nodes in the pool.
+    pub(super) nodes: &'a mut Nodes,
+    /// The after-dispatch hooks.
+    pub(super) hooks: &'a mut HookSet,
+    /// Actions for the driver, in order.
+    pub(super) actions: &'a mut VecDeque<Action>,
+    /// Something changed that may allow a dispatch.
+    pub(super) dirty: &'a mut bool,
+}
+
+impl Step<'_> {
+    /// Tell every hook but `skip` of an event, in the registry's order; each hook's effects are
+    /// carried out before the next hears of it.
+    pub(super) fn notify(
+        &mut self,
+        skip: Option<usize>,
+        mut event: impl FnMut(&mut dyn Hook, &dyn CoreView, &mut Effects),
+    ) {
+        for i in 0..self.hooks.len() {
+            if skip == Some(i) {
+                continue;
+            }
+            let view = View {
+                window: self.cfg.window,
+                tasks: self.tasks,
+                jobs: self.jobs,
+                dataflow: self.dataflow,
+                queued: self.queued,
+                copies: self.copies,
+                hints: self.hints,
+                policies: self.policies,
+                nodes: self.nodes,
+            };
+            let fx = self.hooks.call(i, &view, &mut event);
+            self.apply(i, fx);
+        }
     }
 
-    /// The producer of an intermediate object the core knows.
-    pub fn producer_of(&self, object: ObjectId) -> Option<TaskId> {
-        self.dataflow.get(&object).map(|im| im.producer)
+    /// Carry out what hook `origin` asked for, in order.
+    fn apply(&mut self, origin: usize, fx: Effects) {
+        for effect in fx.0 {
+            match effect {
+                Effect::Act(action) => self.actions.push_back(action),
+                Effect::Forget { node, object } => {
+                    self.copy_gone(node, object, Gone::Forgotten, Some(origin))
+                }
+                Effect::InTransfer { node, object } => {
+                    self.copies.transfer_started(node, object);
+                }
+                Effect::TransferEnded { node, object } => {
+                    self.copies.transfer_ended(node, object);
+                }
+                Effect::Wake => *self.dirty = true,
+            }
+        }
     }
 
+    /// `node`'s copy of `object` no longer counts (`why`): out of the index, every hook but
+    /// `origin` (the one that asked) told, and an intermediate object left without a copy
+    /// that a task needs is made again.
+    pub(super) fn copy_gone(
+        &mut self,
+        node: NodeId,
+        object: ObjectId,
+        why: Gone,
+        origin: Option<usize>,
+    ) {
+        let held = self.copies.forget(node, object);
+        self.notify(origin, |h, _, _| h.copy_gone(node, object, why, held));
+        if held {
+            self.copies_lost(&[object]);
+        }
+    }
+
+    /// Whether `task`'s policy reads through caches.
+    pub(super) fn caches_for(&self, task: TaskId) -> bool {
+        view::caches_for(self.tasks, self.policies, task)
+    }
+
+    /// Put a blocked task in the wait queue: in the queue's sets, the candidate sets (while a
+    /// policy reads cached data), its hint's list, its job's count.
+    fn enqueue(&mut self, task: TaskId) {
+        let entry = self.tasks.get_mut(&task).expect("task exists");
+        let seq = self.queued.push(task, entry);
+        entry.phase = Phase::Queued { seq };
+        if self.policies.caching() {
+            self.copies.enqueue(task, seq, &entry.inputs);
+        }
+        self.hints.bind(task, entry, seq);
+        self.policies.count(entry.job, true);
+        self.counts.queued += 1;
+        *self.dirty = true;
+    }
+
+    /// Take a task queued at `seq` out of the queue and everything kept beside it.
+    pub(super) fn dequeue(&mut self, task: TaskId, seq: u64) {
+        let entry = self.tasks.get_mut(&task).expect("task exists");
+        self.queued.remove(task, entry, seq);
+        self.copies.dequeue(task);
+        self.hints.unbind(task, entry, seq);
+        self.policies.count(entry.job, false);
+        self.counts.queued -= 1;
+    }
+}
+
+impl Step<'_> {
     pub(super) fn available(&self, object: ObjectId) -> bool {
-        self.dataflow.available(object, &self.index)
+        self.dataflow.available(object, self.copies.index())
     }
 
     /// Take a task in: check it, register what it writes and reads, and make it wait for what it
@@ -97,7 +236,7 @@ impl Core {
     /// A task that succeeded before the driver restarted, kept as the producer of its
     /// intermediate objects: if a task needs one of them and no node reports holding it, it
     /// runs again.
-    pub fn handle_restore_done(&mut self, spec: TaskSpec, _now: Time) -> Result<(), CoreError> {
+    pub(super) fn restore_done(&mut self, spec: TaskSpec) -> Result<(), CoreError> {
         if spec.produces.is_empty() {
             return Ok(());
         }
@@ -134,11 +273,10 @@ impl Core {
 
     /// The sizes of a held task's inputs are known: it may run once its dependencies have
     /// succeeded. Sizes of objects it does not read are ignored.
-    pub fn handle_inputs_known(
+    pub(super) fn inputs_known(
         &mut self,
         task: TaskId,
         sizes: &[(ObjectId, u64)],
-        _now: Time,
     ) -> Result<(), CoreError> {
         let t = self
             .tasks
@@ -162,7 +300,7 @@ impl Core {
 
     /// The driver ends a task that has not run (its inputs could not be looked up): it fails, and
     /// the tasks that depend on it are abandoned.
-    pub fn handle_failed_unrun(&mut self, task: TaskId, _now: Time) -> Result<(), CoreError> {
+    pub(super) fn failed_unrun(&mut self, task: TaskId) -> Result<(), CoreError> {
         let t = self.tasks.get(&task).ok_or(CoreError::UnknownTask(task))?;
         match t.phase {
             Phase::Blocked => {}
@@ -175,7 +313,7 @@ impl Core {
     }
 
     /// An intermediate object is `size` bytes (its producer's node reports it).
-    pub fn handle_intermediate_size(&mut self, object: ObjectId, size: u64) {
+    pub(super) fn intermediate_size(&mut self, object: ObjectId, size: u64) {
         if let Some(im) = self.dataflow.get_mut(&object) {
             im.size = size;
         }
@@ -225,7 +363,7 @@ impl Core {
             .collect();
         // Whether `task` still waits to be queued: remaking a producer can end it (a producer
         // upstream of both could not run), which for a remake puts it back to `Done`.
-        let blocked = |c: &Core| {
+        let blocked = |c: &Step| {
             c.tasks
                 .get(&task)
                 .is_some_and(|t| matches!(t.phase, Phase::Blocked))
@@ -258,7 +396,7 @@ impl Core {
                 i.size = im.size;
             }
         }
-        if let Some(name) = self.hinted_at_departed(task) {
+        if let Some(name) = self.hints.departed_hint(&self.tasks[&task]) {
             self.abandon(task, Abandoned::HintedNodeLeft { node: name });
             return;
         }
@@ -332,10 +470,9 @@ impl Core {
 
     /// Forget every copy of `object` and tell their nodes to delete them.
     fn drop_copies(&mut self, object: ObjectId) {
-        let holders = self.index.holders(object).to_vec();
+        let holders = self.copies.index().holders(object).to_vec();
         for n in &holders {
-            self.index.remove(*n, object);
-            self.effective_remove_if_unused(*n, object);
+            self.copies.forget(*n, object);
             self.notify(None, |h, _, _| {
                 h.copy_gone(*n, object, Gone::Released, true)
             });
@@ -420,7 +557,7 @@ impl Core {
             if !self.dataflow.contains(&object) {
                 continue;
             }
-            let holders = self.index.holders(object);
+            let holders = self.copies.index().holders(object);
             let mut targets: Vec<(usize, NodeId)> = self
                 .nodes
                 .iter()
@@ -529,7 +666,7 @@ impl Core {
             let Some(im) = self.dataflow.get(o) else {
                 continue;
             };
-            if !im.made || !self.index.holders(*o).is_empty() {
+            if !im.made || !self.copies.index().holders(*o).is_empty() {
                 continue;
             }
             let producer = im.producer;
@@ -567,6 +704,140 @@ impl Core {
 
     /// Whether `node` holds the only copy of an intermediate object some task may still read.
     pub(super) fn holds_needed_intermediate(&self, node: NodeId) -> bool {
-        self.dataflow.only_copy_on(node, &self.index)
+        self.dataflow.only_copy_on(node, self.copies.index())
+    }
+
+    pub(super) fn release_slot(&mut self, task: TaskId, node: NodeId) {
+        self.notify(None, |h, _, fx| h.task_ended(task, fx));
+        let (peers, fetching) = match &self.tasks[&task].phase {
+            Phase::Running {
+                peers, fetching, ..
+            } => (peers.clone(), fetching.clone()),
+            _ => (Vec::new(), Vec::new()),
+        };
+        for object in fetching {
+            if self.copies.transfer_ended(node, object) && !self.copies.index().holds(node, object)
+            {
+                // Never landed (2Mark forgets the copy it made room for).
+                self.notify(None, |h, _, _| {
+                    h.copy_gone(node, object, Gone::NeverLanded, false)
+                });
+            }
+        }
+        for p in peers {
+            self.nodes.served(p);
+        }
+        let held = self.tasks[&task].resources;
+        if self.nodes.vacate(node, task, held) {
+            let job = self.tasks[&task].job;
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.running_cores -= held.cores as u64;
+            }
+        }
+    }
+
+    /// Cancel a task. A blocked or queued task ends at once (and the tasks that depend on it are
+    /// abandoned); a running one ends when its node reports the (killed) run finished. Returns
+    /// the final state if it ended now.
+    pub(super) fn cancel(&mut self, task: TaskId) -> Result<Option<TaskState>, CoreError> {
+        let entry = self
+            .tasks
+            .get_mut(&task)
+            .ok_or(CoreError::UnknownTask(task))?;
+        match &mut entry.phase {
+            Phase::Done => Err(CoreError::UnknownTask(task)),
+            Phase::Blocked | Phase::Queued { .. } => {
+                if let Phase::Queued { seq } = entry.phase {
+                    self.dequeue(task, seq);
+                }
+                self.task_ended_unsuccessfully(task);
+                self.counts.cancelled += 1;
+                // The window now reaches one task deeper.
+                *self.dirty = true;
+                Ok(Some(TaskState::Cancelled))
+            }
+            Phase::Running { cancelled, .. } => {
+                *cancelled = true;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The current attempt of `task` ended on its node. Returns the task's final state.
+    pub(super) fn finished(
+        &mut self,
+        task: TaskId,
+        attempt: u32,
+        outcome: Outcome,
+        now: Time,
+    ) -> Result<TaskState, CoreError> {
+        let t = self.tasks.get(&task).ok_or(CoreError::UnknownTask(task))?;
+        let Phase::Running {
+            node,
+            cancelled,
+            since,
+            ..
+        } = t.phase.clone()
+        else {
+            return Err(CoreError::NotRunning(task));
+        };
+        if attempt != t.attempt {
+            return Err(CoreError::StaleAttempt {
+                task,
+                got: attempt,
+                current: t.attempt,
+            });
+        }
+        if outcome == Outcome::Succeeded && !cancelled {
+            self.notify(None, |h, v, _| h.task_succeeded(v, task, since, now));
+        }
+        self.release_slot(task, node);
+        self.nodes.idle_if_empty(node, now);
+        self.counts.running -= 1;
+        *self.dirty = true;
+        let t = self.tasks.get_mut(&task).expect("running task exists");
+        t.phase = Phase::Blocked;
+        self.counts.blocked += 1;
+        let state = match outcome {
+            Outcome::Succeeded if !cancelled => {
+                self.counts.blocked -= 1;
+                let produced = t.produces.clone();
+                self.task_succeeded(task);
+                self.replicate(&produced, node);
+                return Ok(TaskState::Finished(Outcome::Succeeded));
+            }
+            Outcome::Retryable(_) if !cancelled && t.retries_left > 0 => {
+                t.retries_left -= 1;
+                t.avoid = Some(node);
+                self.counts.blocked -= 1;
+                self.requeue(task);
+                return Ok(TaskState::Queued);
+            }
+            Outcome::InputLost(object) if !cancelled => {
+                t.crashes += 1;
+                if t.crashes < self.cfg.crash_limit {
+                    // Its copy is gone from the index if the node said so; if the index still
+                    // names a node that has not, that node is avoided next time.
+                    t.avoid = Some(node);
+                    self.counts.blocked -= 1;
+                    self.requeue(task);
+                    return Ok(TaskState::Queued);
+                }
+                let name = format!("input {object} could not be read {} times", t.crashes);
+                TaskState::Finished(Outcome::Failed(name))
+            }
+            _ if cancelled => TaskState::Cancelled,
+            Outcome::Retryable(reason) | Outcome::Failed(reason) => {
+                TaskState::Finished(Outcome::Failed(reason))
+            }
+            Outcome::Succeeded | Outcome::InputLost(_) => unreachable!("handled above"),
+        };
+        if !self.task_ended_unsuccessfully(task) {
+            match state {
+                TaskState::Cancelled => self.counts.cancelled += 1,
+                _ => self.counts.failed += 1,
+            }
+        }
+        Ok(state)
     }
 }

@@ -21,7 +21,7 @@ pub(super) enum Phase {
         node: NodeId,
         since: Time,
         peers: Vec<NodeId>,
-        /// Inputs this attempt fetches to its node (counted in `Core::incoming`).
+        /// Inputs this attempt fetches to its node (counted in transfer by [`super::copies::Copies`]).
         fetching: Vec<ObjectId>,
         cancelled: bool,
     },

@@ -1,26 +1,73 @@
-//! What the after-dispatch hooks ([`crate::hooks`]) see of the core: [`CoreView`], read-only.
+//! What the after-dispatch hooks ([`crate::hooks`]) see of the core: [`View`], the owners they
+//! read, borrowed read-only while a hook is called.
 
-use super::state::Phase;
-use super::Core;
+use super::copies::Copies;
+use super::dataflow::Dataflow;
+use super::hints::Hints;
+use super::nodes::Nodes;
+use super::policies::Policies;
+use super::queued::Queued;
+use super::state::{JobEntry, Phase, TaskEntry};
 use crate::hooks::hook::CoreView;
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
 use crate::sharing::share::JobSharing;
 use crate::task::Input;
+use rustc_hash::FxHashMap;
 
-/// What the hooks see of the core: its state, read-only.
-impl CoreView for Core {
+/// The owners a hook reads, borrowed for one call.
+pub(super) struct View<'a> {
+    /// The scheduling window's depth (`CoreConfig::window`).
+    pub(super) window: usize,
+    /// The tasks the core keeps.
+    pub(super) tasks: &'a FxHashMap<TaskId, TaskEntry>,
+    /// The jobs.
+    pub(super) jobs: &'a FxHashMap<JobId, JobEntry>,
+    /// The intermediate objects.
+    pub(super) dataflow: &'a Dataflow,
+    /// The wait queue and the job order.
+    pub(super) queued: &'a Queued,
+    /// What nodes hold and what is on its way.
+    pub(super) copies: &'a Copies,
+    /// The bound hints (they widen the window).
+    pub(super) hints: &'a Hints,
+    /// The dispatch policies in use.
+    pub(super) policies: &'a Policies,
+    /// The nodes in the pool.
+    pub(super) nodes: &'a Nodes,
+}
+
+/// Whether `task`'s policy reads through caches (its job's policy; the core's own for a task
+/// the core does not know).
+pub(super) fn caches_for(
+    tasks: &FxHashMap<TaskId, TaskEntry>,
+    policies: &Policies,
+    task: TaskId,
+) -> bool {
+    match tasks.get(&task) {
+        Some(t) => policies.caches_for_job(t.job),
+        None => policies.own_caches(),
+    }
+}
+
+/// The scheduling window's bound: `window` tasks deep, not counting the tasks a hint binds to a
+/// node (they are offered to that node only, so they must not crowd the others out).
+pub(super) fn window_bound(queued: &Queued, hints: &Hints, window: usize) -> u64 {
+    queued.window_bound(window + hints.bound())
+}
+
+impl CoreView for View<'_> {
     fn index(&self) -> &LocationIndex {
-        &self.index
+        self.copies.index()
     }
 
     fn effective(&self) -> &LocationIndex {
-        &self.effective
+        self.copies.effective()
     }
 
     fn in_transfer(&self, node: NodeId, object: ObjectId) -> bool {
-        self.incoming.contains_key(&(node, object))
+        self.copies.in_transfer(node, object)
     }
 
     fn is_intermediate(&self, object: ObjectId) -> bool {
@@ -54,7 +101,7 @@ impl CoreView for Core {
     }
 
     fn caches_for(&self, task: TaskId) -> bool {
-        Core::caches_for(self, task)
+        caches_for(self.tasks, self.policies, task)
     }
 
     fn caching_enabled(&self) -> bool {
@@ -62,11 +109,11 @@ impl CoreView for Core {
     }
 
     fn locality(&self) -> &Locality {
-        &self.locality
+        self.copies.locality()
     }
 
     fn window_bound(&self) -> u64 {
-        Core::window_bound(self)
+        window_bound(self.queued, self.hints, self.window)
     }
 
     fn job_cores(&self, job: JobId) -> u64 {
@@ -78,6 +125,6 @@ impl CoreView for Core {
     }
 
     fn job_order(&self) -> &dyn JobSharing {
-        self.job_order.as_ref()
+        self.queued.job_order()
     }
 }

@@ -1,0 +1,203 @@
+//! The dispatch pass: which queued task each free slot takes (hinted tasks first, then the
+//! node's policy within the job order's shares), and assigning a task to a node (where each
+//! input is read from). Functions over a [`Step`] and the owners only a dispatch reads: where a
+//! fetch reads from ([`Sources`]) and the racks.
+
+use super::lifecycle::Step;
+use super::sources::Sources;
+use super::state::Phase;
+use super::view;
+use crate::action::{Action, Dispatch, Source};
+use crate::dispatch::SchedView;
+use crate::ids::{JobId, NodeId, ObjectId, TaskId};
+use crate::racks::Racks;
+use crate::sharing::share::ShareView;
+use crate::time::Time;
+
+/// Offer each free node's slots to the queued tasks: first the tasks hinted at it, then its
+/// policy's choice within the job order's shares; a local pass (data held where the node is)
+/// before one that takes any task.
+pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
+    if s.queued.queue().is_empty() {
+        return;
+    }
+    s.hints.time(s.tasks, now);
+    // A dispatch moves the window, which can bring in a task for a node that already
+    // declined in this pass: repeat until a pass changes nothing of that kind.
+    loop {
+        let mut declined = false;
+        let mut dispatched_after_decline = false;
+        for local_pass in [true, false] {
+            let free: Vec<NodeId> = s.nodes.free().iter().copied().collect();
+            for node in free {
+                // A node takes the tasks hinted at it first.
+                while s.nodes.has_free_slot(node) {
+                    let Some(task) = next_hinted(s, node, now) else {
+                        break;
+                    };
+                    assign(s, sources, racks, task, node, now);
+                }
+                while s.nodes.has_free_slot(node) && !s.queued.queue().is_empty() {
+                    // A retried task avoids the node it failed on while another has room.
+                    let elsewhere = s.nodes.free().len() > 1;
+                    let tasks = &*s.tasks;
+                    let nodes = &*s.nodes;
+                    let uniform = s.queued.uniform() && !s.hints.any_bound();
+                    // Whether a task may run on a node with a free core now.
+                    let fits_on = |t: TaskId, on: NodeId| {
+                        uniform || {
+                            let Some(n) = nodes.get(on) else {
+                                return false;
+                            };
+                            let e = &tasks[&t];
+                            (e.resources.is_one_core()
+                                || e.resources.fits_in(&n.capacity.minus(&n.used)))
+                                && !(elsewhere && e.avoid == Some(on))
+                                && e.walltime
+                                    .is_none_or(|w| n.ends_at.is_none_or(|end| now + w <= end))
+                                && !(e.hint_live && e.hint.map(|h| h.node) != n.name)
+                        }
+                    };
+                    let fits = |t: TaskId| fits_on(t, node);
+                    let nodes = &*s.nodes;
+                    let load = |n: NodeId| {
+                        nodes.get(n).map_or(1.0, |e| {
+                            e.reported_load
+                                .unwrap_or(e.used.cores as f64 / e.capacity.cores.max(1) as f64)
+                        })
+                    };
+                    let beta = |t: TaskId| tasks.get(&t).and_then(|e| e.dad_beta);
+                    let view = SchedView {
+                        beta: &beta,
+                        queue: s.queued.queue(),
+                        locality: s.copies.locality(),
+                        index: s.copies.effective(),
+                        held: s.copies.index(),
+                        racks,
+                        window_bound: view::window_bound(s.queued, s.hints, s.cfg.window),
+                        busy_slots: s.nodes.busy(),
+                        total_slots: s.nodes.slots(),
+                        fits: &fits,
+                        fits_on: &fits_on,
+                        free: s.nodes.free(),
+                        load: &load,
+                    };
+                    // Shares of the queue, each chosen from by its policy, in the job order's
+                    // turn (see crate::sharing).
+                    let policies = &*s.policies;
+                    let kind_of = |t: TaskId| policies.of_job(tasks[&t].job);
+                    let jobs = &*s.jobs;
+                    let held = |j: JobId| jobs.get(&j).map_or(0, |e| e.running_cores);
+                    let shares = s.queued.job_order().shares(&ShareView {
+                        queue: s.queued.queue(),
+                        window_bound: view.window_bound,
+                        job_policies: policies.any_by_job(),
+                        kind_of: &kind_of,
+                        groups: policies.groups(),
+                        held: &held,
+                    });
+                    let job_of = |t: TaskId| tasks[&t].job;
+                    let choice = s
+                        .policies
+                        .choose(shares, &view, &job_of, node, now, local_pass);
+                    let Some(task) = choice else {
+                        declined = true;
+                        break;
+                    };
+                    dispatched_after_decline |= declined;
+                    assign(s, sources, racks, task, node, now);
+                }
+            }
+        }
+        if !dispatched_after_decline || s.queued.queue().is_empty() || s.nodes.free().is_empty() {
+            break;
+        }
+    }
+}
+
+/// The first task bound to `node`'s name that fits what `node` has free now.
+fn next_hinted(s: &Step, node: NodeId, now: Time) -> Option<TaskId> {
+    s.hints.next_for(s.nodes.get(node)?, s.tasks, now)
+}
+
+/// Send `task` to `node`: out of the queue, each input read from where it is (held, on its way,
+/// a peer, or storage), its node's slots and its job's cores taken, the hooks told, the
+/// dispatch handed to the driver, and its fetches counted in transfer.
+fn assign(s: &mut Step, sources: &Sources, racks: &Racks, task: TaskId, node: NodeId, now: Time) {
+    let Phase::Queued { seq } = s.tasks[&task].phase else {
+        panic!("policy chose {task}, which is not queued");
+    };
+    s.dequeue(task, seq);
+    let use_locality = s.caches_for(task);
+    let t = s.tasks.get_mut(&task).expect("task exists");
+    t.attempt += 1;
+    // Taken out while sources are picked (which reads the rest of the core), put back below.
+    let task_inputs = std::mem::take(&mut t.inputs);
+    let mut inputs = Vec::with_capacity(task_inputs.len());
+    let mut peers: Vec<NodeId> = Vec::new();
+    for input in &task_inputs {
+        // An intermediate object is read from a node that holds it, under any policy: it
+        // is not on persistent storage.
+        let kept = match s.dataflow.get_mut(&input.object) {
+            Some(im) => {
+                im.read = true;
+                true
+            }
+            None => false,
+        };
+        let source = if !use_locality && !kept {
+            Source::Storage
+        } else if s.copies.index().holds(node, input.object)
+            || (use_locality && s.copies.in_transfer(node, input.object))
+        {
+            // Held, or being fetched to this node for another task: join that fetch.
+            Source::Local
+        } else {
+            let holder =
+                sources.pick_holder(s.copies.index(), s.nodes, racks, node, input.object, kept);
+            match holder {
+                Some(h) => {
+                    peers.push(h);
+                    Source::Peer(h)
+                }
+                None => Source::Storage,
+            }
+        };
+        inputs.push((input.object, source));
+    }
+    let fetching: Vec<ObjectId> = inputs
+        .iter()
+        .filter(|(_, src)| use_locality && *src != Source::Local)
+        .map(|(o, _)| *o)
+        .collect();
+    for p in &peers {
+        s.nodes.serve(*p);
+    }
+    let t = s.tasks.get_mut(&task).expect("task exists");
+    t.inputs = task_inputs;
+    t.phase = Phase::Running {
+        node,
+        since: now,
+        peers,
+        fetching: fetching.clone(),
+        cancelled: false,
+    };
+    let attempt = t.attempt;
+    let held = t.resources;
+    let job = t.job;
+    s.jobs.entry(job).or_default().running_cores += held.cores as u64;
+    s.nodes.occupy(node, task, held);
+    s.counts.running += 1;
+    s.notify(None, |h, v, fx| {
+        h.dispatched(v, task, node, &inputs, use_locality, fx)
+    });
+    s.actions.push_back(Action::Dispatch(Dispatch {
+        task,
+        attempt,
+        node,
+        inputs,
+    }));
+    for object in fetching {
+        s.copies.transfer_started(node, object);
+    }
+}
