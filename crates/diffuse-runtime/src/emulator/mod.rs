@@ -2,7 +2,7 @@
 //! dispatcher at a scale this machine cannot run as processes (Falkon measured its dispatcher
 //! the same way, with emulated executors).
 //!
-//! Each emulated worker is one WebSocket session ([`session`]): it says hello with its slots,
+//! Each emulated worker is one WebSocket session (`session`): it says hello with its slots,
 //! "runs" each assigned task for the task's `compute_s` (0 when it gives none) on a timer
 //! instead of spawning it, reports it as a worker does (a `Cached` for each input it was told
 //! to fetch, before the `Finished`), answers cancels, drops, heartbeats and input lookups, and
@@ -12,36 +12,21 @@
 //! | module | what it decides |
 //! |---|---|
 //! | this one | the settings, starting the sessions (paced), the summary |
-//! | [`session`] | one emulated worker: hello, the timers that stand for its tasks, reports |
+//! | `shared` | what the sessions share: the settings and the counters |
+//! | `session` | one emulated worker: hello, the timers that stand for its tasks, reports |
 
 mod session;
+mod shared;
+
+pub use shared::EmulatorConfig;
+use shared::Tally;
 
 use crate::storage::Storage;
 use serde::Serialize;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-
-/// How to emulate the pool.
-#[derive(Clone, Debug)]
-pub struct EmulatorConfig {
-    /// Dispatcher URL (`http://host:port`).
-    pub dispatcher: String,
-    /// The worker token.
-    pub token: String,
-    /// How many workers.
-    pub workers: u32,
-    /// Slots of each.
-    pub slots: u32,
-    /// Worker names are `{prefix}{index}`.
-    pub prefix: String,
-    /// Sessions opened per second while connecting (a real pool does not connect in one
-    /// instant either, and a burst of thousands overflows the listen backlog).
-    pub connect_rate: f64,
-    /// Whether a task's `compute_s` is slept (true) or every task ends at once (false).
-    pub honour_compute: bool,
-}
 
 /// What the emulated pool did, printed as JSON when it stops.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -61,27 +46,6 @@ pub struct EmulatorSummary {
     /// The first error seen, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
-}
-
-/// Counters the sessions share.
-#[derive(Default)]
-struct Tally {
-    connected: AtomicU64,
-    finished: AtomicU64,
-    cancelled: AtomicU64,
-    errors: AtomicU64,
-    first_error: std::sync::Mutex<Option<String>>,
-}
-
-impl Tally {
-    fn error(&self, e: String) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        let mut first = self.first_error.lock().expect("tally lock");
-        if first.is_none() {
-            tracing::warn!("emulated worker: {e}");
-            *first = Some(e);
-        }
-    }
 }
 
 /// Run the emulated pool until every session has ended: told to shut down by the dispatcher,

@@ -1,7 +1,7 @@
 //! One emulated worker: a WebSocket session that answers as `diffuse worker` does, with a timer
 //! standing for each task's process.
 
-use super::{EmulatorConfig, Tally};
+use super::shared::{EmulatorConfig, Tally};
 use crate::proto::{
     Assignment, Held, InputSource, LookupResult, TaskReport, ToDispatcher, ToWorker, Traffic,
 };
