@@ -72,7 +72,7 @@ use policies::Policies;
 use provisioner::Provisioner;
 use queued::Queued;
 use sources::Sources;
-use state::{JobEntry, Phase, TaskEntry};
+use state::{JobEntry, Phase, TaskTable};
 use view::View;
 
 /// The owners a task's life moves state between ([`Step`]), borrowed from `$core` for one
@@ -103,7 +103,7 @@ pub struct Core {
     cfg: CoreConfig,
     /// The dispatch policies in use: the core's own and the jobs' ([`policies::Policies`]).
     policies: Policies,
-    tasks: FxHashMap<TaskId, TaskEntry>,
+    tasks: TaskTable,
     /// The wait queue, the sets kept beside it and the job order ([`queued::Queued`]).
     queued: Queued,
     /// What nodes hold, what is on its way to them, and what scoring sees of both

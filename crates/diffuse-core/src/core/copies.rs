@@ -4,7 +4,7 @@
 //! four change together: a copy that lands, goes, or starts or stops arriving updates each of
 //! them here, and nowhere else.
 
-use super::state::{Phase, TaskEntry};
+use super::state::{Phase, TaskTable};
 use crate::ids::{NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
@@ -140,7 +140,7 @@ impl Copies {
     /// scoring sees.
     pub(super) fn check(
         &self,
-        tasks: &FxHashMap<TaskId, TaskEntry>,
+        tasks: &TaskTable,
         hook_transfers: impl Iterator<Item = (NodeId, ObjectId)>,
         caching: bool,
     ) -> Result<(), String> {

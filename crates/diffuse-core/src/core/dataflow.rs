@@ -4,7 +4,7 @@
 //! tasks move through their life (`core/lifecycle.rs`); this type keeps the records and
 //! checks them against the tasks.
 
-use super::state::{Phase, TaskEntry};
+use super::state::{Phase, TaskTable};
 use crate::ids::{NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::task::Input;
@@ -143,11 +143,7 @@ impl Dataflow {
 
     /// Readiness, lineage and pinning against the tasks: who waits for whom, who reads what,
     /// what is made (`index`: what nodes hold), which producers are being remade.
-    pub(super) fn check(
-        &self,
-        tasks: &FxHashMap<TaskId, TaskEntry>,
-        index: &LocationIndex,
-    ) -> Result<(), String> {
+    pub(super) fn check(&self, tasks: &TaskTable, index: &LocationIndex) -> Result<(), String> {
         let mut waits: FxHashMap<TaskId, Vec<TaskId>> = FxHashMap::default();
         for (dep, list) in &self.dependents {
             let d = tasks.get(dep).ok_or(format!(

@@ -3,10 +3,9 @@
 //! `core/placement.rs`; this type owns their state, and is told of each change by the core's
 //! step (`core/lifecycle.rs`: a task queued or leaving the queue).
 
-use super::state::{NodeEntry, Phase, TaskEntry};
+use super::state::{NodeEntry, Phase, TaskEntry, TaskTable};
 use crate::ids::{NodeName, TaskId};
 use crate::time::Time;
-use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The bound hints of the queued tasks, and the names that left.
@@ -79,7 +78,7 @@ impl Hints {
     }
 
     /// Start the waits of soft hints queued since the last pass; unbind those that lapsed.
-    pub(super) fn time(&mut self, tasks: &mut FxHashMap<TaskId, TaskEntry>, now: Time) {
+    pub(super) fn time(&mut self, tasks: &mut TaskTable, now: Time) {
         for task in std::mem::take(&mut self.soft_unstarted) {
             let Some(t) = tasks.get_mut(&task) else {
                 continue;
@@ -104,12 +103,7 @@ impl Hints {
 
     /// The first task bound to node `n`'s name that fits what it has free now (a hint
     /// outranks the avoidance of the node a task last failed on).
-    pub(super) fn next_for(
-        &self,
-        n: &NodeEntry,
-        tasks: &FxHashMap<TaskId, TaskEntry>,
-        now: Time,
-    ) -> Option<TaskId> {
+    pub(super) fn next_for(&self, n: &NodeEntry, tasks: &TaskTable, now: Time) -> Option<TaskId> {
         let set = self.hinted.get(&n.name?)?;
         let room = n.capacity.minus(&n.used);
         set.iter().map(|(_, t)| *t).find(|t| {
@@ -154,7 +148,7 @@ impl Hints {
     /// (`has_name`: whether some node carries a name).
     pub(super) fn check(
         &self,
-        tasks: &FxHashMap<TaskId, TaskEntry>,
+        tasks: &TaskTable,
         has_name: &dyn Fn(NodeName) -> bool,
     ) -> Result<(), String> {
         let mut listed = 0usize;

@@ -6,7 +6,7 @@
 
 use super::config::Counts;
 use super::nodes::Nodes;
-use super::state::{JobEntry, Phase, TaskEntry};
+use super::state::{JobEntry, Phase, TaskTable};
 use crate::ids::{JobId, TaskId};
 use crate::queue::WaitQueue;
 use rustc_hash::FxHashMap;
@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 /// Every task's phase agrees with the queue and its node; the task counters count them.
 pub(super) fn tasks(
-    tasks: &FxHashMap<TaskId, TaskEntry>,
+    tasks: &TaskTable,
     queue: &WaitQueue,
     nodes: &Nodes,
     counts: &Counts,
@@ -66,10 +66,7 @@ pub(super) fn tasks(
 }
 
 /// The tasks listed as demanding are queued tasks asking for more than one core.
-pub(super) fn demanding(
-    demanding: &BTreeSet<TaskId>,
-    tasks: &FxHashMap<TaskId, TaskEntry>,
-) -> Result<(), String> {
+pub(super) fn demanding(demanding: &BTreeSet<TaskId>, tasks: &TaskTable) -> Result<(), String> {
     for t in demanding {
         match tasks.get(t) {
             Some(e) if matches!(e.phase, Phase::Queued { .. }) && !e.resources.is_one_core() => {}
@@ -86,7 +83,7 @@ pub(super) fn demanding(
 /// Each job's running cores add up to the `busy` slots; each job counts its unfinished tasks.
 pub(super) fn jobs(
     jobs: &FxHashMap<JobId, JobEntry>,
-    tasks: &FxHashMap<TaskId, TaskEntry>,
+    tasks: &TaskTable,
     busy: u64,
 ) -> Result<(), String> {
     let held: u64 = jobs.values().map(|j| j.running_cores).sum();

@@ -41,7 +41,7 @@ use super::hook_set::HookSet;
 use super::nodes::Nodes;
 use super::policies::Policies;
 use super::queued::Queued;
-use super::state::{JobEntry, Phase, TaskEntry};
+use super::state::{JobEntry, Phase, TaskEntry, TaskTable};
 use super::view::{self, View};
 use crate::action::{Abandoned, Action};
 use crate::hooks::hook::{CoreView, Effect, Effects, Gone, Hook};
@@ -56,7 +56,7 @@ pub(super) struct Step<'a> {
     /// Settings (the crash limit, replicas of intermediate objects, the window).
     pub(super) cfg: &'a CoreConfig,
     /// The tasks the core keeps.
-    pub(super) tasks: &'a mut FxHashMap<TaskId, TaskEntry>,
+    pub(super) tasks: &'a mut TaskTable,
     /// Each job's unfinished tasks, held cores and intermediate objects.
     pub(super) jobs: &'a mut FxHashMap<JobId, JobEntry>,
     /// The task counters.
@@ -214,7 +214,7 @@ impl Step<'_> {
         job.objects.extend(spec.produces.iter().copied());
         self.dataflow.add_reader(id, &inputs);
         let entry = TaskEntry::new(&spec, inputs, Phase::Blocked, attempts);
-        self.tasks.insert(id, entry);
+        self.tasks.insert(id, Box::new(entry));
         self.counts.blocked += 1;
         let mut deps: Vec<TaskId> = spec.after;
         for i in &self.tasks[&id].inputs {
@@ -263,10 +263,10 @@ impl Step<'_> {
         let entry = TaskEntry::new(&spec, inputs, Phase::Done, 0);
         self.tasks.insert(
             spec.id,
-            TaskEntry {
+            Box::new(TaskEntry {
                 held: false,
                 ..entry
-            },
+            }),
         );
         Ok(())
     }

@@ -133,7 +133,7 @@ pub(super) fn forget_node(s: &mut Step, racks: &mut Racks, node: NodeId) -> Vec<
         if let Some(TaskEntry {
             phase: Phase::Running { peers, .. },
             ..
-        }) = s.tasks.get_mut(&t)
+        }) = s.tasks.get_mut(&t).map(|e| &mut **e)
         {
             peers.retain(|p| *p != node);
         }

@@ -3,12 +3,11 @@
 //! takes or gives back a node's resources; nothing else changes a node's record.
 
 use super::config::CoreError;
-use super::state::{NodeEntry, TaskEntry};
+use super::state::{NodeEntry, TaskTable};
 use crate::ids::{NodeId, NodeName, TaskId};
 use crate::resources::Resources;
 use crate::task::Placement;
 use crate::time::Time;
-use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The nodes in the pool, by id.
@@ -217,7 +216,7 @@ impl Nodes {
 
     /// Each node's used resources are what its running tasks hold and within what it has;
     /// the free set and the slot counts agree with them.
-    pub(super) fn check(&self, tasks: &FxHashMap<TaskId, TaskEntry>) -> Result<(), String> {
+    pub(super) fn check(&self, tasks: &TaskTable) -> Result<(), String> {
         let mut busy = 0u64;
         let mut slots = 0u64;
         for (id, n) in &self.nodes {
@@ -280,6 +279,6 @@ mod tests {
         assert!(nodes.has_name(NodeName(3)));
         nodes.remove(b);
         assert_eq!((nodes.count(), nodes.slots(), nodes.busy()), (1, 2, 0));
-        assert!(nodes.check(&FxHashMap::default()).is_ok());
+        assert!(nodes.check(&super::TaskTable::default()).is_ok());
     }
 }

@@ -27,6 +27,11 @@ pub(super) enum Phase {
     },
 }
 
+/// The tasks the core keeps, by id. Each entry is boxed: a map's buckets hold a whole value
+/// each, and with room to grow a map has up to twice as many buckets as entries, so unboxed
+/// entries of ~300 bytes cost ~700 bytes a queued task (bench/queued_rss.sh).
+pub(super) type TaskTable = rustc_hash::FxHashMap<TaskId, Box<TaskEntry>>;
+
 /// A task the core keeps (blocked, queued, running, or kept as a producer).
 #[derive(Clone, Debug)]
 pub(super) struct TaskEntry {

@@ -7,7 +7,7 @@ use super::hints::Hints;
 use super::nodes::Nodes;
 use super::policies::Policies;
 use super::queued::Queued;
-use super::state::{JobEntry, Phase, TaskEntry};
+use super::state::{JobEntry, Phase, TaskTable};
 use crate::hooks::hook::CoreView;
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
@@ -21,7 +21,7 @@ pub(super) struct View<'a> {
     /// The scheduling window's depth (`CoreConfig::window`).
     pub(super) window: usize,
     /// The tasks the core keeps.
-    pub(super) tasks: &'a FxHashMap<TaskId, TaskEntry>,
+    pub(super) tasks: &'a TaskTable,
     /// The jobs.
     pub(super) jobs: &'a FxHashMap<JobId, JobEntry>,
     /// The intermediate objects.
@@ -40,11 +40,7 @@ pub(super) struct View<'a> {
 
 /// Whether `task`'s policy reads through caches (its job's policy; the core's own for a task
 /// the core does not know).
-pub(super) fn caches_for(
-    tasks: &FxHashMap<TaskId, TaskEntry>,
-    policies: &Policies,
-    task: TaskId,
-) -> bool {
+pub(super) fn caches_for(tasks: &TaskTable, policies: &Policies, task: TaskId) -> bool {
     match tasks.get(&task) {
         Some(t) => policies.caches_for_job(t.job),
         None => policies.own_caches(),
