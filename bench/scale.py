@@ -2,9 +2,9 @@
 """The dispatcher against emulated pools (`diffuse emulate`): see bench/scale.sh."""
 import json, os, signal, subprocess, sys, threading, time, urllib.request
 
-DIFFUSE, WORK = sys.argv[1], sys.argv[2]
-COUNTS = [int(x) for x in sys.argv[3].split(",")]
-NOOP = int(sys.argv[4])
+DIFFUSE, EMULATOR, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+COUNTS = [int(x) for x in sys.argv[4].split(",")]
+NOOP = int(sys.argv[5])
 SLOTS = 4
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -84,7 +84,7 @@ def one(workers):
             except Exception:
                 time.sleep(0.1)
         t0 = time.time()
-        e = subprocess.Popen([DIFFUSE, "emulate", "--dispatcher", f"http://127.0.0.1:{port}", "--workers", str(workers),
+        e = subprocess.Popen([EMULATOR, "emulate", "--dispatcher", f"http://127.0.0.1:{port}", "--workers", str(workers),
                               "--slots", str(SLOTS)], stdout=subprocess.PIPE, stderr=open(f"{WORK}/e{workers}.log", "w"))
         while status(port)["workers"] < workers:
             if e.poll() is not None:

@@ -7,8 +7,10 @@
 # dispatcher's CPU seconds and RSS over the no-op phase; and p50/p99 latency of GET /v1/status,
 # of a task listing and of a 10,000-task submission, probed while the no-op phase runs.
 # The emulator takes one core of this 2-core machine: what is left is the dispatcher's.
+# EMULATOR_BIN=path runs the emulator of another build (to measure a dispatcher built before
+# `diffuse emulate` existed, with DIFFUSE_BIN).
 # Usage: bench/scale.sh [workers=10,100,1000,10000] [noop_tasks=200000]
 source "$(dirname "$0")/common.sh"
 export DIFFUSE_CLIENT_TOKEN=c-$RANDOM$RANDOM DIFFUSE_WORKER_TOKEN=w-$RANDOM$RANDOM
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-python3 bench/scale.py "$DIFFUSE" "$WORK" "${1:-10,100,1000,10000}" "${2:-200000}"
+python3 bench/scale.py "$DIFFUSE" "${EMULATOR_BIN:-$DIFFUSE}" "$WORK" "${1:-10,100,1000,10000}" "${2:-200000}"
