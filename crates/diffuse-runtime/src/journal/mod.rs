@@ -724,13 +724,20 @@ impl Journal {
 
     /// Dispatch history of one task with each attempt's report, for attempts that ended without
     /// ending the task (a retried failure): `(attempt, node, report JSON)` in attempt order.
+    /// The attempt that ended the task may have no attempt row (the dispatcher's writer leaves
+    /// it out when the outcome is committed with it): it is read from the outcome.
     pub fn attempt_results(
         &self,
         id: &str,
     ) -> Result<Vec<(u32, String, Option<String>)>, JournalError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT a.attempt, a.node, a.result_json FROM tasks t JOIN attempts a ON a.task_seq = t.seq
-             WHERE t.id = ?1 ORDER BY a.attempt",
+             WHERE t.id = ?1
+             UNION ALL
+             SELECT o.attempt, o.node, NULL FROM tasks t JOIN outcomes o ON o.task_seq = t.seq
+             WHERE t.id = ?1 AND o.node IS NOT NULL AND o.attempt > 0 AND NOT EXISTS
+                 (SELECT 1 FROM attempts a WHERE a.task_seq = t.seq AND a.attempt = o.attempt)
+             ORDER BY 1",
         )?;
         let rows = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
