@@ -75,7 +75,7 @@ def probe(port, stop, lat):
 def one(workers):
     port = 20000 + (os.getpid() + workers) % 20000
     journal = f"{WORK}/j{workers}.sqlite"
-    d = subprocess.Popen([DIFFUSE, "dispatcher", "--listen", f"127.0.0.1:{port}", "--journal", journal],
+    d = subprocess.Popen([DIFFUSE, "dispatcher", "--listen", f"127.0.0.1:{port}", "--journal", journal] + os.environ.get("DISPATCHER_ARGS", "").split(),
                          stderr=open(f"{WORK}/d{workers}.log", "w"))
     try:
         for _ in range(100):

@@ -9,6 +9,7 @@
 # The emulator takes one core of this 2-core machine: what is left is the dispatcher's.
 # EMULATOR_BIN=path runs the emulator of another build (to measure a dispatcher built before
 # `diffuse emulate` existed, with DIFFUSE_BIN).
+# DISPATCHER_ARGS="--ready-tasks 1" passes options to the dispatcher.
 # Usage: bench/scale.sh [workers=10,100,1000,10000] [noop_tasks=200000]
 source "$(dirname "$0")/common.sh"
 export DIFFUSE_CLIENT_TOKEN=c-$RANDOM$RANDOM DIFFUSE_WORKER_TOKEN=w-$RANDOM$RANDOM

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # 20,000 tasks of `true` through `diffuse run` against `xargs -P <same slots>` running the same
-# commands, in one run. Usage: bench/true_vs_xargs.sh [tasks=20000] [workers=2] [slots=2]
+# commands, in one run. RUN_ARGS="--ready-tasks 1" passes options to `diffuse run`.
+# Usage: bench/true_vs_xargs.sh [tasks=20000] [workers=2] [slots=2]
 source "$(dirname "$0")/common.sh"
 N=${1:-20000}; W=${2:-2}; S=${3:-2}; P=$((W * S))
 python3 -c "
 import json
 with open('$WORK/tasks.jsonl','w') as f:
     for i in range($N): f.write(json.dumps({'id':'t%d'%i,'cmd':['true']})+'\n')"
-"$DIFFUSE" run "$WORK/tasks.jsonl" --workers "$W" --slots-per-worker "$S" --run-dir "$WORK/run" $(cache_flag) --json >"$WORK/out.json" 2>/dev/null
+"$DIFFUSE" run "$WORK/tasks.jsonl" --workers "$W" --slots-per-worker "$S" ${RUN_ARGS:-} --run-dir "$WORK/run" $(cache_flag) --json >"$WORK/out.json" 2>/dev/null
 d=$(json "['tasks_per_s']" <"$WORK/out.json")
 start=$(date +%s.%N)
 seq "$N" | xargs -P "$P" -n 1 true

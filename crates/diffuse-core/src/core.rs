@@ -163,13 +163,14 @@ impl Core {
         let bandwidth = cfg.bandwidth;
         let peer_read_limit = cfg.peer_read_limit;
         let job_order = cfg.job_order.build(());
+        let ready = cfg.ready_tasks;
         Core {
             cfg,
             policies: Policies::new(policy),
             tasks: FxHashMap::default(),
             queued: Queued::new(job_order),
             copies: Copies::default(),
-            nodes: Nodes::default(),
+            nodes: Nodes::new(ready),
             actions: VecDeque::new(),
             dirty: false,
             provisioner,
@@ -258,7 +259,7 @@ impl Core {
         let tasks = &self.tasks;
         self.dataflow.check(tasks, self.copies.index())?;
         self.hints.check(tasks, &|name| self.nodes.has_name(name))?;
-        invariants::jobs(&self.jobs, tasks, self.nodes.busy())?;
+        invariants::jobs(&self.jobs, tasks, self.nodes.held_cores())?;
         let queued = tasks
             .values()
             .filter(|t| matches!(t.phase, Phase::Queued { .. }));

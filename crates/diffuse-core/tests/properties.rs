@@ -196,6 +196,9 @@ impl Model {
             prefetch: None,
             two_mark: false,
             bandwidth: Default::default(),
+            // Ready slots have their own tests (tests/ready_tasks.rs); this model counts a
+            // node's running tasks against its cores.
+            ready_tasks: 0,
             handoff: knobs.handoff.map(|(budget, _)| HandoffConfig {
                 budget,
                 time_bound: Duration::from_secs(5),

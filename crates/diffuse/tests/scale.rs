@@ -150,3 +150,63 @@ fn an_emulated_worker_runs_for_compute_s_and_answers_cancel_and_leave_as_a_worke
         (c.task("long-b")["state"] == "queued").then_some(())
     });
 }
+
+/// `--ready-tasks 1`: each worker holds one task ready beyond its cores (Falkon's pre-fetched
+/// tasks). A ready task waits on the worker without starting; cancelled, it ends without its
+/// program ever running; when its worker leaves it is given back with the running one and
+/// runs elsewhere; every task ends once.
+#[test]
+fn a_task_held_ready_on_a_worker_is_cancelled_unstarted_and_given_back_when_the_worker_leaves() {
+    let mut c = Cluster::start_with(&[], &["--ready-tasks", "1"], &[]);
+    c.worker("w1", 1, "10MB");
+    c.wait_workers(1);
+    let marks = c.path("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let task = |id: &str, secs: u32| json!({"id": id, "cmd": format!("touch {}/{id} && sleep {secs}", marks.display())});
+    c.submit(&[task("a", 600), task("b", 600), task("c", 1)]);
+    // a runs, b waits on the worker (dispatched, not started), c stays queued.
+    poll("a started", || marks.join("a").exists().then_some(()));
+    poll("b sent ahead", || {
+        (c.task("b")["state"] == "running" && c.task("c")["state"] == "queued").then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        !marks.join("b").exists(),
+        "b started while a holds the only core"
+    );
+    // Cancelled while ready: it ends at once, its program never run; c takes the ready slot.
+    let r = c
+        .http
+        .post(format!("{}/v1/tasks/b/cancel", c.url))
+        .bearer_auth(&c.client_token)
+        .send()
+        .expect("cancel");
+    assert!(r.status().is_success());
+    assert_eq!(c.wait_done("b")["state"], "cancelled");
+    assert!(!marks.join("b").exists(), "a cancelled ready task ran");
+    poll("c sent ahead", || {
+        (c.task("c")["state"] == "running").then_some(())
+    });
+    // The worker leaves (SIGTERM): a (running) and c (ready) are given back, not failed, and
+    // run on the next worker.
+    c.signal_worker(0, Signal::TERM);
+    poll("w1 gone", || (c.status()["workers"] == 0).then_some(()));
+    for id in ["a", "c"] {
+        let t = c.task(id);
+        assert_eq!(t["state"], "queued", "{id}: {t}");
+    }
+    c.worker("w2", 2, "10MB");
+    let (_, report) = c.wait_succeeded("c");
+    assert!(report["exit_code"] == 0, "{report}");
+    let s = c.status();
+    assert_eq!(
+        (
+            s["succeeded"].as_u64(),
+            s["cancelled"].as_u64(),
+            s["failed"].as_u64()
+        ),
+        (Some(1), Some(1), Some(0)),
+        "{s}"
+    );
+    assert_eq!(c.task("a")["state"], "running", "a runs again on w2");
+}

@@ -62,6 +62,12 @@ pub struct CoreConfig {
     /// reads from.
     #[serde(default)]
     pub bandwidth: crate::bandwidth::BandwidthConfig,
+    /// Tasks each node may hold ready beyond its cores (one core each): the next task waits on
+    /// the node while one runs, so a slot starts it as soon as a task ends instead of after a
+    /// round trip to the driver (Falkon's executors pre-fetched tasks). Nodes with a free core
+    /// are offered tasks first; a ready slot takes a task only when none has. 0: none.
+    #[serde(default)]
+    pub ready_tasks: u32,
 }
 
 fn one() -> u32 {
@@ -85,6 +91,7 @@ impl Default for CoreConfig {
             prefetch: None,
             two_mark: false,
             bandwidth: Default::default(),
+            ready_tasks: 0,
         }
     }
 }

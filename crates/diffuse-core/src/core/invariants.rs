@@ -80,15 +80,16 @@ pub(super) fn demanding(demanding: &BTreeSet<TaskId>, tasks: &TaskTable) -> Resu
     Ok(())
 }
 
-/// Each job's running cores add up to the `busy` slots; each job counts its unfinished tasks.
+/// Each job's running cores add up to the cores the nodes' tasks hold (`held`, ready tasks
+/// included); each job counts its unfinished tasks.
 pub(super) fn jobs(
     jobs: &FxHashMap<JobId, JobEntry>,
     tasks: &TaskTable,
-    busy: u64,
+    held: u64,
 ) -> Result<(), String> {
-    let held: u64 = jobs.values().map(|j| j.running_cores).sum();
-    if held != busy {
-        return Err(format!("jobs hold {held} cores, busy slots {busy}"));
+    let by_jobs: u64 = jobs.values().map(|j| j.running_cores).sum();
+    if by_jobs != held {
+        return Err(format!("jobs hold {by_jobs} cores, the nodes' tasks {held}"));
     }
     let mut unfinished: FxHashMap<JobId, u64> = FxHashMap::default();
     // A producer running again to remake its objects counts as unfinished until it ends.

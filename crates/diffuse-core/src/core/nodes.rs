@@ -18,11 +18,28 @@ pub(super) struct Nodes {
     free: BTreeSet<NodeId>,
     /// Cores of all nodes.
     slots: u64,
-    /// Cores the running tasks hold.
+    /// Cores the running tasks hold: on each node, at most its cores (tasks held ready beyond
+    /// them do not count).
     busy: u64,
+    /// One-core tasks each node may hold ready beyond its cores
+    /// ([`crate::CoreConfig::ready_tasks`]).
+    ready: u32,
 }
 
 impl Nodes {
+    /// No node yet; each node may hold `ready` one-core tasks beyond its cores.
+    pub(super) fn new(ready: u32) -> Nodes {
+        Nodes {
+            ready,
+            ..Nodes::default()
+        }
+    }
+
+    /// Whether nodes hold tasks ready beyond their cores.
+    pub(super) fn keeps_ready(&self) -> bool {
+        self.ready > 0
+    }
+
     /// `node` joined with `capacity`, idle since `now`.
     pub(super) fn join(
         &mut self,
@@ -64,7 +81,7 @@ impl Nodes {
         let entry = self.nodes.remove(&node)?;
         self.free.remove(&node);
         self.slots -= entry.capacity.cores as u64;
-        self.busy -= entry.used.cores as u64;
+        self.busy -= entry.used.cores.min(entry.capacity.cores) as u64;
         Some(entry)
     }
 
@@ -93,33 +110,40 @@ impl Nodes {
         self.slots
     }
 
-    /// Cores the running tasks hold.
+    /// Cores the running tasks hold (tasks held ready beyond a node's cores not counted).
     pub(super) fn busy(&self) -> u64 {
         self.busy
     }
 
-    /// Nodes with at least one free core.
+    /// Cores the running tasks hold, ready tasks included (for checks: it walks every node).
+    pub(super) fn held_cores(&self) -> u64 {
+        self.nodes.values().map(|n| n.used.cores as u64).sum()
+    }
+
+    /// Nodes with room for a task: a free core, or a ready slot.
     pub(super) fn free(&self) -> &BTreeSet<NodeId> {
         &self.free
     }
 
-    /// Whether `node` has a free core.
-    pub(super) fn has_free_slot(&self, node: NodeId) -> bool {
+    /// Whether `node` has room for a task: a free core, or (with `ready`) a ready slot.
+    pub(super) fn has_room(&self, node: NodeId, ready: bool) -> bool {
+        let extra = if ready { self.ready } else { 0 };
         self.nodes
             .get(&node)
-            .is_some_and(|n| n.used.cores < n.capacity.cores)
+            .is_some_and(|n| n.used.cores < n.capacity.cores + extra)
     }
 
     /// `task` runs on `node`, holding `held`.
     pub(super) fn occupy(&mut self, node: NodeId, task: TaskId, held: Resources) {
         let n = self.nodes.get_mut(&node).expect("node exists");
         n.running.push(task);
+        let before = n.used.cores.min(n.capacity.cores);
         n.used = n.used.plus(&held);
         n.idle_since = None;
-        if n.used.cores >= n.capacity.cores {
+        if n.used.cores >= n.capacity.cores + self.ready {
             self.free.remove(&node);
         }
-        self.busy += held.cores as u64;
+        self.busy += (n.used.cores.min(n.capacity.cores) - before) as u64;
     }
 
     /// `task` no longer runs on `node` and gives back `held`. False if it did not run there.
@@ -131,8 +155,9 @@ impl Nodes {
             return false;
         };
         n.running.swap_remove(pos);
+        let before = n.used.cores.min(n.capacity.cores);
         n.used = n.used.minus(&held);
-        self.busy -= held.cores as u64;
+        self.busy -= (before - n.used.cores.min(n.capacity.cores)) as u64;
         self.free.insert(node);
         true
     }
@@ -232,13 +257,18 @@ impl Nodes {
             if held != n.used {
                 return Err(format!("{id}: holds {held:?}, counted {:?}", n.used));
             }
-            if !n.used.fits_in(&n.capacity) {
+            // Ready tasks may hold up to `ready` cores beyond the node's, one each.
+            let room = Resources {
+                cores: n.capacity.cores + self.ready,
+                ..n.capacity
+            };
+            if !n.used.fits_in(&room) {
                 return Err(format!("{id}: tasks hold {:?} of {:?}", n.used, n.capacity));
             }
-            if (n.used.cores < n.capacity.cores) != self.free.contains(id) {
+            if (n.used.cores < room.cores) != self.free.contains(id) {
                 return Err(format!("{id}: free set disagrees with its cores"));
             }
-            busy += n.used.cores as u64;
+            busy += n.used.cores.min(n.capacity.cores) as u64;
             slots += n.capacity.cores as u64;
         }
         if busy != self.busy || slots != self.slots {
@@ -270,7 +300,7 @@ mod tests {
         );
         assert_eq!((nodes.count(), nodes.slots(), nodes.busy()), (2, 3, 0));
         nodes.occupy(b, TaskId(7), Resources::ONE_CORE);
-        assert!(!nodes.has_free_slot(b) && !nodes.free().contains(&b));
+        assert!(!nodes.has_room(b, false) && !nodes.free().contains(&b));
         assert_eq!(nodes.busy(), 1);
         assert!(!nodes.vacate(a, TaskId(7), Resources::ONE_CORE), "not on a");
         assert!(nodes.vacate(b, TaskId(7), Resources::ONE_CORE));

@@ -16,12 +16,21 @@ use crate::time::Time;
 
 /// Offer each free node's slots to the queued tasks: first the tasks hinted at it, then its
 /// policy's choice within the job order's shares; a local pass (data held where the node is)
-/// before one that takes any task.
+/// before one that takes any task. Where nodes hold tasks ready beyond their cores
+/// ([`crate::CoreConfig::ready_tasks`]), the free cores are offered first, then the ready slots.
 pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
     if s.queued.queue().is_empty() {
         return;
     }
     s.hints.time(s.tasks, now);
+    offer(s, sources, racks, now, false);
+    if s.nodes.keeps_ready() && !s.queued.queue().is_empty() {
+        offer(s, sources, racks, now, true);
+    }
+}
+
+/// One offer of the nodes' room (`ready`: the ready slots, else the free cores).
+fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool) {
     // A dispatch moves the window, which can bring in a task for a node that already
     // declined in this pass: repeat until a pass changes nothing of that kind.
     loop {
@@ -31,13 +40,13 @@ pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
             let free: Vec<NodeId> = s.nodes.free().iter().copied().collect();
             for node in free {
                 // A node takes the tasks hinted at it first.
-                while s.nodes.has_free_slot(node) {
+                while s.nodes.has_room(node, ready) {
                     let Some(task) = next_hinted(s, node, now) else {
                         break;
                     };
                     assign(s, sources, racks, task, node, now);
                 }
-                while s.nodes.has_free_slot(node) && !s.queued.queue().is_empty() {
+                while s.nodes.has_room(node, ready) && !s.queued.queue().is_empty() {
                     // A retried task avoids the node it failed on while another has room.
                     let elsewhere = s.nodes.free().len() > 1;
                     let tasks = &*s.tasks;
@@ -50,6 +59,10 @@ pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
                                 return false;
                             };
                             let e = &tasks[&t];
+                            // A ready slot holds one core and nothing else.
+                            if ready && !e.resources.is_one_core() {
+                                return false;
+                            }
                             (e.resources.is_one_core()
                                 || e.resources.fits_in(&n.capacity.minus(&n.used)))
                                 && !(elsewhere && e.avoid == Some(on))
@@ -62,8 +75,9 @@ pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
                     let nodes = &*s.nodes;
                     let load = |n: NodeId| {
                         nodes.get(n).map_or(1.0, |e| {
-                            e.reported_load
-                                .unwrap_or(e.used.cores as f64 / e.capacity.cores.max(1) as f64)
+                            e.reported_load.unwrap_or(
+                                (e.used.cores as f64 / e.capacity.cores.max(1) as f64).min(1.0),
+                            )
                         })
                     };
                     let beta = |t: TaskId| tasks.get(&t).and_then(|e| e.dad_beta);

@@ -7,7 +7,7 @@ use crate::proto::{
 };
 use crate::storage::Storage;
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -40,7 +40,7 @@ pub(super) async fn serve(
     let mut draining = false;
     let lost = |e: tokio_tungstenite::tungstenite::Error| format!("{name}: connection lost: {e}");
     loop {
-        if draining && me.timers.is_empty() {
+        if draining && me.timers.is_empty() && me.waiting.is_empty() {
             let _ = sink.close().await;
             return Ok(());
         }
@@ -68,7 +68,7 @@ pub(super) async fn serve(
                 }
             }
             Some(m) = lookups.recv() => me.out.push(m),
-            () = sleep_until(next_end) => me.end_due(tally),
+            () = sleep_until(next_end) => me.end_due(cfg, tally),
             _ = beat.tick() => me.out.push(ToDispatcher::Heartbeat),
             _ = stop.changed() => {
                 // Stopped: its tasks did not crash, they run elsewhere.
@@ -117,6 +117,8 @@ async fn send_all(
 struct Emulated {
     /// Running attempts by the time they end (and a sequence number to keep keys distinct).
     timers: BTreeMap<(Instant, u64), (Box<Assignment>, f64)>,
+    /// Tasks sent ahead of a free slot, in the order they came.
+    waiting: VecDeque<Box<Assignment>>,
     /// Where each running (task, attempt) is in `timers`.
     running: HashMap<(String, u32), (Instant, u64)>,
     seq: u64,
@@ -136,25 +138,27 @@ impl Emulated {
     ) -> bool {
         match order {
             ToWorker::Run(a) => {
-                let compute = if cfg.honour_compute {
-                    a.more.compute_s.unwrap_or(0.0)
+                // A task sent ahead of a free slot (the dispatcher's --ready-tasks) waits for
+                // one, as on a worker.
+                if self.timers.len() < cfg.slots as usize {
+                    self.start(cfg, a, tally);
                 } else {
-                    0.0
-                };
-                if compute <= 0.0 {
-                    self.finish(&a, unix_now(), None, tally);
-                } else {
-                    self.seq += 1;
-                    let key = (Instant::now() + Duration::from_secs_f64(compute), self.seq);
-                    self.running.insert((a.task.clone(), a.attempt), key);
-                    self.timers.insert(key, (a, unix_now()));
+                    self.waiting.push_back(a);
                 }
             }
             ToWorker::Cancel { task, attempt } => {
-                if let Some(key) = self.running.remove(&(task, attempt)) {
+                if let Some(key) = self.running.remove(&(task.clone(), attempt)) {
                     if let Some((a, started)) = self.timers.remove(&key) {
                         self.finish(&a, started, Some("cancelled".into()), tally);
                     }
+                    self.start_waiting(cfg, tally);
+                } else if let Some(i) = self
+                    .waiting
+                    .iter()
+                    .position(|a| a.task == task && a.attempt == attempt)
+                {
+                    let a = self.waiting.remove(i).expect("found");
+                    self.finish(&a, unix_now(), Some("cancelled".into()), tally);
                 }
             }
             ToWorker::Drop { uris } => {
@@ -214,8 +218,35 @@ impl Emulated {
         false
     }
 
-    /// Report every task whose time is up.
-    fn end_due(&mut self, tally: &Tally) {
+    /// Start `a`: it ends at once without a `compute_s`, else when its timer fires.
+    fn start(&mut self, cfg: &EmulatorConfig, a: Box<Assignment>, tally: &Tally) {
+        let compute = if cfg.honour_compute {
+            a.more.compute_s.unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        if compute <= 0.0 {
+            self.finish(&a, unix_now(), None, tally);
+        } else {
+            self.seq += 1;
+            let key = (Instant::now() + Duration::from_secs_f64(compute), self.seq);
+            self.running.insert((a.task.clone(), a.attempt), key);
+            self.timers.insert(key, (a, unix_now()));
+        }
+    }
+
+    /// Start the tasks waiting for a slot while slots are free.
+    fn start_waiting(&mut self, cfg: &EmulatorConfig, tally: &Tally) {
+        while self.timers.len() < cfg.slots as usize {
+            let Some(a) = self.waiting.pop_front() else {
+                return;
+            };
+            self.start(cfg, a, tally);
+        }
+    }
+
+    /// Report every task whose time is up, and start those waiting for its slot.
+    fn end_due(&mut self, cfg: &EmulatorConfig, tally: &Tally) {
         let now = Instant::now();
         while let Some(entry) = self.timers.first_entry() {
             if entry.key().0 > now {
@@ -225,6 +256,7 @@ impl Emulated {
             self.running.remove(&(a.task.clone(), a.attempt));
             self.finish(&a, started, None, tally);
         }
+        self.start_waiting(cfg, tally);
     }
 
     /// Report an attempt that started at `started` (Unix seconds) ended now (`error`: why it

@@ -56,6 +56,11 @@ pub(super) struct Ctx {
     pub(super) running: Arc<Running>,
     /// Input lookups under way at once, at most.
     pub(super) lookups: tokio::sync::Semaphore,
+    /// The worker's cores (`--cores`): an attempt takes its cores before it starts, so a task
+    /// the dispatcher sent ahead (`--ready-tasks`) waits here for one to free.
+    pub(super) cores: Arc<tokio::sync::Semaphore>,
+    /// How many cores the worker has.
+    pub(super) core_count: u32,
 }
 
 impl Ctx {
@@ -100,6 +105,8 @@ impl Ctx {
             launch: Launch::new(&cfg.task_env_drop, cfg.task_user.clone()),
             running: Arc::new(Running::default()),
             lookups: tokio::sync::Semaphore::new(LOOKUPS_AT_ONCE),
+            cores: Arc::new(tokio::sync::Semaphore::new(cfg.slots as usize)),
+            core_count: cfg.slots,
         })
     }
 

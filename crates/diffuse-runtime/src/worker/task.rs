@@ -141,6 +141,26 @@ pub(super) async fn run_task(
     }
 }
 
+/// Take the cores `a` asks for (at most the worker's), waiting while other attempts hold
+/// them; a stop while waiting ends the attempt as it would a running one.
+async fn take_cores(
+    ctx: &Ctx,
+    a: &Assignment,
+    mut stop: watch::Receiver<Option<Stop>>,
+) -> Result<tokio::sync::OwnedSemaphorePermit, Ending> {
+    let want = a.cores().clamp(1, ctx.core_count.max(1));
+    tokio::select! {
+        permit = ctx.cores.clone().acquire_many_owned(want) => {
+            Ok(permit.expect("the cores' semaphore is never closed"))
+        }
+        why = stop.wait_for(Option::is_some) => match why.ok().and_then(|w| *w) {
+            Some(Stop::Leaving) => Err(Ending::Left),
+            Some(Stop::Cancelled) => Err(Ending::Failed("cancelled".into())),
+            _ => Err(Ending::Failed("stopped before it started".into())),
+        },
+    }
+}
+
 /// An attempt in its made directory: stage its inputs, run its process, judge how it ended,
 /// and keep or upload its outputs; what happens goes in `report`.
 async fn run_attempt(
@@ -150,6 +170,10 @@ async fn run_attempt(
     stop: watch::Receiver<Option<Stop>>,
     report: &mut TaskReport,
 ) -> Result<(), Ending> {
+    // A task sent ahead of a free core waits for its cores here; its attempt starts when it
+    // has them.
+    let cores = take_cores(ctx, a, stop.clone()).await?;
+    report.started_at = unix_now();
     stage_inputs(ctx, a, &dir.staged, report).await?;
     // `{inputs[i]}` counts the task's inputs as written, repeats included.
     let by_position: Vec<PathBuf> = if a.positions.is_empty() {
@@ -167,6 +191,8 @@ async fn run_attempt(
         _ => {}
     }
     let ended = run_process(ctx, a, dir, &by_position, stop, report).await?;
+    // The process has ended: its cores go to the next task while its outputs are uploaded.
+    drop(cores);
     report.stdout = ended.stdout.path.as_ref().map(|p| p.display().to_string());
     report.stderr = ended.stderr.path.as_ref().map(|p| p.display().to_string());
     report.output_error = ended

@@ -195,6 +195,9 @@ impl SimConfig {
             prefetch: self.prefetch,
             two_mark: self.two_mark,
             bandwidth: Default::default(),
+            // The simulator has no round trip between a task's end and the next dispatch, so
+            // a task held ready would gain nothing (docs/simulation.md).
+            ready_tasks: 0,
         }
     }
 }

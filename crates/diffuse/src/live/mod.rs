@@ -75,6 +75,13 @@ pub struct SchedArgs {
     job_order: diffuse_core::JobOrder,
     #[command(flatten)]
     transfers: crate::transfer_args::TransferArgs,
+    /// Tasks each worker holds ready beyond its cores (one core each): the next task waits on
+    /// the worker while one runs and starts the moment a core frees, instead of after a round
+    /// trip to the dispatcher. For short tasks; a ready task's worker is chosen when it is
+    /// sent, so with long tasks it may wait behind a running one while another worker idles.
+    /// Free cores anywhere are offered before a ready slot. 0: none.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64), allow_hyphen_values = true)]
+    ready_tasks: u32,
 }
 
 impl SchedArgs {
@@ -94,6 +101,7 @@ impl SchedArgs {
             threshold: self.threshold,
             crash_limit: self.crash_limit,
             tmp_replicas: self.tmp_replicas,
+            ready_tasks: self.ready_tasks,
             ..CoreConfig::default()
         };
         self.transfers.apply(&mut cfg);
