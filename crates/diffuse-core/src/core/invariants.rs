@@ -89,7 +89,9 @@ pub(super) fn jobs(
 ) -> Result<(), String> {
     let by_jobs: u64 = jobs.values().map(|j| j.running_cores).sum();
     if by_jobs != held {
-        return Err(format!("jobs hold {by_jobs} cores, the nodes' tasks {held}"));
+        return Err(format!(
+            "jobs hold {by_jobs} cores, the nodes' tasks {held}"
+        ));
     }
     let mut unfinished: FxHashMap<JobId, u64> = FxHashMap::default();
     // A producer running again to remake its objects counts as unfinished until it ends.
