@@ -425,6 +425,33 @@ pub struct TaskReport {
 }
 
 impl TaskReport {
+    /// The report of attempt `a` before it has run: every time set to `at` (Unix seconds),
+    /// nothing else known.
+    pub fn blank(a: &Assignment, at: f64) -> TaskReport {
+        TaskReport {
+            task: a.task.clone(),
+            attempt: a.attempt,
+            exit_code: None,
+            error: None,
+            started_at: at,
+            staged_at: at,
+            finished_at: at,
+            stdout: None,
+            stderr: None,
+            stderr_tail: None,
+            output_error: None,
+            timed_out: false,
+            out_of_memory: false,
+            gpus: Vec::new(),
+            outputs: Vec::new(),
+            uncached: Vec::new(),
+            kept: Vec::new(),
+            lost_input: None,
+            hint_held: None,
+            traffic: Traffic::default(),
+        }
+    }
+
     /// Whether the attempt succeeded.
     pub fn succeeded(&self) -> bool {
         self.error.is_none() && self.exit_code == Some(0) && !self.timed_out

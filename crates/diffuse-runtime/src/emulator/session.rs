@@ -288,26 +288,12 @@ impl Emulated {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         self.out.push(ToDispatcher::Finished(TaskReport {
-            task: a.task.clone(),
-            attempt: a.attempt,
             exit_code: error.is_none().then_some(0),
             error,
-            started_at: started,
-            staged_at: started,
             finished_at: at,
-            stdout: None,
-            stderr: None,
-            stderr_tail: None,
-            output_error: None,
-            timed_out: false,
-            out_of_memory: false,
-            gpus: Vec::new(),
             outputs: a.outputs.clone(),
-            uncached: Vec::new(),
-            kept: Vec::new(),
-            lost_input: None,
-            hint_held: None,
             traffic,
+            ..TaskReport::blank(a, started)
         }));
     }
 }

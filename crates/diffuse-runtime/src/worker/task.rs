@@ -11,7 +11,7 @@ use super::inputs::{read_uncached, stage, Staged};
 use super::process::{execute, Ended, Exit, Job, Stop};
 use super::running::Registered;
 use super::taskdir::{log_name, safe_name, TaskDir};
-use crate::proto::{Assignment, KeptOutput, TaskReport, ToDispatcher, Traffic};
+use crate::proto::{Assignment, KeptOutput, TaskReport, ToDispatcher};
 use crate::uri::is_tmp;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,33 +59,7 @@ fn killed_by_a_stop_signal(exit_code: Option<i32>) -> bool {
 fn noop_report(a: &Assignment) -> TaskReport {
     TaskReport {
         exit_code: Some(0),
-        ..blank_report(a, unix_now())
-    }
-}
-
-/// The report of an attempt that has not run yet, every time set to `at`.
-fn blank_report(a: &Assignment, at: f64) -> TaskReport {
-    TaskReport {
-        task: a.task.clone(),
-        attempt: a.attempt,
-        exit_code: None,
-        error: None,
-        started_at: at,
-        staged_at: at,
-        finished_at: at,
-        stdout: None,
-        stderr: None,
-        stderr_tail: None,
-        output_error: None,
-        timed_out: false,
-        out_of_memory: false,
-        gpus: Vec::new(),
-        outputs: Vec::new(),
-        uncached: Vec::new(),
-        kept: Vec::new(),
-        lost_input: None,
-        hint_held: None,
-        traffic: Traffic::default(),
+        ..TaskReport::blank(a, unix_now())
     }
 }
 
@@ -112,7 +86,7 @@ pub(super) async fn run_task(
     registered: Registered,
 ) -> Option<TaskReport> {
     let stop = registered.stop.clone();
-    let mut report = blank_report(&a, unix_now());
+    let mut report = TaskReport::blank(&a, unix_now());
     let dir = TaskDir::new(
         &ctx.work,
         (&a.task, a.attempt),
