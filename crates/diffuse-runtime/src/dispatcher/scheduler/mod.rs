@@ -314,15 +314,13 @@ impl Scheduler {
                 limit,
                 reply,
             } => {
-                let (mut all, _) =
-                    pool::workers_view(self.pool.as_ref(), &self.core, &self.sessions);
-                all.sort_by(|a, b| a.name.cmp(&b.name));
-                let start = after.map_or(0, |a| all.partition_point(|w| w.name <= a));
-                let mut workers: Vec<_> = all.into_iter().skip(start).take(limit + 1).collect();
-                let next = (workers.len() > limit).then(|| {
-                    workers.truncate(limit);
-                    workers.last().map(|w| w.name.clone()).unwrap_or_default()
-                });
+                let (workers, next) = pool::workers_page(
+                    self.pool.as_ref(),
+                    &self.core,
+                    &self.sessions,
+                    after.as_deref(),
+                    limit,
+                );
                 let _ = reply.send(views::WorkerPage { workers, next });
             }
             SchedulerMsg::Series(since, reply) => {
@@ -417,7 +415,7 @@ impl Scheduler {
                 format!("{}: {}", task.def.id, self.ledger.spec_of(*t).resources)
             })
             .collect();
-        let (worker_list, pool) =
+        let (mut worker_list, pool) =
             pool::workers_view(self.pool.as_ref(), &self.core, &self.sessions);
         let mut workers_by_state: std::collections::BTreeMap<String, u32> = pool::WORKER_STATES
             .iter()
@@ -426,7 +424,6 @@ impl Scheduler {
         for w in &worker_list {
             *workers_by_state.entry(w.state.clone()).or_default() += 1;
         }
-        let mut worker_list = worker_list;
         let worker_list_more = worker_list.len().saturating_sub(views::STATUS_WORKER_ROWS) as u64;
         worker_list.truncate(views::STATUS_WORKER_ROWS);
         Status {

@@ -287,6 +287,27 @@ fn slot_use(core: &Core, node: NodeId, s: &Session) -> (u32, u32) {
     (s.slots, held)
 }
 
+/// A page of every worker in name order: at most `limit` after the name `after`, and the name
+/// to pass as `after` for the next page (None: this is the last). The cursor is a name: of two
+/// workers with the same name that fall on a page's edge, the second is not listed.
+pub fn workers_page(
+    pool: Option<&PoolLink>,
+    core: &Core,
+    sessions: &Sessions,
+    after: Option<&str>,
+    limit: usize,
+) -> (Vec<WorkerView>, Option<String>) {
+    let (mut all, _) = workers_view(pool, core, sessions);
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    let start = after.map_or(0, |a| all.partition_point(|w| w.name.as_str() <= a));
+    let mut page: Vec<WorkerView> = all.into_iter().skip(start).take(limit + 1).collect();
+    let next = (page.len() > limit).then(|| {
+        page.truncate(limit);
+        page.last().map(|w| w.name.clone()).unwrap_or_default()
+    });
+    (page, next)
+}
+
 /// Every worker by name: connected ones as running or idle, the pool's other requests (if it
 /// is elastic) in their own states; and the pool's view.
 pub fn workers_view(
