@@ -2,7 +2,8 @@
 //! back when idle, through local processes, a real Slurm (`scripts/slurm.sh`: munged, slurmctld
 //! and slurmd on this host) or the user's commands. Limits are sampled throughout; a worker
 //! killed under a running task (SIGKILL, `scancel`) loses no task; a hung `sbatch` stalls no
-//! dispatch; a frozen controller leaves no second job for one request; bad options are refused
+//! dispatch; a frozen controller leaves no second job for one request; one `sbatch` starts a
+//! job array of workers, and the pool's calls stay under their cap; bad options are refused
 //! before anything starts.
 
 mod common;
@@ -345,6 +346,11 @@ fn bad_pool_options_are_refused_before_anything_starts() {
             vec![],
             "--max-workers needs --provisioner",
         ),
+        (
+            vec!["--provisioner", "local", "--slurm-workers-per-job", "8"],
+            vec![],
+            "--slurm-workers-per-job needs --provisioner slurm",
+        ),
     ];
     for (args, extra_env, says) in cases {
         let mut all = vec![
@@ -645,6 +651,114 @@ fn a_frozen_controller_leaves_no_second_job_for_one_request() {
     });
     assert!(live_jobs(&slurm).is_empty());
     stop_dispatcher(&mut c);
+}
+
+/// Wrappers of sbatch, squeue and scancel, first on the returned PATH, that log each call
+/// (`<program> <unix time>`) to `dir/rm-calls` and run Slurm's own.
+fn counted_slurm_commands(dir: &std::path::Path) -> (String, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("counted-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = dir.join("rm-calls");
+    let path = std::env::var("PATH").unwrap();
+    for prog in ["sbatch", "squeue", "scancel"] {
+        let real = std::env::split_paths(&path)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("{prog} on PATH"));
+        let wrapper = bin.join(prog);
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\necho \"{prog} $(date +%s.%N)\" >> {}\nexec {} \"$@\"\n",
+                log.display(),
+                real.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (format!("{}:{path}", bin.display()), log)
+}
+
+#[test]
+fn one_sbatch_starts_a_job_array_of_workers_and_calls_stay_under_the_cap() {
+    let Some((dir, slurm)) = slurm_or_skip("job array", 8) else {
+        return;
+    };
+    let (path, calls) = counted_slurm_commands(dir.path());
+    // squeue every second would be 60 calls a minute: the cap of 12 paces it. With a time limit
+    // given, the workers do not ask squeue for it (their calls would be logged too).
+    let mut c = slurm_dispatcher(
+        &slurm,
+        &dir,
+        "6",
+        &[
+            "--slurm-workers-per-job",
+            "6",
+            "--max-pending",
+            "6",
+            "--rm-calls-per-minute",
+            "12",
+            "--slurm-time",
+            "10",
+        ],
+        &[("PATH", &path)],
+    );
+    let tasks = sleep_tasks("a", 36, 1.0);
+    c.submit(&tasks);
+    let ids: Vec<String> = tasks
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().into())
+        .collect();
+    all_succeeded(&c, &ids);
+    // Six workers, one per element, each under its own request's name and cache directory.
+    let names: std::collections::BTreeSet<String> = ids
+        .iter()
+        .map(|id| c.task(id)["node"].as_str().unwrap().to_string())
+        .collect();
+    let prefix = names.iter().next().unwrap().rsplit_once('-').unwrap().0;
+    let expected: std::collections::BTreeSet<String> =
+        (1..=6).map(|k| format!("{prefix}-{k}")).collect();
+    assert!(
+        names.is_subset(&expected) && names.len() >= 4,
+        "tasks ran on {names:?}, not on the array's requests {expected:?}"
+    );
+    for name in &names {
+        let cache = dir.path().join(format!("cache-{name}"));
+        assert!(cache.is_dir(), "{} missing", cache.display());
+    }
+    let elements = slurm.cmd("squeue", &["-h", "--array", "-t", "all", "-o", "%i %j"]);
+    let arrays: std::collections::BTreeSet<&str> = elements
+        .lines()
+        .filter(|l| l.contains(prefix))
+        .map(|l| l.split('_').next().unwrap())
+        .collect();
+    assert_eq!(arrays.len(), 1, "one array job: {elements}");
+    stop_dispatcher(&mut c);
+    poll("the array's elements ended", || {
+        live_jobs(&slurm).is_empty().then_some(())
+    });
+
+    let log = std::fs::read_to_string(&calls).unwrap();
+    let count = |prog: &str| log.lines().filter(|l| l.starts_with(prog)).count();
+    assert_eq!(count("sbatch "), 1, "one sbatch for six workers:\n{log}");
+    assert!(
+        count("scancel ") <= 1,
+        "the shutdown cancelled the jobs left in one call:\n{log}"
+    );
+    let times: Vec<f64> = log
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1)?.parse().ok())
+        .collect();
+    for (i, t) in times.iter().enumerate() {
+        let in_minute = times[i..].iter().filter(|u| **u - t < 59.9).count();
+        assert!(
+            in_minute <= 12,
+            "{in_minute} resource-manager calls within a minute of call {i}:\n{log}"
+        );
+    }
+    assert!(count("squeue ") >= 2, "the jobs were followed:\n{log}");
 }
 
 #[test]

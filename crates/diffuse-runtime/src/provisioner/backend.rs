@@ -54,6 +54,24 @@ pub trait ResourceManager: Send {
         launch: &'a Launch,
     ) -> RmFuture<'a, Result<(String, RmState), String>>;
 
+    /// Most requests one [`Self::submit_group`] takes (1: every request is submitted alone).
+    fn group_size(&self) -> u32 {
+        1
+    }
+
+    /// Submit several requests in one call (at most [`Self::group_size`], more than one):
+    /// each one's job id and state, in order. `launch` says `{request}` where each worker's
+    /// name goes. An error means that no job was made for any of them. Only a backend whose
+    /// group size is above 1 is asked.
+    fn submit_group<'a>(
+        &'a mut self,
+        requests: &'a [String],
+        launch: &'a Launch,
+    ) -> RmFuture<'a, Result<Vec<(String, RmState)>, String>> {
+        let _ = (requests, launch);
+        Box::pin(async { Err("this resource manager submits one worker per call".to_string()) })
+    }
+
     /// Its jobs, as [`Self::listing`] says (never called when it is [`Listing::Unlisted`]). A
     /// job's name is the request it was submitted for; several may share one
     /// ([`Listing::Named`]).
@@ -69,6 +87,24 @@ pub trait ResourceManager: Send {
         launch: &'a Launch,
         force: bool,
     ) -> RmFuture<'a, Result<(), String>>;
+
+    /// Cancel many jobs, `(request, job, launch)` each (at shutdown): the requests whose job
+    /// could not be cancelled, and why. One [`Self::cancel`] each unless the backend has
+    /// better (Slurm: one `scancel` for many jobs).
+    fn cancel_all<'a>(
+        &'a mut self,
+        jobs: &'a [(String, String, Launch)],
+    ) -> RmFuture<'a, Vec<(String, String)>> {
+        Box::pin(async move {
+            let mut failed = Vec::new();
+            for (request, job, launch) in jobs {
+                if let Err(e) = self.cancel(request, job, launch, false).await {
+                    failed.push((request.clone(), e));
+                }
+            }
+            failed
+        })
+    }
 
     /// At shutdown, once every job was cancelled: a backend whose workers are this process's
     /// children waits up to `grace` for them to end and kills the others. Others have nothing

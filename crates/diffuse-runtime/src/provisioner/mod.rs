@@ -66,7 +66,7 @@ pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
 pub enum Backend {
     /// `diffuse worker` processes on this machine.
     Local,
-    /// One Slurm batch job per worker.
+    /// Slurm batch jobs: one per worker, or job arrays of `workers_per_job`.
     Slurm(slurm::SlurmConfig),
     /// The user's start and stop commands.
     Command(command::CommandConfig),
@@ -164,6 +164,21 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
+    /// What starts the workers of a group of requests submitted at once, the first numbered
+    /// `first`: `{request}` in its arguments, and the prefix and the first number in the
+    /// environment, from which each member learns its own request (see `slurm.rs`).
+    pub fn launch_group(&self, first: u64) -> Launch {
+        let mut launch = self.launch("{request}");
+        launch.env.retain(|(k, _)| k != "DIFFUSE_POOL_REQUEST");
+        launch
+            .env
+            .push(("DIFFUSE_POOL_PREFIX".into(), self.prefix.clone()));
+        launch
+            .env
+            .push(("DIFFUSE_POOL_FIRST".into(), first.to_string()));
+        launch
+    }
+
     /// What starts the worker of `request`: the arguments of `diffuse worker`.
     pub fn launch(&self, request: &str) -> Launch {
         let mut args = vec![
@@ -495,43 +510,68 @@ impl Pool {
             .count() as u32
     }
 
+    /// Submit what is wanted while the limits allow and no failure asks for quiet: one request
+    /// per call, or up to the backend's group size in one (a Slurm job array).
     async fn submit_what_fits(&mut self) {
         while self.wanted > 0
             && self.alive() < self.cfg.max_workers
             && self.pending() < self.cfg.max_pending
             && Instant::now() >= self.quiet_until
         {
-            self.wanted -= 1;
-            let request = format!("{}-{}", self.cfg.prefix, self.next);
-            self.next += 1;
-            self.set(&request, None, RequestState::Requested);
-            if let Some(r) = self.requests.get_mut(&request) {
-                r.asked = Some(Instant::now());
+            let n = self
+                .wanted
+                .min(self.cfg.max_workers - self.alive())
+                .min(self.cfg.max_pending - self.pending())
+                .min(self.rm.group_size().max(1));
+            self.wanted -= n;
+            let first = self.next;
+            self.next += u64::from(n);
+            let requests: Vec<String> = (first..self.next)
+                .map(|k| format!("{}-{k}", self.cfg.prefix))
+                .collect();
+            for request in &requests {
+                self.set(request, None, RequestState::Requested);
+                if let Some(r) = self.requests.get_mut(request) {
+                    r.asked = Some(Instant::now());
+                }
             }
-            let launch = self.cfg.launch(&request);
-            match self.rm.submit(&request, &launch).await {
-                Ok((job, state)) => {
-                    let state = RequestState::of_live_job(&state);
-                    tracing::info!(
-                        request,
-                        job,
-                        backend = self.cfg.backend.name(),
-                        "worker requested"
-                    );
+            let answer = if let [request] = &requests[..] {
+                let launch = self.cfg.launch(request);
+                self.rm.submit(request, &launch).await.map(|job| vec![job])
+            } else {
+                let launch = self.cfg.launch_group(first);
+                self.rm.submit_group(&requests, &launch).await
+            };
+            match answer {
+                Ok(jobs) => {
                     self.failures_in_a_row = 0;
                     self.error(None);
-                    self.set(&request, Some(job), state);
+                    for (request, (job, state)) in requests.iter().zip(jobs) {
+                        tracing::info!(
+                            request,
+                            job,
+                            backend = self.cfg.backend.name(),
+                            "worker requested"
+                        );
+                        self.set(request, Some(job), RequestState::of_live_job(&state));
+                    }
                 }
                 Err(e) => {
                     self.failures_in_a_row += 1;
                     let pause = Duration::from_secs(1 << self.failures_in_a_row.min(6));
                     self.quiet_until = Instant::now() + pause;
+                    let what = match requests.len() {
+                        1 => "a worker".to_string(),
+                        n => format!("{n} workers"),
+                    };
                     tracing::warn!(
-                        request,
-                        "cannot acquire a worker: {e}; next try in {pause:?}"
+                        first = requests[0],
+                        "cannot acquire {what}: {e}; next try in {pause:?}"
                     );
-                    self.error(Some(format!("cannot acquire a worker: {e}")));
-                    self.gone(&request, Some(e));
+                    self.error(Some(format!("cannot acquire {what}: {e}")));
+                    for request in &requests {
+                        self.gone(request, Some(e.clone()));
+                    }
                 }
             }
         }
@@ -782,19 +822,24 @@ impl Pool {
         self.rm.cancel(name, &job, &launch, force).await
     }
 
-    /// Give every worker back: cancel each job, and let the backend wind down (a bounded time:
-    /// local processes are waited for, then killed).
+    /// Give every worker back: cancel each job (in as few calls as the backend can), and let
+    /// the backend wind down (a bounded time: local processes are waited for, then killed).
     async fn shutdown(&mut self) {
         self.wanted = 0;
-        let names: Vec<String> = self.requests.keys().cloned().collect();
-        for name in &names {
-            if let Err(e) = self.cancel(name, false).await {
-                tracing::warn!(request = %name, "cannot give its worker back: {e}");
-            }
+        let jobs: Vec<(String, String, Launch)> = self
+            .requests
+            .iter()
+            .map(|(name, r)| {
+                let job = r.job.clone().unwrap_or_default();
+                (name.clone(), job, self.cfg.launch(name))
+            })
+            .collect();
+        for (request, e) in self.rm.cancel_all(&jobs).await {
+            tracing::warn!(request, "cannot give its worker back: {e}");
         }
         self.rm.wind_down(self.cfg.release_grace).await;
-        if !names.is_empty() {
-            tracing::info!("gave back {} worker(s)", names.len());
+        if !jobs.is_empty() {
+            tracing::info!("gave back {} worker(s)", jobs.len());
         }
     }
 }

@@ -39,6 +39,16 @@ pub enum Extra {
     },
 }
 
+/// Where a job id sorts: by number, an array element (`<array id>_<k>`) by its array's, then
+/// its index; an id that is neither, last.
+fn job_order(id: &str) -> (u64, u64) {
+    let (array, k) = id.split_once('_').unwrap_or((id, "0"));
+    match (array.parse::<u64>(), k.parse::<u64>()) {
+        (Ok(a), Ok(k)) => (a, k),
+        _ => (u64::MAX, u64::MAX),
+    }
+}
+
 /// The extras among `jobs`, given the pool's live requests (`name -> its job id, once known`)
 /// and `room`: how many more workers the pool may take (what it still wants, within
 /// `--max-workers`). A request whose job is not known yet (its submission is being settled)
@@ -55,7 +65,7 @@ pub fn reconcile(
         .filter(|j| !matches!(j.state, RmState::Ended(_)))
         .collect();
     // Lowest id first: of several unknown jobs with one name, the oldest is the one adopted.
-    live.sort_by_key(|j| (j.id.parse::<u64>().unwrap_or(u64::MAX), j.id.clone()));
+    live.sort_by_key(|j| (job_order(&j.id), j.id.clone()));
     let mut claimed: BTreeMap<&str, &str> = BTreeMap::new();
     for job in live {
         let cancel = |why: String| Extra::Cancel {

@@ -1,11 +1,16 @@
 //! Running a resource manager's command (`sbatch`, `squeue`, `scancel`, a user's start or stop
 //! command): every call has a time limit, and failures are retried a bounded number of times
-//! with a doubling pause. A hung command is killed, never waited on forever.
+//! with a doubling pause. A hung command is killed, never waited on forever. The pool's calls
+//! share a [`Pacer`]: at most so many per minute (`--rm-calls-per-minute`), so that a pool of
+//! thousands of workers cannot flood the resource manager's controller.
 
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::process::Command;
+use tokio::time::Instant;
 
 /// How resource-manager commands are run.
 #[derive(Clone, Debug)]
@@ -16,6 +21,8 @@ pub struct RmPolicy {
     pub retries: u32,
     /// Pause before the first retry; doubled before each next one.
     pub backoff: Duration,
+    /// The cap on calls per minute, shared by every clone of this policy.
+    pub pacer: Pacer,
 }
 
 impl Default for RmPolicy {
@@ -24,6 +31,77 @@ impl Default for RmPolicy {
             timeout: Duration::from_secs(30),
             retries: 2,
             backoff: Duration::from_secs(1),
+            pacer: Pacer::unlimited(),
+        }
+    }
+}
+
+/// At most `per_minute` calls in any 60 seconds: a call past the cap waits until the oldest of
+/// the last `per_minute` is a minute old. Clones share one count. A sliding window rather than
+/// a token bucket, so that the cap is what a site's administrator reads in its log: never more
+/// than that many `sbatch`, `squeue` and `scancel` in a minute.
+#[derive(Clone, Debug)]
+pub struct Pacer {
+    per_minute: Option<u32>,
+    recent: Arc<Mutex<VecDeque<Instant>>>,
+}
+
+/// The window of [`Pacer`].
+const MINUTE: Duration = Duration::from_secs(60);
+
+impl Pacer {
+    /// No cap.
+    pub fn unlimited() -> Pacer {
+        Pacer {
+            per_minute: None,
+            recent: Arc::default(),
+        }
+    }
+
+    /// At most `per_minute` calls in any minute (at least one).
+    pub fn per_minute(per_minute: u32) -> Pacer {
+        Pacer {
+            per_minute: Some(per_minute.max(1)),
+            recent: Arc::default(),
+        }
+    }
+
+    /// The cap, if any.
+    pub fn cap(&self) -> Option<u32> {
+        self.per_minute
+    }
+
+    /// Wait for room under the cap, then count one call (now).
+    pub async fn wait(&self) {
+        let Some(cap) = self.per_minute else {
+            return;
+        };
+        let mut warned = false;
+        loop {
+            let until = {
+                let mut recent = self.recent.lock().expect("pacer lock");
+                let now = Instant::now();
+                while recent
+                    .front()
+                    .is_some_and(|t| now.duration_since(*t) >= MINUTE)
+                {
+                    recent.pop_front();
+                }
+                if recent.len() < cap as usize {
+                    recent.push_back(now);
+                    return;
+                }
+                recent[recent.len() - cap as usize] + MINUTE
+            };
+            if !warned {
+                tracing::info!(
+                    "{cap} resource-manager calls in the last minute (--rm-calls-per-minute): \
+                     the next waits {:.0?}",
+                    until.saturating_duration_since(Instant::now())
+                );
+                warned = true;
+            }
+            tokio::time::sleep_until(until).await;
         }
     }
 }
@@ -141,7 +219,13 @@ impl Call {
         }
     }
 
-    /// Run with `policy`'s time limit and retries.
+    /// Run once under `policy`'s cap on calls per minute and its time limit.
+    pub async fn paced(&self, policy: &RmPolicy) -> Result<String, String> {
+        policy.pacer.wait().await;
+        self.once(policy.timeout).await
+    }
+
+    /// Run with `policy`'s cap, time limit and retries (each try counts against the cap).
     pub async fn run(&self, policy: &RmPolicy) -> Result<String, String> {
         let mut pause = policy.backoff;
         let mut last = String::new();
@@ -150,7 +234,7 @@ impl Call {
                 tokio::time::sleep(pause).await;
                 pause = pause.saturating_mul(2);
             }
-            match self.once(policy.timeout).await {
+            match self.paced(policy).await {
                 Ok(out) => return Ok(out),
                 Err(e) if e.contains("is not installed") => return Err(e),
                 Err(e) => {
@@ -166,7 +250,6 @@ impl Call {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[tokio::test]
     async fn a_hung_command_is_killed_at_its_time_limit() {
@@ -189,6 +272,7 @@ mod tests {
             timeout: Duration::from_secs(5),
             retries: 2,
             backoff: Duration::from_millis(10),
+            pacer: Pacer::unlimited(),
         };
         let err = Call::new("sh")
             .args(["-c", &script])
@@ -202,5 +286,39 @@ mod tests {
             missing.contains("`no-such-sbatch` is not installed"),
             "{missing}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cap_holds_in_every_minute_and_calls_wait_rather_than_fail() {
+        let pacer = Pacer::per_minute(3);
+        let shared = pacer.clone();
+        let start = Instant::now();
+        let mut at = Vec::new();
+        for _ in 0..7 {
+            // Clones count together.
+            if at.len() % 2 == 0 {
+                pacer.wait().await
+            } else {
+                shared.wait().await
+            }
+            at.push(start.elapsed());
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        // Three at 0, 5, 10 s; the fourth waits for the first to be a minute old, and so on.
+        let secs: Vec<u64> = at.iter().map(|d| d.as_secs()).collect();
+        assert_eq!(secs, [0, 5, 10, 60, 65, 70, 120]);
+        for (i, t) in at.iter().enumerate() {
+            let in_window = at[i..].iter().filter(|u| **u - *t < MINUTE).count();
+            assert!(
+                in_window <= 3,
+                "{in_window} calls within a minute of {t:?}: {at:?}"
+            );
+        }
+        let free = Pacer::unlimited();
+        let t = Instant::now();
+        for _ in 0..1000 {
+            free.wait().await;
+        }
+        assert_eq!(t.elapsed(), Duration::ZERO);
     }
 }

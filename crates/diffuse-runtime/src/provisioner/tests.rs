@@ -18,6 +18,10 @@ struct Scripted {
     calls: Arc<Mutex<Vec<String>>>,
     /// Job ids handed out.
     next: u64,
+    /// Most requests one call submits.
+    group: u32,
+    /// Whether the next group submission fails.
+    fail_group: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ResourceManager for Scripted {
@@ -33,6 +37,38 @@ impl ResourceManager for Scripted {
         self.calls.lock().unwrap().push(format!("submit {request}"));
         self.next += 1;
         let answer = Ok((self.next.to_string(), self.fresh.clone()));
+        Box::pin(async move { answer })
+    }
+
+    fn group_size(&self) -> u32 {
+        self.group
+    }
+
+    fn submit_group<'a>(
+        &'a mut self,
+        requests: &'a [String],
+        launch: &'a Launch,
+    ) -> RmFuture<'a, Result<Vec<(String, RmState)>, String>> {
+        let request = launch.args.iter().skip_while(|a| *a != "--name").nth(1);
+        let first = launch.env.iter().find(|(k, _)| k == "DIFFUSE_POOL_FIRST");
+        self.calls.lock().unwrap().push(format!(
+            "submit_group {} (--name {}, first {})",
+            requests.join(" "),
+            request.map_or("?", |r| r.as_str()),
+            first.map_or("?", |(_, v)| v.as_str())
+        ));
+        self.next += 1;
+        let array = self.next;
+        let answer = if self
+            .fail_group
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            Err("refused".to_string())
+        } else {
+            Ok((0..requests.len())
+                .map(|k| (format!("{array}_{k}"), self.fresh.clone()))
+                .collect())
+        };
         Box::pin(async move { answer })
     }
 
@@ -68,12 +104,20 @@ struct Bench {
     answers: Arc<Mutex<VecDeque<Vec<Job>>>>,
     calls: Arc<Mutex<Vec<String>>>,
     events: Arc<Mutex<Vec<PoolEvent>>>,
+    /// Set: the backend's next group submission fails.
+    fail_group: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Bench {
     /// Requests named `pfx-<n>`, at most 4 workers, listed at every tick, a worker given
     /// `start_timeout` to connect.
     fn new(listing: Listing, fresh: RmState, start_timeout: Duration) -> Bench {
+        Bench::grouped(listing, fresh, start_timeout, 1)
+    }
+
+    /// The same, on a backend that submits up to `group` requests in one call.
+    fn grouped(listing: Listing, fresh: RmState, start_timeout: Duration, group: u32) -> Bench {
+        let fail_group = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let answers = Arc::new(Mutex::new(VecDeque::new()));
         let calls = Arc::new(Mutex::new(Vec::new()));
         let events = Arc::new(Mutex::new(Vec::new()));
@@ -83,6 +127,8 @@ impl Bench {
             answers: answers.clone(),
             calls: calls.clone(),
             next: 0,
+            group,
+            fail_group: fail_group.clone(),
         };
         let sink = events.clone();
         let cfg = PoolConfig {
@@ -114,6 +160,7 @@ impl Bench {
             answers,
             calls,
             events,
+            fail_group,
         }
     }
 
@@ -279,4 +326,39 @@ async fn shutdown_cancels_every_job_then_winds_the_backend_down() {
             "wind_down"
         ]
     );
+}
+
+#[tokio::test]
+async fn a_grouped_backend_gets_the_requests_that_fit_in_one_call_each() {
+    let mut b = Bench::grouped(NAMED, RmState::Pending, HOUR, 3);
+    b.pool.adopt().await;
+    b.pool.on_cmd(PoolCmd::Acquire(4)).await;
+    // Three in one call (their names come from the job), the fourth alone (its own name).
+    assert_eq!(
+        b.calls(),
+        [
+            "list",
+            "submit_group pfx-1 pfx-2 pfx-3 (--name {request}, first 1)",
+            "submit pfx-4"
+        ]
+    );
+    assert_eq!(b.state("pfx-2"), Some(RequestState::Pending));
+    // Each element is followed as its own request.
+    b.lists(&[
+        ("1_0", "pfx-1", RmState::Running),
+        ("1_1", "pfx-2", RmState::Pending),
+        ("1_2", "pfx-3", RmState::Ended("CANCELLED".into())),
+        ("2", "pfx-4", RmState::Pending),
+    ]);
+    b.pool.tick().await;
+    assert_eq!(b.state("pfx-1"), Some(RequestState::Starting));
+    assert_eq!(b.state("pfx-2"), Some(RequestState::Pending));
+    assert_eq!(b.state("pfx-3"), None);
+    // A failed group submission makes none of its requests.
+    let mut b = Bench::grouped(Listing::Own, RmState::Running, HOUR, 4);
+    b.fail_group
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    b.pool.on_cmd(PoolCmd::Acquire(4)).await;
+    assert!((1..=4).all(|k| b.state(&format!("pfx-{k}")).is_none()));
+    assert_eq!(b.never_joined().len(), 4, "each said why");
 }

@@ -7,7 +7,7 @@ use crate::size::parse_size;
 use clap::{Args, ValueEnum};
 use diffuse_core::{DynamicConfig, HandoffConfig, Provisioning, StepPolicy};
 use diffuse_runtime::provisioner::command::CommandConfig;
-use diffuse_runtime::provisioner::rm::RmPolicy;
+use diffuse_runtime::provisioner::rm::{Pacer, RmPolicy};
 use diffuse_runtime::provisioner::slurm::SlurmConfig;
 use diffuse_runtime::provisioner::{Backend, PoolConfig};
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ pub enum Provisioner {
     Static,
     /// `diffuse worker` processes on this machine, each with its own cache.
     Local,
-    /// One Slurm batch job per worker (sbatch, squeue, scancel).
+    /// Slurm batch jobs: one per worker, or job arrays (sbatch, squeue, scancel).
     Slurm,
     /// Your own start and stop commands (--start-command, --stop-command).
     Command,
@@ -87,6 +87,10 @@ pub struct PoolArgs {
     /// How often squeue is asked how the worker jobs stand.
     #[arg(long, default_value = "5s", value_parser = seconds, allow_hyphen_values = true)]
     pub rm_poll: Duration,
+    /// Most resource-manager commands (sbatch, squeue, scancel, yours) in any minute; past it
+    /// the next waits (never fails). 0: no cap.
+    #[arg(long, default_value_t = 120)]
+    pub rm_calls_per_minute: u32,
     /// Slurm partition of the worker jobs (--partition).
     #[arg(long)]
     pub slurm_partition: Option<String>,
@@ -102,6 +106,10 @@ pub struct PoolArgs {
     /// Another sbatch argument, e.g. --slurm-arg=--constraint=ssd (repeatable).
     #[arg(long = "slurm-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub slurm_args: Vec<String>,
+    /// Workers one sbatch submits, as a job array (each element one worker, released on its
+    /// own); 1: one job per worker. At most the cluster's MaxArraySize - 1 (1000 by default).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    pub slurm_workers_per_job: u32,
     /// Your own batch script for worker jobs (#SBATCH lines, module loads...); the line
     /// `{worker}` in it starts the worker.
     #[arg(long)]
@@ -156,6 +164,7 @@ impl PoolArgs {
                 (self.min_workers > 0, "--min-workers"),
                 (self.start_command.is_some(), "--start-command"),
                 (self.slurm_partition.is_some(), "--slurm-partition"),
+                (self.slurm_workers_per_job > 1, "--slurm-workers-per-job"),
             ]
             .into_iter()
             .filter_map(|(on, f)| on.then_some(f))
@@ -184,6 +193,7 @@ impl PoolArgs {
                 time: self.slurm_time.clone(),
                 extra: self.slurm_args.clone(),
                 script: self.slurm_script.clone(),
+                workers_per_job: self.slurm_workers_per_job,
             }),
             Provisioner::Command => Backend::Command(CommandConfig {
                 start: self.start_command.clone().ok_or(
@@ -193,6 +203,9 @@ impl PoolArgs {
             }),
         };
         backend.check()?;
+        if self.provisioner != Provisioner::Slurm && self.slurm_workers_per_job > 1 {
+            return Err("--slurm-workers-per-job needs --provisioner slurm".into());
+        }
         if self.provisioner != Provisioner::Command
             && (self.start_command.is_some() || self.stop_command.is_some())
         {
@@ -250,6 +263,10 @@ impl PoolArgs {
                 timeout: self.rm_timeout,
                 retries: self.rm_retries,
                 backoff: Duration::from_secs(1),
+                pacer: match self.rm_calls_per_minute {
+                    0 => Pacer::unlimited(),
+                    n => Pacer::per_minute(n),
+                },
             },
             poll_interval: self.rm_poll,
             start_timeout: self.start_timeout,

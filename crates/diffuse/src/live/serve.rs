@@ -423,6 +423,15 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "worker".into());
         format!("{}-{}", host.trim(), std::process::id())
     });
+    // A worker of a Slurm job array learns its request in the job (see the pool's batch
+    // script): `{request}` in its name and cache directory stands for it.
+    let (name, cache_dir) = match &a.request {
+        Some(r) => (
+            name.replace("{request}", r),
+            PathBuf::from(a.cache_dir.to_string_lossy().replace("{request}", r)),
+        ),
+        None => (name, a.cache_dir),
+    };
     // One thread: a worker mostly waits on processes and sockets, and cross-thread wake-ups cost
     // more than they save on a busy node.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -446,7 +455,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         request: a.request,
         leave_at,
         token,
-        cache_dir: a.cache_dir,
+        cache_dir,
         cache_size: a.cache_size,
         slots: a.cores.unwrap_or(machine.cores),
         memory: a.memory.or(machine.memory),
