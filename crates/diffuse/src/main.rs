@@ -4,6 +4,12 @@
 //! `sim` (the discrete-event simulator over the scheduling core); `run`, `dispatcher`, `worker`,
 //! `submit`, `status`, `wait` (the live runtime).
 
+/// mimalloc, not glibc's malloc: the dispatcher allocates and frees small objects for every
+/// task on three threads, and glibc's malloc was 40% of the scheduler thread's time in a
+/// full-rate drain (`PERF=1 bench/drain.sh`; docs/scale.md has the figures).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod config;
 mod dad_args;
 mod live;
