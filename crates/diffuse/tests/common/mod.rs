@@ -39,6 +39,30 @@ pub struct Output {
     pub stderr: String,
 }
 
+/// This test process's `$XDG_CACHE_HOME` for `diffuse run` (kept across its runs, as a user's
+/// is). It cannot be removed when the process exits (no destructor runs then), so the first
+/// call removes those of test processes that are gone.
+fn test_caches() -> std::path::PathBuf {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    let tmp = std::env::temp_dir();
+    SWEEP.call_once(|| {
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("diffuse-test-caches-"))
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
+    tmp.join(format!("diffuse-test-caches-{}", std::process::id()))
+}
+
 /// Run `diffuse args…` in `cwd` (default: the test's) with extra environment `env`, to
 /// completion; kill it and fail the test if it outlives `deadline`.
 pub fn run_diffuse(
@@ -53,7 +77,7 @@ pub fn run_diffuse(
     }
     // `diffuse run`'s workers keep their caches between runs under $XDG_CACHE_HOME: one place
     // per test process, not the user's own.
-    let caches = std::env::temp_dir().join(format!("diffuse-test-caches-{}", std::process::id()));
+    let caches = test_caches();
     let mut child = cmd
         .args(args)
         .env("DIFFUSE_LOG", "info")
