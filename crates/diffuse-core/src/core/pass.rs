@@ -36,15 +36,23 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
     loop {
         let mut declined = false;
         let mut dispatched_after_decline = false;
+        // The window's bound, kept until a dispatch changes the queue.
+        let mut bound = None;
         for local_pass in [true, false] {
             let free: Vec<NodeId> = s.nodes.free().iter().copied().collect();
             for node in free {
+                // An empty queue has nothing for the nodes left, hinted or not (a hint binds
+                // a queued task only).
+                if s.queued.queue().is_empty() {
+                    break;
+                }
                 // A node takes the tasks hinted at it first.
                 while s.nodes.has_room(node, ready) {
                     let Some(task) = next_hinted(s, node, now) else {
                         break;
                     };
                     assign(s, sources, racks, task, node, now);
+                    bound = None;
                 }
                 while s.nodes.has_room(node, ready) && !s.queued.queue().is_empty() {
                     // A retried task avoids the node it failed on while another has room.
@@ -88,7 +96,9 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                         index: s.copies.effective(),
                         held: s.copies.index(),
                         racks,
-                        window_bound: view::window_bound(s.queued, s.hints, s.cfg.window),
+                        window_bound: *bound.get_or_insert_with(|| {
+                            view::window_bound(s.queued, s.hints, s.cfg.window)
+                        }),
                         busy_slots: s.nodes.busy(),
                         total_slots: s.nodes.slots(),
                         fits: &fits,
@@ -120,6 +130,7 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                     };
                     dispatched_after_decline |= declined;
                     assign(s, sources, racks, task, node, now);
+                    bound = None;
                 }
             }
         }
