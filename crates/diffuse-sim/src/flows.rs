@@ -17,7 +17,39 @@ pub type ResourceId = u32;
 /// Most resources one flow crosses: a peer read between racks crosses the holder's NIC, both
 /// racks' uplinks and the reader's NIC; a storage read, storage, its cap, the reader's uplink
 /// and NIC.
-const MAX_PATH: usize = 4;
+pub const MAX_PATH: usize = 4;
+
+/// The resources one flow crosses, in order: at most [`MAX_PATH`], kept inline (no allocation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Route {
+    ids: [ResourceId; MAX_PATH],
+    len: u8,
+}
+
+impl Route {
+    /// A route over `ids` (at most four).
+    pub fn of(ids: &[ResourceId]) -> Route {
+        let mut r = Route::default();
+        for id in ids {
+            r.push(*id);
+        }
+        r
+    }
+
+    /// `id` is crossed next.
+    pub fn push(&mut self, id: ResourceId) {
+        self.ids[self.len as usize] = id;
+        self.len += 1;
+    }
+}
+
+impl std::ops::Deref for Route {
+    type Target = [ResourceId];
+
+    fn deref(&self) -> &[ResourceId] {
+        &self.ids[..self.len as usize]
+    }
+}
 
 /// The drivers' clock resolution (`Time` counts nanoseconds), seconds.
 const CLOCK_STEP_S: f64 = 1e-9;
@@ -45,7 +77,7 @@ pub struct Flow<T> {
 
 /// What a flow in progress is, apart from the two numbers every step reads.
 #[derive(Clone, Debug)]
-struct Path<T> {
+struct Crossing<T> {
     /// What the driver wants back when the flow completes.
     tag: T,
     resources: [ResourceId; MAX_PATH],
@@ -66,7 +98,7 @@ pub struct FlowNet<T> {
     remaining: Vec<f64>,
     /// Bytes per second at the current allocation, per flow.
     rate: Vec<f64>,
-    paths: Vec<Path<T>>,
+    paths: Vec<Crossing<T>>,
     /// Resources whose flows changed since the last recompute.
     changed: Vec<ResourceId>,
     /// Time (seconds) at which `remaining` and `rate` were last brought up to date.
@@ -146,7 +178,7 @@ impl<T: Clone> FlowNet<T> {
         }
         self.remaining.push(bytes as f64);
         self.rate.push(0.0);
-        self.paths.push(Path {
+        self.paths.push(Crossing {
             tag,
             resources: rs,
             used: resources.len(),

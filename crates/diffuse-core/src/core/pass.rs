@@ -33,14 +33,17 @@ pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
 fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool) {
     // A dispatch moves the window, which can bring in a task for a node that already
     // declined in this pass: repeat until a pass changes nothing of that kind.
+    // The free nodes as each pass began (a dispatch may fill one meanwhile), one list reused.
+    let mut free: Vec<NodeId> = Vec::new();
     loop {
         let mut declined = false;
         let mut dispatched_after_decline = false;
         // The window's bound, kept until a dispatch changes the queue.
         let mut bound = None;
         for local_pass in [true, false] {
-            let free: Vec<NodeId> = s.nodes.free().iter().copied().collect();
-            for node in free {
+            free.clear();
+            free.extend(s.nodes.free().iter().copied());
+            for &node in &free {
                 // An empty queue has nothing for the nodes left, hinted or not (a hint binds
                 // a queued task only).
                 if s.queued.queue().is_empty() {
