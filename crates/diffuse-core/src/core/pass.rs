@@ -41,6 +41,8 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
         // The window's bound, kept until a dispatch changes the queue.
         let mut bound = None;
         for local_pass in [true, false] {
+            // A node declined the second pass since the last dispatch.
+            let mut any_declined = false;
             free.clear();
             free.extend(s.nodes.free().iter().copied());
             for &node in &free {
@@ -56,6 +58,7 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                     };
                     assign(s, sources, racks, task, node, now);
                     bound = None;
+                    any_declined = false;
                 }
                 while s.nodes.has_room(node, ready) && !s.queued.queue().is_empty() {
                     // A retried task avoids the node it failed on while another has room.
@@ -123,17 +126,24 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                         groups: policies.groups(),
                         held: &held,
                     });
+                    // The others would decline as the last one did (see
+                    // `DispatchPolicy::any_ignores_node`).
+                    if !local_pass && any_declined && uniform && shares.is_none() {
+                        break;
+                    }
                     let job_of = |t: TaskId| tasks[&t].job;
                     let choice = s
                         .policies
                         .choose(shares, &view, &job_of, node, now, local_pass);
                     let Some(task) = choice else {
                         declined = true;
+                        any_declined = !local_pass && s.policies.any_ignores_node();
                         break;
                     };
                     dispatched_after_decline |= declined;
                     assign(s, sources, racks, task, node, now);
                     bound = None;
+                    any_declined = false;
                 }
             }
         }
