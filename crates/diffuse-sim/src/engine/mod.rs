@@ -414,6 +414,7 @@ impl Simulation {
         let caching = self.core.caches_for(task);
         let mut r = self.tasks.take_running(task);
         r.delivered = t;
+        r.caching = caching;
         let node = r.node;
         let mut starts = Vec::new();
         let mut joined = 0;
@@ -499,9 +500,9 @@ impl Simulation {
     /// One input of `task` has been read: the predictor learns the rate, the copy is cached,
     /// tasks waiting for this fetch have it too.
     fn input_done(&mut self, task: TaskId, i: usize, bytes: u64) -> Result<(), SimError> {
-        let caching = self.core.caches_for(task);
         let now = secs(self.now);
         let r = self.tasks.running_mut(task);
+        let caching = r.caching;
         let (object, size, planned) = r.inputs[i];
         let (used, node, requested) = (r.plan[i].1, r.node, r.requested[i]);
         r.pending -= 1;

@@ -38,6 +38,8 @@ pub(super) struct Running {
     pub(super) compute_s: f64,
     /// Whether it writes objects (its arrival record lists some).
     pub(super) produces: bool,
+    /// Whether its policy reads through caches (asked of the core at delivery).
+    pub(super) caching: bool,
 }
 
 impl Running {
@@ -166,6 +168,7 @@ impl Tasks {
                 staged: 0.0,
                 compute_s: a.compute_s,
                 produces: !a.produces.is_empty(),
+                caching: false,
             },
         );
     }
