@@ -5,7 +5,8 @@
 //! smallest share it gets on any of its resources ("weighted share at the bottleneck"). This
 //! is not full max-min fairness: bandwidth a flow cannot use on one resource is not handed to
 //! the others. Rates are recomputed whenever a flow starts or ends; with at most one flow per
-//! slot and input, that is O(flows) per change.
+//! slot and input, that is O(flows) per change (a flow of weight 1 reads each resource's share,
+//! computed once per resource whose flows changed, with no division of its own).
 //!
 //! Weights model what equal shares miss: concurrent TCP readers of one server do not get equal
 //! rates, and the spread keeps identical tasks from moving in lockstep (docs/simulation.md,
