@@ -198,7 +198,11 @@ impl<T: Clone> FlowNet<T> {
         for &id in &p.resources[..p.used] {
             let r = &mut self.resources[id as usize];
             r.flows -= 1;
-            r.weight = if r.flows == 0 { 0.0 } else { r.weight - p.weight };
+            r.weight = if r.flows == 0 {
+                0.0
+            } else {
+                r.weight - p.weight
+            };
             if !r.changed {
                 r.changed = true;
                 self.changed.push(id);
@@ -221,7 +225,11 @@ impl<T: Clone> FlowNet<T> {
         for id in self.changed.drain(..) {
             let r = &mut self.resources[id as usize];
             r.changed = false;
-            r.unit = if r.flows == 0 { 0.0 } else { r.capacity / r.weight };
+            r.unit = if r.flows == 0 {
+                0.0
+            } else {
+                r.capacity / r.weight
+            };
         }
         let resources = &self.resources;
         for (rate, p) in self.rate.iter_mut().zip(&self.paths) {
@@ -264,7 +272,9 @@ impl<T: Clone> FlowNet<T> {
             let left = r / q;
             lanes[k] = if left < lanes[k] { left } else { lanes[k] };
         }
-        let least = lanes.into_iter().fold(f64::INFINITY, |a, b| if b < a { b } else { a });
+        let least = lanes
+            .into_iter()
+            .fold(f64::INFINITY, |a, b| if b < a { b } else { a });
         Some(self.now + least)
     }
 

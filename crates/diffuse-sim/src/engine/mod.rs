@@ -40,11 +40,11 @@ mod tasks;
 
 pub use config::{DynamicSettings, SimConfig, SimError, TaskTrace};
 
+use crate::flows::Route;
 use copies::{Copies, Move, Prefetch};
 use diffuse_core::bandwidth::Endpoint;
 use events::{Ev, Events};
 use handoff::{Ended, Handoffs};
-use crate::flows::Route;
 use network::{peer_path, Network, Tag};
 use nodes::{Nodes, SimNode};
 use reads::Fetches;

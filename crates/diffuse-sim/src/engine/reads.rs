@@ -24,7 +24,9 @@ pub(super) fn route(
 ) -> (Route, Used, f64) {
     let here = nodes.node(node);
     match src {
-        Source::Local if here.cache.contains(object) => (Route::of(&[here.ports.disk]), Used::Local, 0.0),
+        Source::Local if here.cache.contains(object) => {
+            (Route::of(&[here.ports.disk]), Used::Local, 0.0)
+        }
         Source::Peer(p) if caching && nodes.holds(*p, object) => (
             peer_path(&nodes.node(*p).ports, &here.ports),
             Used::Peer,
