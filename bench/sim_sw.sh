@@ -9,7 +9,7 @@ if [ -n "${DIFFUSE_BIN:-}" ]; then
     bin=$DIFFUSE_BIN
 else
     cargo build --release --locked -p diffuse >/dev/null 2>&1
-    bin=./target/release/diffuse
+    bin="${CARGO_TARGET_DIR:-$PWD/target}/release/diffuse"
 fi
 out=$(mktemp)
 start=$(date +%s.%N)

@@ -259,30 +259,18 @@ impl Locality {
         bound: u64,
     ) -> impl Iterator<Item = (TaskId, Score)> + '_ {
         let order = self.nodes.get(&node).map(|nc| &nc.order);
-        let mut next_class: Option<Score> = Some(FULL);
-        let mut current: Option<
-            std::collections::btree_set::Range<'_, (Reverse<Score>, u64, TaskId)>,
-        > = None;
+        // One walk of the set in its order, sought again only to skip the rest of a class: a
+        // class that runs out leads straight into the next lower one.
+        let mut walk = order.map(|o| o.range((Reverse(FULL), 0, TaskId(0))..));
         std::iter::from_fn(move || -> Option<(TaskId, Score)> {
             loop {
-                let order = order?;
-                if let Some(it) = current.as_mut() {
-                    if let Some(&(Reverse(s), seq, t)) = it.next() {
-                        if seq < bound {
-                            return Some((t, s));
-                        }
-                        // The rest of this class is beyond the window: go to the next lower score.
-                        next_class = s.checked_sub(1);
-                    }
-                    current = None;
+                let &(Reverse(s), seq, t) = walk.as_mut()?.next()?;
+                if seq < bound {
+                    return Some((t, s));
                 }
-                let class = next_class?;
-                let (Reverse(s), _, _) = *order.range((Reverse(class), 0, TaskId(0))..).next()?;
-                current =
-                    Some(order.range(
-                        (Reverse(s), 0, TaskId(0))..=(Reverse(s), u64::MAX, TaskId(u64::MAX)),
-                    ));
-                next_class = s.checked_sub(1);
+                // The rest of this class is beyond the window: go to the next lower score.
+                let lower = s.checked_sub(1)?;
+                walk = order.map(|o| o.range((Reverse(lower), 0, TaskId(0))..));
             }
         })
     }

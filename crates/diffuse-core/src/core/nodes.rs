@@ -8,12 +8,16 @@ use crate::ids::{NodeId, NodeName, TaskId};
 use crate::resources::Resources;
 use crate::task::Placement;
 use crate::time::Time;
-use std::collections::{BTreeMap, BTreeSet};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
 
 /// The nodes in the pool, by id.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Nodes {
-    nodes: BTreeMap<NodeId, NodeEntry>,
+    /// Each node's record (looked up on every offer of a slot: a hash map).
+    nodes: FxHashMap<NodeId, NodeEntry>,
+    /// The nodes' ids in order, for walks over all of them.
+    ids: BTreeSet<NodeId>,
     /// Nodes with at least one free core.
     free: BTreeSet<NodeId>,
     /// Cores of all nodes.
@@ -71,6 +75,7 @@ impl Nodes {
                 reported_load: None,
             },
         );
+        self.ids.insert(node);
         self.free.insert(node);
         self.slots += capacity.cores as u64;
         Ok(())
@@ -79,6 +84,7 @@ impl Nodes {
     /// `node` is gone: its record, if it was in the pool.
     pub(super) fn remove(&mut self, node: NodeId) -> Option<NodeEntry> {
         let entry = self.nodes.remove(&node)?;
+        self.ids.remove(&node);
         self.free.remove(&node);
         self.slots -= entry.capacity.cores as u64;
         self.busy -= entry.used.cores.min(entry.capacity.cores) as u64;
@@ -97,7 +103,7 @@ impl Nodes {
 
     /// Every node, in id order.
     pub(super) fn iter(&self) -> impl Iterator<Item = (NodeId, &NodeEntry)> {
-        self.nodes.iter().map(|(id, n)| (*id, n))
+        self.ids.iter().map(|id| (*id, &self.nodes[id]))
     }
 
     /// How many nodes are in the pool.
@@ -244,7 +250,7 @@ impl Nodes {
     pub(super) fn check(&self, tasks: &TaskTable) -> Result<(), String> {
         let mut busy = 0u64;
         let mut slots = 0u64;
-        for (id, n) in &self.nodes {
+        for (id, n) in self.iter() {
             let mut held = Resources {
                 cores: 0,
                 memory: 0,
@@ -265,7 +271,7 @@ impl Nodes {
             if !n.used.fits_in(&room) {
                 return Err(format!("{id}: tasks hold {:?} of {:?}", n.used, n.capacity));
             }
-            if (n.used.cores < room.cores) != self.free.contains(id) {
+            if (n.used.cores < room.cores) != self.free.contains(&id) {
                 return Err(format!("{id}: free set disagrees with its cores"));
             }
             busy += n.used.cores.min(n.capacity.cores) as u64;
@@ -273,6 +279,9 @@ impl Nodes {
         }
         if busy != self.busy || slots != self.slots {
             return Err("slot counters disagree with nodes".into());
+        }
+        if self.ids.len() != self.nodes.len() {
+            return Err("the list of node ids disagrees with the records".into());
         }
         for n in self.free.iter() {
             if !self.nodes.contains_key(n) {

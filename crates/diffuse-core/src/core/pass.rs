@@ -33,18 +33,32 @@ pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
 fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool) {
     // A dispatch moves the window, which can bring in a task for a node that already
     // declined in this pass: repeat until a pass changes nothing of that kind.
+    // The free nodes as each pass began (a dispatch may fill one meanwhile), one list reused.
+    let mut free: Vec<NodeId> = Vec::new();
     loop {
         let mut declined = false;
         let mut dispatched_after_decline = false;
+        // The window's bound, kept until a dispatch changes the queue.
+        let mut bound = None;
         for local_pass in [true, false] {
-            let free: Vec<NodeId> = s.nodes.free().iter().copied().collect();
-            for node in free {
+            // A node declined the second pass since the last dispatch.
+            let mut any_declined = false;
+            free.clear();
+            free.extend(s.nodes.free().iter().copied());
+            for &node in &free {
+                // An empty queue has nothing for the nodes left, hinted or not (a hint binds
+                // a queued task only).
+                if s.queued.queue().is_empty() {
+                    break;
+                }
                 // A node takes the tasks hinted at it first.
                 while s.nodes.has_room(node, ready) {
                     let Some(task) = next_hinted(s, node, now) else {
                         break;
                     };
                     assign(s, sources, racks, task, node, now);
+                    bound = None;
+                    any_declined = false;
                 }
                 while s.nodes.has_room(node, ready) && !s.queued.queue().is_empty() {
                     // A retried task avoids the node it failed on while another has room.
@@ -88,7 +102,9 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                         index: s.copies.effective(),
                         held: s.copies.index(),
                         racks,
-                        window_bound: view::window_bound(s.queued, s.hints, s.cfg.window),
+                        window_bound: *bound.get_or_insert_with(|| {
+                            view::window_bound(s.queued, s.hints, s.cfg.window)
+                        }),
                         busy_slots: s.nodes.busy(),
                         total_slots: s.nodes.slots(),
                         fits: &fits,
@@ -110,16 +126,24 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                         groups: policies.groups(),
                         held: &held,
                     });
+                    // The others would decline as the last one did (see
+                    // `DispatchPolicy::any_ignores_node`).
+                    if !local_pass && any_declined && uniform && shares.is_none() {
+                        break;
+                    }
                     let job_of = |t: TaskId| tasks[&t].job;
                     let choice = s
                         .policies
                         .choose(shares, &view, &job_of, node, now, local_pass);
                     let Some(task) = choice else {
                         declined = true;
+                        any_declined = !local_pass && s.policies.any_ignores_node();
                         break;
                     };
                     dispatched_after_decline |= declined;
                     assign(s, sources, racks, task, node, now);
+                    bound = None;
+                    any_declined = false;
                 }
             }
         }

@@ -112,6 +112,12 @@ impl Policies {
         }
     }
 
+    /// Whether the core's own policy decides every task (no job has one of its own) and its
+    /// `choose_any` ignores the node ([`DispatchPolicy::any_ignores_node`]).
+    pub(super) fn any_ignores_node(&self) -> bool {
+        self.by_job.is_empty() && self.own.any_ignores_node()
+    }
+
     /// Whether the core's own policy reads through caches.
     pub(super) fn own_caches(&self) -> bool {
         self.own.uses_locality()

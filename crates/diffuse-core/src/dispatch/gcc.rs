@@ -30,4 +30,8 @@ impl DispatchPolicy for GoodCacheCompute {
             MaxCacheHit.choose_any(view, node, now)
         }
     }
+    /// Both halves ignore the node, and utilisation changes only with a dispatch.
+    fn any_ignores_node(&self) -> bool {
+        true
+    }
 }

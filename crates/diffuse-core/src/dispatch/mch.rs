@@ -18,4 +18,7 @@ impl DispatchPolicy for MaxCacheHit {
     fn choose_any(&mut self, view: &SchedView<'_>, _node: NodeId, _now: Time) -> Option<TaskId> {
         view.oldest_cold()
     }
+    fn any_ignores_node(&self) -> bool {
+        true
+    }
 }

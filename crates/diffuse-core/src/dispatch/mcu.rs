@@ -17,4 +17,7 @@ impl DispatchPolicy for MaxComputeUtil {
     fn choose_any(&mut self, view: &SchedView<'_>, _node: NodeId, _now: Time) -> Option<TaskId> {
         view.oldest()
     }
+    fn any_ignores_node(&self) -> bool {
+        true
+    }
 }

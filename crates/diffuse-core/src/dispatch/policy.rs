@@ -22,6 +22,13 @@ pub trait DispatchPolicy: Send {
     fn choose_local(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId>;
     /// Second pass: any task this policy allows on `node`, or `None` to leave the slot idle.
     fn choose_any(&mut self, view: &SchedView<'_>, node: NodeId, now: Time) -> Option<TaskId>;
+    /// Whether `choose_any` gives every node the same answer while every queued task fits
+    /// every node with a free core, and changes nothing of the policy's own: then once one node
+    /// declines, the others of the same pass would too until a dispatch changes the queue, and
+    /// the core does not ask them. False unless a policy states it.
+    fn any_ignores_node(&self) -> bool {
+        false
+    }
     /// When the policy wants a dispatch pass even if nothing else happens (DAD while it delays
     /// a task: its next round). None: only when something changes.
     fn wake_at(&self) -> Option<Time> {

@@ -40,6 +40,7 @@ mod tasks;
 
 pub use config::{DynamicSettings, SimConfig, SimError, TaskTrace};
 
+use crate::flows::Route;
 use copies::{Copies, Move, Prefetch};
 use diffuse_core::bandwidth::Endpoint;
 use events::{Ev, Events};
@@ -292,7 +293,7 @@ impl Simulation {
 
     /// `task`'s inputs are all in: its program runs for its compute time.
     fn compute(&mut self, task: TaskId) {
-        let compute = self.tasks.arrival(task).compute_s;
+        let compute = self.tasks.running(task).compute_s;
         self.events.push(
             self.now + Duration::from_secs_f64(compute),
             Ev::ComputeDone(task),
@@ -307,7 +308,12 @@ impl Simulation {
         // What it wrote is on its node before it reports (as a worker does), kept at the
         // highest eviction priority: evicted only when nothing else is left (a worker pins it
         // outright, and fails a producer whose output does not fit).
-        for (object, size) in self.tasks.arrival(task).produces.clone() {
+        let produces = if r.produces {
+            self.tasks.arrival(task).produces.clone()
+        } else {
+            Vec::new()
+        };
+        for (object, size) in produces {
             self.core.handle_intermediate_size(object, size);
             let n = self.nodes.get_mut(r.node).expect("node of a running task");
             let admitted = n.cache.insert_at(object, size, i16::MAX);
@@ -408,6 +414,7 @@ impl Simulation {
         let caching = self.core.caches_for(task);
         let mut r = self.tasks.take_running(task);
         r.delivered = t;
+        r.caching = caching;
         let node = r.node;
         let mut starts = Vec::new();
         let mut joined = 0;
@@ -420,7 +427,7 @@ impl Simulation {
                 && self.fetches.join(node, object, task, i as u32)
             {
                 self.tally.access(Used::Local);
-                r.plan.push((Vec::new(), Used::Local));
+                r.plan.push((Route::default(), Used::Local));
                 r.requested.push(t);
                 joined += 1;
                 continue;
@@ -475,8 +482,7 @@ impl Simulation {
     /// Input `i` of `task` starts moving over the resources chosen at delivery.
     fn start_input(&mut self, task: TaskId, i: u32) {
         let r = self.tasks.running(task);
-        let (resources, used) = &r.plan[i as usize];
-        let (resources, used) = (resources.clone(), *used);
+        let (resources, used) = r.plan[i as usize];
         let size = r.inputs[i as usize].1;
         let weight = match used {
             Used::Storage => self.net.storage_weight(),
@@ -494,9 +500,9 @@ impl Simulation {
     /// One input of `task` has been read: the predictor learns the rate, the copy is cached,
     /// tasks waiting for this fetch have it too.
     fn input_done(&mut self, task: TaskId, i: usize, bytes: u64) -> Result<(), SimError> {
-        let caching = self.core.caches_for(task);
         let now = secs(self.now);
         let r = self.tasks.running_mut(task);
+        let caching = r.caching;
         let (object, size, planned) = r.inputs[i];
         let (used, node, requested) = (r.plan[i].1, r.node, r.requested[i]);
         r.pending -= 1;

@@ -3,7 +3,7 @@
 //! storage or from a peer crosses, and the weight of a storage read; it knows nothing of tasks.
 //! (MixApart's prefetches are in `copies.rs`; the name "transfers" is theirs elsewhere.)
 
-use crate::flows::{Flow, FlowNet, ResourceId};
+use crate::flows::{Flow, FlowNet, ResourceId, Route};
 use crate::testbed::Testbed;
 use diffuse_core::{NodeId, TaskId};
 use rand::{Rng, SeedableRng};
@@ -105,9 +105,11 @@ impl Network {
 
     /// The resources a read from persistent storage to `node` crosses: storage, the cap on
     /// storage reads, the node's rack uplink, its NIC in.
-    pub(super) fn storage_path(&self, node: &Ports) -> Vec<ResourceId> {
-        let mut path = vec![self.storage];
-        path.extend(self.storage_cap);
+    pub(super) fn storage_path(&self, node: &Ports) -> Route {
+        let mut path = Route::of(&[self.storage]);
+        if let Some(cap) = self.storage_cap {
+            path.push(cap);
+        }
         if let Some((_, down)) = node.uplink {
             path.push(down);
         }
@@ -159,8 +161,8 @@ impl Network {
 
 /// The resources a read from a peer crosses: the holder's NIC out, both racks' uplinks when
 /// the racks differ, the reader's NIC in.
-pub(super) fn peer_path(from: &Ports, to: &Ports) -> Vec<ResourceId> {
-    let mut path = vec![from.nic_out];
+pub(super) fn peer_path(from: &Ports, to: &Ports) -> Route {
+    let mut path = Route::of(&[from.nic_out]);
     if from.rack != to.rack {
         if let Some((up, _)) = from.uplink {
             path.push(up);

@@ -5,7 +5,7 @@
 use super::network::{peer_path, Network};
 use super::nodes::Nodes;
 use super::tasks::Used;
-use crate::flows::ResourceId;
+use crate::flows::Route;
 use crate::testbed::Testbed;
 use diffuse_core::{NodeId, ObjectId, Source, TaskId};
 use rustc_hash::FxHashMap;
@@ -21,10 +21,12 @@ pub(super) fn route(
     nodes: &Nodes,
     net: &Network,
     tb: &Testbed,
-) -> (Vec<ResourceId>, Used, f64) {
+) -> (Route, Used, f64) {
     let here = nodes.node(node);
     match src {
-        Source::Local if here.cache.contains(object) => (vec![here.ports.disk], Used::Local, 0.0),
+        Source::Local if here.cache.contains(object) => {
+            (Route::of(&[here.ports.disk]), Used::Local, 0.0)
+        }
         Source::Peer(p) if caching && nodes.holds(*p, object) => (
             peer_path(&nodes.node(*p).ports, &here.ports),
             Used::Peer,

@@ -2,7 +2,7 @@
 //! running (with their arrival records), finished producers kept because the core may run them
 //! again, abandoned tasks, and each running attempt's inputs and where they are read from.
 
-use crate::flows::ResourceId;
+use crate::flows::Route;
 use crate::workload::Arrival;
 use diffuse_core::{
     Dispatch, Input, JobId, NodeId, ObjectId, Resources, Source, TaskId, TaskSpec, Time,
@@ -25,7 +25,7 @@ pub(super) struct Running {
     /// Per input: object, size, source planned by the core.
     pub(super) inputs: Vec<(ObjectId, u64, Source)>,
     /// Per input: resources and source used, decided at delivery.
-    pub(super) plan: Vec<(Vec<ResourceId>, Used)>,
+    pub(super) plan: Vec<(Route, Used)>,
     /// Per input: when its read was requested (latency included in the access time).
     pub(super) requested: Vec<f64>,
     /// Inputs not yet read.
@@ -34,6 +34,12 @@ pub(super) struct Running {
     pub(super) delivered: f64,
     /// When its last input was in (its program starts).
     pub(super) staged: f64,
+    /// Its program's run time, seconds (from its arrival record).
+    pub(super) compute_s: f64,
+    /// Whether it writes objects (its arrival record lists some).
+    pub(super) produces: bool,
+    /// Whether its policy reads through caches (asked of the core at delivery).
+    pub(super) caching: bool,
 }
 
 impl Running {
@@ -160,6 +166,9 @@ impl Tasks {
                 pending: 0,
                 delivered: 0.0,
                 staged: 0.0,
+                compute_s: a.compute_s,
+                produces: !a.produces.is_empty(),
+                caching: false,
             },
         );
     }
