@@ -18,8 +18,7 @@ use std::sync::Arc;
 
 /// How a task's program is given: in JSON an argv list or a string. Shared (`Arc`): tasks
 /// often run one program with the same arguments (their inputs differ through `{inputs[i]}`),
-/// and the dispatcher keeps such a command once for all of them
-/// ([`crate::dispatcher::scheduler::tasks::TaskTable`]).
+/// and the dispatcher's task table keeps such a command once for all of them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Cmd {
     /// An argv list, run directly.
