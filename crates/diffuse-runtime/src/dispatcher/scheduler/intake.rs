@@ -76,9 +76,7 @@ impl Replayed {
     }
 }
 
-/// Tasks handed from the journal's reader to the scheduler at a time. A chunk stays under 64
-/// KiB: glibc's `free` of a larger block first merges every small free block of its arena
-/// (`malloc_consolidate`, a tenth of the scheduler's time in a replay with chunks of 1,024).
+/// Tasks handed from the journal's reader to the scheduler at a time.
 const REPLAY_CHUNK: usize = 256;
 
 /// Replay every task of `journal` in submission order, and give the journal back. Two threads
