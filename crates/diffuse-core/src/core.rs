@@ -238,7 +238,7 @@ impl Core {
             .dataflow
             .remaking()
             .iter()
-            .filter(|t| matches!(self.tasks[t].phase, Phase::Running { .. }))
+            .filter(|t| matches!(self.tasks[t].phase, Phase::Running(_)))
             .count() as u64;
         (self.dataflow.remaking().len() as u64 - running, running)
     }
@@ -328,10 +328,10 @@ impl Core {
             Phase::Blocked => TaskState::Blocked,
             Phase::Done => TaskState::Finished(Outcome::Succeeded),
             Phase::Queued { .. } => TaskState::Queued,
-            Phase::Running { node, since, .. } => TaskState::Running {
-                node: *node,
+            Phase::Running(r) => TaskState::Running {
+                node: r.node,
                 attempt: t.attempt,
-                since: *since,
+                since: r.since,
             },
         })
     }
@@ -368,6 +368,12 @@ impl Core {
     /// The producer of an intermediate object the core knows.
     pub fn producer_of(&self, object: ObjectId) -> Option<TaskId> {
         self.dataflow.get(&object).map(|im| im.producer)
+    }
+
+    /// Make room for `n` more tasks at once: a driver replaying its journal knows how many
+    /// it will restore, and the table then grows once instead of step by step.
+    pub fn reserve_tasks(&mut self, n: usize) {
+        self.tasks.reserve(n);
     }
 
     /// A task that succeeded before the driver restarted, kept as the producer of its
@@ -561,7 +567,7 @@ impl Core {
     /// Whether a hint bound `task`'s placement when it was dispatched: true if it ran (or runs)
     /// on a node of the name it asked for. None if it has no hint or is not running.
     pub fn hint_held(&self, task: TaskId, node: NodeId) -> Option<bool> {
-        let h = self.tasks.get(&task)?.hint?;
+        let h = self.tasks.get(&task)?.hint()?;
         Some(self.nodes.get(node)?.name == Some(h.node))
     }
 
@@ -733,7 +739,7 @@ impl Core {
             .copied()
             .filter(|t| {
                 let e = &self.tasks[t];
-                self.nodes.never_holds(e.resources, e.hint)
+                self.nodes.never_holds(e.resources, e.hint())
             })
             .collect()
     }

@@ -6,6 +6,9 @@
 //! a node reports an object cached or evicted (O(queued tasks waiting on that object)). A free
 //! node then reads its best candidate off the front of its set.
 //!
+//! A queued task without inputs has no data anywhere and never will: it is kept in the cold set
+//! only, without a record of its own (a dispatcher may hold millions of such tasks).
+//!
 //! Invariant (checked by `Core::check_invariants`): for every queued task t and node n,
 //! `local_bytes(t, n)` = the bytes of t's distinct inputs that the index says n holds, and t is
 //! in `cold` exactly when no node holds any of its inputs.
@@ -29,8 +32,8 @@ struct QueuedTask {
     total: u64,
     /// Number of nodes that hold at least one of its inputs.
     nodes_with_data: u32,
-    /// Its distinct inputs.
-    inputs: Vec<Input>,
+    /// Its distinct inputs (at least one).
+    inputs: Box<[Input]>,
 }
 
 /// Local bytes of a task on a node, and how many of its inputs the node holds (an input may be
@@ -51,7 +54,10 @@ struct NodeCandidates {
 #[derive(Clone, Debug, Default)]
 pub struct Locality {
     waiting: FxHashMap<ObjectId, Vec<TaskId>>,
+    /// Queued tasks with inputs.
     queued: FxHashMap<TaskId, QueuedTask>,
+    /// Queued tasks without inputs (in `cold` only).
+    inputless: usize,
     nodes: FxHashMap<NodeId, NodeCandidates>,
     /// Sequence numbers of queued tasks with no input cached anywhere.
     cold: BTreeSet<(u64, TaskId)>,
@@ -75,6 +81,11 @@ impl Locality {
 
     /// A task entered the queue at `seq`. `inputs` must be distinct.
     pub fn enqueue(&mut self, task: TaskId, seq: u64, inputs: &[Input], index: &LocationIndex) {
+        if inputs.is_empty() {
+            self.cold.insert((seq, task));
+            self.inputless += 1;
+            return;
+        }
         let total = inputs.iter().map(|i| i.size).sum();
         self.queued.insert(
             task,
@@ -82,7 +93,7 @@ impl Locality {
                 seq,
                 total,
                 nodes_with_data: 0,
-                inputs: inputs.to_vec(),
+                inputs: inputs.into(),
             },
         );
         let mut any = false;
@@ -98,9 +109,12 @@ impl Locality {
         }
     }
 
-    /// A task left the queue (dispatched or cancelled).
-    pub fn dequeue(&mut self, task: TaskId, index: &LocationIndex) {
+    /// A task queued at `seq` left the queue (dispatched or cancelled).
+    pub fn dequeue(&mut self, task: TaskId, seq: u64, index: &LocationIndex) {
         let Some(q) = self.queued.remove(&task) else {
+            if self.cold.remove(&(seq, task)) {
+                self.inputless -= 1;
+            }
             return;
         };
         self.cold.remove(&(q.seq, task));
@@ -223,16 +237,15 @@ impl Locality {
             .map_or(0, |h| h.bytes)
     }
 
-    /// A queued task's place in the queue (None if it is not queued).
+    /// A queued task's place in the queue (None if it is not queued, or has no inputs).
     pub fn seq(&self, task: TaskId) -> Option<u64> {
         self.queued.get(&task).map(|q| q.seq)
     }
 
-    /// A queued task's distinct inputs and their total bytes (None if it is not queued).
+    /// A queued task's distinct inputs and their total bytes (None if it is not queued, or has
+    /// no inputs).
     pub fn inputs(&self, task: TaskId) -> Option<(&[Input], u64)> {
-        self.queued
-            .get(&task)
-            .map(|q| (q.inputs.as_slice(), q.total))
+        self.queued.get(&task).map(|q| (&q.inputs[..], q.total))
     }
 
     /// The greatest local bytes of `task` over all nodes.
@@ -342,7 +355,7 @@ impl Locality {
                 }
             }
         }
-        if self.cold.len() + self.warm.len() != self.queued.len() {
+        if self.cold.len() + self.warm.len() != self.queued.len() + self.inputless {
             return Err("cold and warm sets do not cover the queue".into());
         }
         Ok(())

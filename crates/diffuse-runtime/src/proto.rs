@@ -255,7 +255,7 @@ impl Assignment {
             attempt,
             cmd: task.cmd.clone(),
             inputs,
-            outputs: task.outputs.clone(),
+            outputs: task.outputs.to_vec(),
             caching,
             positions,
             stdout_uri: more.stdout.take(),

@@ -111,9 +111,9 @@ impl Copies {
         self.locality.enqueue(task, seq, inputs, &self.effective);
     }
 
-    /// `task` left the queue: it leaves the candidate sets.
-    pub(super) fn dequeue(&mut self, task: TaskId) {
-        self.locality.dequeue(task, &self.effective);
+    /// `task`, queued at `seq`, left the queue: it leaves the candidate sets.
+    pub(super) fn dequeue(&mut self, task: TaskId, seq: u64) {
+        self.locality.dequeue(task, seq, &self.effective);
     }
 
     fn scored_add(&mut self, node: NodeId, object: ObjectId) {
@@ -161,9 +161,9 @@ impl Copies {
         }
         let mut fetches: FxHashMap<(NodeId, ObjectId), u32> = FxHashMap::default();
         for t in tasks.values() {
-            if let Phase::Running { node, fetching, .. } = &t.phase {
-                for o in fetching {
-                    *fetches.entry((*node, *o)).or_default() += 1;
+            if let Phase::Running(r) = &t.phase {
+                for o in &r.fetching {
+                    *fetches.entry((r.node, *o)).or_default() += 1;
                 }
             }
         }

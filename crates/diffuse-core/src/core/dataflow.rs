@@ -165,25 +165,25 @@ impl Dataflow {
         for (id, t) in tasks {
             let mut w = waits.remove(id).unwrap_or_default();
             w.sort();
-            let mut own = t.waiting_on.clone();
+            let mut own = t.waiting_on().to_vec();
             own.sort();
             if w != own {
                 return Err(format!("{id} waits for {own:?}, listed under {w:?}"));
             }
             match t.phase {
                 Phase::Blocked => {
-                    if t.waiting_on.is_empty() && !t.held {
+                    if t.waiting_on().is_empty() && !t.held {
                         return Err(format!("{id} is blocked with nothing to wait for"));
                     }
                 }
                 Phase::Done => {
-                    if t.remaking || t.produces.is_empty() || !t.waiting_on.is_empty() {
+                    if t.remaking || t.produces().is_empty() || !t.waiting_on().is_empty() {
                         return Err(format!("{id} kept as a producer, but it is not one"));
                     }
                     continue;
                 }
-                Phase::Queued { .. } | Phase::Running { .. } => {
-                    if !t.waiting_on.is_empty() || t.held {
+                Phase::Queued { .. } | Phase::Running(_) => {
+                    if !t.waiting_on().is_empty() || t.held {
                         return Err(format!("{id} left the blocked set early"));
                     }
                 }
@@ -208,7 +208,7 @@ impl Dataflow {
             let p = tasks
                 .get(&im.producer)
                 .ok_or(format!("{o}: its producer {} is gone", im.producer))?;
-            if !p.produces.contains(o) {
+            if !p.produces().contains(o) {
                 return Err(format!("{o}: {} does not write it", im.producer));
             }
             if im.made && !matches!(p.phase, Phase::Done) {

@@ -41,11 +41,11 @@ impl Hints {
 
     /// `task` (entry `t`) was just queued at order `seq`: its hint binds it.
     pub(super) fn bind(&mut self, task: TaskId, t: &mut TaskEntry, seq: u64) {
-        let Some(h) = t.hint else {
+        let Some(h) = t.hint() else {
             return;
         };
         t.hint_live = true;
-        t.hint_until = None;
+        t.rare_mut().hint_until = None;
         if self.hinted.entry(h.node).or_default().insert((seq, task)) {
             self.bound += 1;
         }
@@ -56,11 +56,11 @@ impl Hints {
 
     /// `task` (entry `t`, queued at `seq`) leaves the queue: its hint no longer binds.
     pub(super) fn unbind(&mut self, task: TaskId, t: &mut TaskEntry, seq: u64) {
-        let (Some(h), true) = (t.hint, t.hint_live) else {
+        let (Some(h), true) = (t.hint(), t.hint_live) else {
             return;
         };
         t.hint_live = false;
-        if let Some(until) = t.hint_until.take() {
+        if let Some(until) = t.rare_mut().hint_until.take() {
             self.soft_deadlines.remove(&(until, task));
         }
         if let Some(set) = self.hinted.get_mut(&h.node) {
@@ -83,9 +83,9 @@ impl Hints {
             let Some(t) = tasks.get_mut(&task) else {
                 continue;
             };
-            if let (Some(h), true) = (t.hint, t.hint_live) {
+            if let (Some(h), true) = (t.hint(), t.hint_live) {
                 let until = now + h.wait;
-                t.hint_until = Some(until);
+                t.rare_mut().hint_until = Some(until);
                 self.soft_deadlines.insert((until, task));
             }
         }
@@ -109,7 +109,8 @@ impl Hints {
         set.iter().map(|(_, t)| *t).find(|t| {
             let e = &tasks[t];
             e.resources.fits_in(&room)
-                && e.walltime
+                && e.rare()
+                    .walltime
                     .is_none_or(|w| n.ends_at.is_none_or(|end| now + w <= end))
         })
     }
@@ -129,7 +130,7 @@ impl Hints {
 
     /// The name a hard-hinted task (entry `t`) asks for, if its last node has left.
     pub(super) fn departed_hint(&self, t: &TaskEntry) -> Option<NodeName> {
-        let h = t.hint?;
+        let h = t.hint()?;
         (h.strict && self.is_departed(h.node)).then_some(h.node)
     }
 
@@ -169,7 +170,7 @@ impl Hints {
                         "{task} bound to {name} is not queued at {seq}, bound"
                     ));
                 }
-                if t.hint.map(|h| h.node) != Some(*name) {
+                if t.hint().map(|h| h.node) != Some(*name) {
                     return Err(format!(
                         "{task} is listed under {name}, not its hint's name"
                     ));
@@ -182,7 +183,10 @@ impl Hints {
         }
         for (until, task) in &self.soft_deadlines {
             let t = &tasks[task];
-            if t.hint_until != Some(*until) || !t.hint_live || t.hint.is_none_or(|h| h.strict) {
+            if t.rare().hint_until != Some(*until)
+                || !t.hint_live
+                || t.hint().is_none_or(|h| h.strict)
+            {
                 return Err(format!(
                     "soft deadline {until:?} of {task} does not match it"
                 ));

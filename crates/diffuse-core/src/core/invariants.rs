@@ -32,7 +32,8 @@ pub(super) fn tasks(
                     return Err(format!("{id} queued at {seq} but the queue disagrees"));
                 }
             }
-            Phase::Running { node, .. } => {
+            Phase::Running(r) => {
+                let node = &r.node;
                 running += 1;
                 let n = nodes
                     .get(*node)

@@ -169,7 +169,7 @@ impl Step<'_> {
     pub(super) fn dequeue(&mut self, task: TaskId, seq: u64) {
         let entry = self.tasks.get_mut(&task).expect("task exists");
         self.queued.remove(task, entry, seq);
-        self.copies.dequeue(task);
+        self.copies.dequeue(task, seq);
         self.hints.unbind(task, entry, seq);
         self.policies.count(entry.job, false);
         self.counts.queued -= 1;
@@ -260,14 +260,9 @@ impl Step<'_> {
                 inputs.push(i);
             }
         }
-        let entry = TaskEntry::new(&spec, inputs, Phase::Done, 0);
-        self.tasks.insert(
-            spec.id,
-            Box::new(TaskEntry {
-                held: false,
-                ..entry
-            }),
-        );
+        let mut entry = TaskEntry::new(&spec, inputs, Phase::Done, 0);
+        entry.held = false;
+        self.tasks.insert(spec.id, Box::new(entry));
         Ok(())
     }
 
@@ -305,7 +300,7 @@ impl Step<'_> {
         match t.phase {
             Phase::Blocked => {}
             Phase::Queued { seq } => self.dequeue(task, seq),
-            Phase::Running { .. } | Phase::Done => return Err(CoreError::NotRunning(task)),
+            Phase::Running(_) | Phase::Done => return Err(CoreError::NotRunning(task)),
         }
         self.counts.failed += 1;
         self.task_ended_unsuccessfully(task);
@@ -337,6 +332,7 @@ impl Step<'_> {
             self.tasks
                 .get_mut(&task)
                 .expect("task exists")
+                .rare_mut()
                 .waiting_on
                 .push(dep);
         }
@@ -349,7 +345,7 @@ impl Step<'_> {
         let Some(t) = self.tasks.get(&task) else {
             return;
         };
-        if !matches!(t.phase, Phase::Blocked) || !t.waiting_on.is_empty() || t.held {
+        if !matches!(t.phase, Phase::Blocked) || !t.waiting_on().is_empty() || t.held {
             return;
         }
         let missing: Vec<(ObjectId, TaskId)> = t
@@ -388,7 +384,7 @@ impl Step<'_> {
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
-        if !t.waiting_on.is_empty() {
+        if !t.waiting_on().is_empty() {
             return;
         }
         for i in t.inputs.iter_mut() {
@@ -424,16 +420,16 @@ impl Step<'_> {
         let limit = self.cfg.crash_limit;
         let t = self.tasks.get_mut(&producer).expect("producer kept");
         debug_assert!(matches!(t.phase, Phase::Done));
-        if t.remakes >= limit {
+        if t.rare().remakes >= limit {
             return false;
         }
-        t.remakes += 1;
+        t.rare_mut().remakes += 1;
         t.remaking = true;
         self.dataflow.remake_started(producer);
         t.phase = Phase::Blocked;
-        debug_assert!(t.waiting_on.is_empty());
+        debug_assert!(t.waiting_on().is_empty());
         let job = t.job;
-        let produces = t.produces.clone();
+        let produces = t.produces().to_vec();
         let inputs = t.inputs.clone();
         self.counts.blocked += 1;
         self.jobs.entry(job).or_default().unfinished += 1;
@@ -458,7 +454,7 @@ impl Step<'_> {
                     }
                     Phase::Blocked => self.wait_on(r, producer),
                     // A running reader has staged it, or will report it lost.
-                    Phase::Running { .. } | Phase::Done => {}
+                    Phase::Running(_) | Phase::Done => {}
                 }
             }
         }
@@ -522,7 +518,7 @@ impl Step<'_> {
         t.remaking = false;
         self.dataflow.remake_ended(task);
         t.phase = Phase::Done;
-        let produces = t.produces.clone();
+        let produces = t.produces().to_vec();
         if !remade {
             self.counts.succeeded += 1;
         }
@@ -532,7 +528,9 @@ impl Step<'_> {
         self.remove_reader(task);
         for c in self.dataflow.take_dependents(task) {
             if let Some(e) = self.tasks.get_mut(&c) {
-                e.waiting_on.retain(|d| *d != task);
+                if let Some(r) = e.rare_if_any() {
+                    r.waiting_on.retain(|d| *d != task);
+                }
                 self.try_ready(c);
             }
         }
@@ -597,7 +595,8 @@ impl Step<'_> {
         let job = t.job;
         self.remove_reader(task);
         let t = self.tasks.get_mut(&task).expect("task exists");
-        for d in std::mem::take(&mut t.waiting_on) {
+        let waited = t.rare_if_any().map(|r| std::mem::take(&mut r.waiting_on));
+        for d in waited.unwrap_or_default() {
             self.dataflow.drop_dependent(d, task);
         }
         let t = self.tasks.get_mut(&task).expect("task exists");
@@ -607,7 +606,10 @@ impl Step<'_> {
             self.dataflow.remake_ended(task);
             t.phase = Phase::Done;
         } else {
-            unmade = std::mem::take(&mut t.produces);
+            unmade = t
+                .rare_if_any()
+                .map(|r| std::mem::take(&mut r.produces))
+                .unwrap_or_default();
             self.tasks.remove(&task);
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.objects.retain(|x| !unmade.contains(x));
@@ -636,7 +638,9 @@ impl Step<'_> {
             let Some(e) = self.tasks.get_mut(&c) else {
                 continue;
             };
-            e.waiting_on.retain(|d| *d != failed);
+            if let Some(r) = e.rare_if_any() {
+                r.waiting_on.retain(|d| *d != failed);
+            }
             if !matches!(e.phase, Phase::Blocked) {
                 continue;
             }
@@ -710,9 +714,7 @@ impl Step<'_> {
     pub(super) fn release_slot(&mut self, task: TaskId, node: NodeId) {
         self.notify(None, |h, _, fx| h.task_ended(task, fx));
         let (peers, fetching) = match &self.tasks[&task].phase {
-            Phase::Running {
-                peers, fetching, ..
-            } => (peers.clone(), fetching.clone()),
+            Phase::Running(r) => (r.peers.clone(), r.fetching.clone()),
             _ => (Vec::new(), Vec::new()),
         };
         for object in fetching {
@@ -756,8 +758,8 @@ impl Step<'_> {
                 *self.dirty = true;
                 Ok(Some(TaskState::Cancelled))
             }
-            Phase::Running { cancelled, .. } => {
-                *cancelled = true;
+            Phase::Running(r) => {
+                r.cancelled = true;
                 Ok(None)
             }
         }
@@ -772,14 +774,9 @@ impl Step<'_> {
         now: Time,
     ) -> Result<TaskState, CoreError> {
         let t = self.tasks.get(&task).ok_or(CoreError::UnknownTask(task))?;
-        let Phase::Running {
-            node,
-            cancelled,
-            since,
-            ..
-        } = t.phase.clone()
-        else {
-            return Err(CoreError::NotRunning(task));
+        let (node, cancelled, since) = match &t.phase {
+            Phase::Running(r) => (r.node, r.cancelled, r.since),
+            _ => return Err(CoreError::NotRunning(task)),
         };
         if attempt != t.attempt {
             return Err(CoreError::StaleAttempt {
@@ -801,29 +798,32 @@ impl Step<'_> {
         let state = match outcome {
             Outcome::Succeeded if !cancelled => {
                 self.counts.blocked -= 1;
-                let produced = t.produces.clone();
+                let produced = t.produces().to_vec();
                 self.task_succeeded(task);
                 self.replicate(&produced, node);
                 return Ok(TaskState::Finished(Outcome::Succeeded));
             }
             Outcome::Retryable(_) if !cancelled && t.retries_left > 0 => {
                 t.retries_left -= 1;
-                t.avoid = Some(node);
+                t.rare_mut().avoid = Some(node);
                 self.counts.blocked -= 1;
                 self.requeue(task);
                 return Ok(TaskState::Queued);
             }
             Outcome::InputLost(object) if !cancelled => {
-                t.crashes += 1;
-                if t.crashes < self.cfg.crash_limit {
+                t.rare_mut().crashes += 1;
+                if t.rare().crashes < self.cfg.crash_limit {
                     // Its copy is gone from the index if the node said so; if the index still
                     // names a node that has not, that node is avoided next time.
-                    t.avoid = Some(node);
+                    t.rare_mut().avoid = Some(node);
                     self.counts.blocked -= 1;
                     self.requeue(task);
                     return Ok(TaskState::Queued);
                 }
-                let name = format!("input {object} could not be read {} times", t.crashes);
+                let name = format!(
+                    "input {object} could not be read {} times",
+                    t.rare().crashes
+                );
                 TaskState::Finished(Outcome::Failed(name))
             }
             _ if cancelled => TaskState::Cancelled,

@@ -9,7 +9,7 @@ use super::config::{CoreError, LostTasks};
 use super::lifecycle::Step;
 use super::placement;
 use super::provisioner::Provisioner;
-use super::state::{Phase, TaskEntry};
+use super::state::Phase;
 use crate::action::Action;
 use crate::handoff::Handoff;
 use crate::ids::{NodeId, ObjectId, TaskId};
@@ -82,15 +82,9 @@ pub(super) fn remove_node(
     for task in running {
         s.release_slot(task, node);
         let t = s.tasks.get_mut(&task).expect("running task exists");
-        let was_cancelled = matches!(
-            t.phase,
-            Phase::Running {
-                cancelled: true,
-                ..
-            }
-        );
+        let was_cancelled = matches!(&t.phase, Phase::Running(r) if r.cancelled);
         if crashed {
-            t.crashes += 1;
+            t.rare_mut().crashes += 1;
         }
         s.counts.running -= 1;
         t.phase = Phase::Blocked;
@@ -100,7 +94,7 @@ pub(super) fn remove_node(
                 s.counts.cancelled += 1;
                 cancelled.push(task);
             }
-        } else if t.crashes >= s.cfg.crash_limit {
+        } else if t.rare().crashes >= s.cfg.crash_limit {
             if !s.task_ended_unsuccessfully(task) {
                 s.counts.failed += 1;
                 failed.push(task);
@@ -130,12 +124,8 @@ pub(super) fn forget_node(s: &mut Step, racks: &mut Racks, node: NodeId) -> Vec<
         .flat_map(|(_, n)| n.running.iter().copied())
         .collect();
     for t in running {
-        if let Some(TaskEntry {
-            phase: Phase::Running { peers, .. },
-            ..
-        }) = s.tasks.get_mut(&t).map(|e| &mut **e)
-        {
-            peers.retain(|p| *p != node);
+        if let Some(Phase::Running(r)) = s.tasks.get_mut(&t).map(|e| &mut e.phase) {
+            r.peers.retain(|p| *p != node);
         }
     }
     let entry = s.nodes.remove(node).expect("node exists");

@@ -5,7 +5,7 @@
 
 use super::lifecycle::Step;
 use super::sources::Sources;
-use super::state::Phase;
+use super::state::{Phase, Running};
 use super::view;
 use crate::action::{Action, Dispatch, Source};
 use crate::dispatch::SchedView;
@@ -79,10 +79,11 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                             }
                             (e.resources.is_one_core()
                                 || e.resources.fits_in(&n.capacity.minus(&n.used)))
-                                && !(elsewhere && e.avoid == Some(on))
-                                && e.walltime
+                                && !(elsewhere && e.rare().avoid == Some(on))
+                                && e.rare()
+                                    .walltime
                                     .is_none_or(|w| n.ends_at.is_none_or(|end| now + w <= end))
-                                && !(e.hint_live && e.hint.map(|h| h.node) != n.name)
+                                && !(e.hint_live && e.hint().map(|h| h.node) != n.name)
                         }
                     };
                     let fits = |t: TaskId| fits_on(t, node);
@@ -94,7 +95,7 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                             )
                         })
                     };
-                    let beta = |t: TaskId| tasks.get(&t).and_then(|e| e.dad_beta);
+                    let beta = |t: TaskId| tasks.get(&t).and_then(|e| e.rare().dad_beta);
                     let view = SchedView {
                         beta: &beta,
                         queue: s.queued.queue(),
@@ -213,13 +214,13 @@ fn assign(s: &mut Step, sources: &Sources, racks: &Racks, task: TaskId, node: No
     }
     let t = s.tasks.get_mut(&task).expect("task exists");
     t.inputs = task_inputs;
-    t.phase = Phase::Running {
+    t.phase = Phase::Running(Box::new(Running {
         node,
         since: now,
         peers,
         fetching: fetching.clone(),
         cancelled: false,
-    };
+    }));
     let attempt = t.attempt;
     let held = t.resources;
     let job = t.job;

@@ -35,9 +35,9 @@ pub(super) fn hint(s: &mut Step, task: TaskId, hint: Placement) -> Result<bool, 
     match t.phase {
         Phase::Blocked => {}
         Phase::Queued { seq } => s.hints.unbind(task, t, seq),
-        Phase::Running { .. } | Phase::Done => return Ok(false),
+        Phase::Running(_) | Phase::Done => return Ok(false),
     }
-    t.hint = Some(hint);
+    t.rare_mut().hint = Some(hint);
     if let Phase::Queued { seq } = t.phase {
         if hint.strict && s.hints.is_departed(hint.node) {
             // Its only place has left the pool: it can never run.
@@ -60,7 +60,7 @@ pub(super) fn name_left(s: &mut Step, name: NodeName) {
     for task in s.hints.bound_to(name) {
         if s.tasks
             .get(&task)
-            .and_then(|t| t.hint)
+            .and_then(|t| t.hint())
             .is_some_and(|h| h.strict)
         {
             s.abandon(task, Abandoned::HintedNodeLeft { node: name });

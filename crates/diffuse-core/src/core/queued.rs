@@ -61,7 +61,7 @@ impl Queued {
         if !t.resources.is_one_core() {
             self.demanding.insert(task);
         }
-        if t.avoid.is_some() || t.walltime.is_some() {
+        if t.rare().avoid.is_some() || t.rare().walltime.is_some() {
             self.avoiding.insert(task);
         }
         self.job_order.queued(t.job, seq);

@@ -82,7 +82,7 @@ impl CoreView for View<'_> {
     }
 
     fn task_inputs(&self, task: TaskId) -> &[Input] {
-        self.tasks.get(&task).map_or(&[], |t| t.inputs.as_slice())
+        self.tasks.get(&task).map_or(&[], |t| &t.inputs[..])
     }
 
     fn task_job(&self, task: TaskId) -> Option<JobId> {
@@ -92,7 +92,7 @@ impl CoreView for View<'_> {
     fn is_running(&self, task: TaskId) -> bool {
         matches!(
             self.tasks.get(&task).map(|t| &t.phase),
-            Some(Phase::Running { .. })
+            Some(Phase::Running(_))
         )
     }
 

@@ -639,6 +639,16 @@ impl Journal {
     /// Every task in submission order with its outcome (if any) and highest
     /// recorded attempt, for replay at restart.
     pub fn load(&self) -> Result<Vec<StoredTask>, JournalError> {
+        let mut tasks = Vec::new();
+        self.load_each(|t| tasks.push(t))?;
+        Ok(tasks)
+    }
+
+    /// [`Journal::load`] one task at a time: `each` is handed every task in submission order as
+    /// it is read and checked, so a replay need not hold them all at once, and may work on
+    /// each while the next is read. Stops at the first damaged record (the tasks before it
+    /// have been handed on).
+    pub fn load_each(&self, mut each: impl FnMut(StoredTask)) -> Result<(), JournalError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT t.id, t.spec_json, t.submitted_at, max(t.attempts, coalesce(o.attempt, 0)),
                     o.state, o.attempt, o.node, o.exit_code, o.error, o.result_json, o.finished_at,
@@ -663,7 +673,6 @@ impl Journal {
                 sums,
             ))
         })?;
-        let mut tasks = Vec::new();
         for (n, row) in rows.enumerate() {
             let (t, (seq, task_sum_stored, outcome_sum_stored)) = row.map_err(|e| match e {
                 // Bytes that no longer decode (text that is not UTF-8, a number that is not).
@@ -685,9 +694,9 @@ impl Journal {
                     return Err(damaged(&format!("the outcome of task {:?}", task.id)));
                 }
             }
-            tasks.push(t);
+            each(t);
         }
-        Ok(tasks)
+        Ok(())
     }
 
     /// Outcome of one task, if recorded.

@@ -11,18 +11,52 @@ use super::error::SpecError;
 use super::values;
 use crate::placeholder::Kind;
 use crate::uri::Scheme;
-use serde::de::{self, MapAccess, Visitor};
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-/// How a task's program is given.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
+/// How a task's program is given: in JSON an argv list or a string. Shared (`Arc`): tasks
+/// often run one program with the same arguments (their inputs differ through `{inputs[i]}`),
+/// and the dispatcher's task table keeps such a command once for all of them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Cmd {
     /// An argv list, run directly.
-    Argv(Vec<String>),
+    Argv(Arc<[String]>),
     /// A string, run by `sh -c`.
-    Shell(String),
+    Shell(Arc<str>),
+}
+
+impl Serialize for Cmd {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Cmd::Argv(argv) => argv[..].serialize(s),
+            Cmd::Shell(line) => s.serialize_str(line),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Cmd {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Cmd;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an argv list or a command string")
+            }
+            fn visit_str<E: de::Error>(self, line: &str) -> Result<Cmd, E> {
+                Ok(Cmd::Shell(line.into()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Cmd, A::Error> {
+                let mut argv = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+                while let Some(arg) = seq.next_element::<String>()? {
+                    argv.push(arg);
+                }
+                Ok(Cmd::Argv(argv.into()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A placement hint: run on the worker named `node` (or `slot`, `NAME/INDEX`). Hard (`strict`):
@@ -107,10 +141,10 @@ pub struct TaskDef {
     pub cmd: Cmd,
     /// Input URIs: `file://`, `s3://`, `http(s)://`, or `tmp://` (another task's intermediate
     /// output).
-    pub inputs: Vec<String>,
+    pub inputs: Box<[String]>,
     /// Output URIs: `file://` (copied there after success) or `tmp://` (kept in the worker's
     /// cache for the tasks that read it).
-    pub outputs: Vec<String>,
+    pub outputs: Box<[String]>,
     /// Every other field; `None` when all have their defaults.
     pub more: Option<Box<TaskMore>>,
 }
@@ -391,8 +425,8 @@ impl TaskWire {
         Ok(TaskDef {
             id,
             cmd,
-            inputs,
-            outputs,
+            inputs: inputs.into(),
+            outputs: outputs.into(),
             more: (more != TaskMore::default()).then(|| Box::new(more)),
         })
     }
@@ -457,7 +491,7 @@ fn canonical_uris(
 fn check_placeholders(cmd: &Cmd, inputs: usize, outputs: usize) -> Result<(), Invalid> {
     let texts: Vec<&str> = match cmd {
         Cmd::Argv(v) => v.iter().map(String::as_str).collect(),
-        Cmd::Shell(s) => vec![s.as_str()],
+        Cmd::Shell(s) => vec![&s[..]],
     };
     for text in texts {
         for (kind, index, _) in crate::placeholder::find(text) {

@@ -121,7 +121,7 @@ mod tests {
         assert_eq!(t.len(), 2);
         assert_eq!(
             t[0].cmd,
-            Cmd::Argv(vec!["wc".into(), "-c".into(), "{inputs[0]}".into()])
+            Cmd::Argv(vec!["wc".into(), "-c".into(), "{inputs[0]}".into()].into())
         );
         assert_eq!(t[0].job(), "default");
         assert_eq!(t[1].job(), "j");
@@ -192,8 +192,8 @@ mod tests {
             r#"{"id":"a","cmd":"true","inputs":["FILE:///d/my%20f","HTTP://H/q?v=1"],"outputs":["file://localhost/o"]}"#,
         )
         .unwrap();
-        assert_eq!(t[0].inputs, ["file:///d/my%20f", "http://h/q?v=1"]);
-        assert_eq!(t[0].outputs, ["file:///o"]);
+        assert_eq!(t[0].inputs[..], ["file:///d/my%20f", "http://h/q?v=1"]);
+        assert_eq!(t[0].outputs[..], ["file:///o"]);
         let e = parse_tasks(r#"{"id":"a","cmd":"true","outputs":["s3://b/k"]}"#).unwrap_err();
         assert_eq!(e.field, "outputs[0]");
     }

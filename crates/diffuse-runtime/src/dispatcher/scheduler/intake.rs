@@ -20,41 +20,126 @@ use super::shared::Shared;
 use super::tasks::{Phase, TaskTable};
 use super::views::{SubmitError, Submitted};
 use super::workers;
-use crate::journal::{OutcomeState, StoredTask, SubmittedTask};
+use crate::journal::{Journal, JournalError, OutcomeState, StoredTask, SubmittedTask};
 use crate::proto::LookupResult;
 use crate::spec::TaskDef;
 use diffuse_core::{NodeId, ObjectId, TaskId};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-/// How a task is kept in the journal's `spec_json`: its definition and batch. Journals written
-/// before batches existed hold `[definition, inputs as looked up]`, read as batch 0.
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum StoredSpec {
-    Current { def: TaskDef, batch: u64 },
-    Before(TaskDef, serde_json::Value),
+/// How a task is kept in the journal's `spec_json`: `{"def": definition, "batch": batch}`.
+/// Journals written before batches existed hold `[definition, inputs as looked up]`, read as
+/// batch 0.
+#[derive(Serialize)]
+struct StoredSpec<'a> {
+    def: &'a TaskDef,
+    batch: u64,
 }
 
-/// Replay task `st` from the journal: one with an outcome is shown as ended, the others are
+/// [`StoredSpec`] read back.
+#[derive(Deserialize)]
+struct StoredSpecRead {
+    def: TaskDef,
+    batch: u64,
+}
+
+/// A task read back from the journal, ready to replay: its definition and batch, the attempts
+/// dispatched before, and how it ended if it did.
+pub struct Replayed {
+    def: TaskDef,
+    batch: u64,
+    attempts: u32,
+    ended: Option<OutcomeState>,
+}
+
+impl Replayed {
+    /// Decode a journal record; `None` (logged) if its task no longer reads as one.
+    fn decode(st: StoredTask) -> Option<Replayed> {
+        let json = &st.task.spec_json;
+        let read = if json.trim_start().starts_with('[') {
+            serde_json::from_str::<(TaskDef, serde_json::Value)>(json).map(|(def, _)| (def, 0))
+        } else {
+            serde_json::from_str::<StoredSpecRead>(json).map(|s| (s.def, s.batch))
+        };
+        match read {
+            Ok((def, batch)) => Some(Replayed {
+                def,
+                batch,
+                attempts: st.attempts,
+                ended: st.outcome.map(|o| o.state),
+            }),
+            Err(e) => {
+                tracing::error!(task = %st.task.id, "unreadable task in journal ({e}); skipped");
+                None
+            }
+        }
+    }
+}
+
+/// Tasks handed from the journal's reader to the scheduler at a time.
+const REPLAY_CHUNK: usize = 256;
+
+/// Replay every task of `journal` in submission order, and give the journal back. Two threads
+/// share the work: a reader (SQLite's scan, the record checksums, each task's JSON) hands
+/// decoded tasks in chunks to this thread, which takes them in ([`restore`]); the tables are
+/// sized for all of them first. A damaged record stops the replay with its error.
+pub fn replay(
+    journal: Journal,
+    sh: &mut Shared,
+    ledger: &mut Ledger,
+    names: &mut NodeNames,
+    lookups: &mut Lookups,
+) -> Result<Journal, JournalError> {
+    let (submitted, ended) = journal.counts()?;
+    ledger.tasks.reserve(submitted as usize);
+    sh.core
+        .reserve_tasks(submitted.saturating_sub(ended) as usize);
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Replayed>>(256);
+        let reader = std::thread::Builder::new()
+            .name("journal-replay".into())
+            .spawn_scoped(scope, move || {
+                let mut chunk = Vec::with_capacity(REPLAY_CHUNK);
+                let read = journal.load_each(|st| {
+                    chunk.extend(Replayed::decode(st));
+                    if chunk.len() == REPLAY_CHUNK {
+                        let full = std::mem::replace(&mut chunk, Vec::with_capacity(REPLAY_CHUNK));
+                        let _ = tx.send(full);
+                    }
+                });
+                if !chunk.is_empty() {
+                    let _ = tx.send(chunk);
+                }
+                (journal, read)
+            })
+            .expect("start the journal's reader");
+        for chunk in rx {
+            for r in chunk {
+                restore(r, sh, ledger, names, lookups);
+            }
+        }
+        let (journal, read) = reader.join().expect("the journal's reader");
+        read.map(|()| journal)
+    })
+}
+
+/// Replay task `r` from the journal: one with an outcome is shown as ended, the others are
 /// taken in again.
 pub fn restore(
-    st: StoredTask,
+    r: Replayed,
     sh: &mut Shared,
     ledger: &mut Ledger,
     names: &mut NodeNames,
     lookups: &mut Lookups,
 ) {
-    let (def, batch) = match serde_json::from_str::<StoredSpec>(&st.task.spec_json) {
-        Ok(StoredSpec::Current { def, batch }) => (def, batch),
-        Ok(StoredSpec::Before(def, _)) => (def, 0),
-        Err(e) => {
-            tracing::error!(task = %st.task.id, "unreadable task in journal ({e}); skipped");
-            return;
-        }
-    };
-    match st.outcome {
-        Some(o) => {
+    let Replayed {
+        def,
+        batch,
+        attempts,
+        ended,
+    } = r;
+    match ended {
+        Some(state) => {
             let inputs = inputs_of(&def, sh.objects);
             let produces: Vec<ObjectId> = def
                 .outputs
@@ -62,11 +147,11 @@ pub fn restore(
                 .filter(|u| crate::uri::is_tmp(u))
                 .map(|u| sh.objects.intern(u))
                 .collect();
-            let t = ledger.insert(def, batch, inputs, Phase::Done(o.state), sh.core);
+            let t = ledger.insert(def, batch, inputs, Phase::Done(state), sh.core);
             for p in &produces {
                 sh.objects.set_producer(*p, t);
             }
-            if o.state == OutcomeState::Succeeded && !produces.is_empty() {
+            if state == OutcomeState::Succeeded && !produces.is_empty() {
                 // Kept as the producer of what it wrote: if no worker brings a copy back and
                 // a task needs it, it runs again.
                 let mut spec = ledger.spec_of(t).with_produces(produces);
@@ -77,7 +162,7 @@ pub fn restore(
                 }
             }
         }
-        None => accept(def, batch, st.attempts, sh, ledger, names, lookups),
+        None => accept(def, batch, attempts, sh, ledger, names, lookups),
     }
 }
 
@@ -117,11 +202,8 @@ pub fn submit(
     let n = defs.len();
     let at = unix_now();
     for def in defs {
-        let spec_json = serde_json::to_string(&StoredSpec::Current {
-            def: def.clone(),
-            batch,
-        })
-        .expect("task serializes");
+        let spec_json =
+            serde_json::to_string(&StoredSpec { def: &def, batch }).expect("task serializes");
         ledger.progress.submitted(SubmittedTask {
             id: def.id.clone(),
             spec_json,
@@ -176,7 +258,6 @@ fn accept(
         Phase::Lookup {
             pending: looked_up.len() as u32,
             attempts,
-            error: None,
         }
     };
     let t = ledger.insert(def, batch, inputs, phase, sh.core);
@@ -273,18 +354,13 @@ pub fn looked_up(
             Err(e) => Some(format!("input {}: {e}", crate::uri::redacted(&uri))),
         };
         for t in waiting {
-            if let Phase::Lookup {
-                pending,
-                error: first,
-                ..
-            } = &mut ledger.tasks.get_mut(t).phase
-            {
+            if let Phase::Lookup { pending, .. } = &mut ledger.tasks.get_mut(t).phase {
                 *pending -= 1;
-                if first.is_none() {
-                    first.clone_from(&error);
-                }
                 if *pending == 0 {
                     ready.push(t);
+                }
+                if let Some(e) = &error {
+                    ledger.tasks.lookup_failed(t, e);
                 }
             }
         }
@@ -299,10 +375,10 @@ pub fn looked_up(
 /// Every input of `t` (in [`Phase::Lookup`]) was looked up: it enters the core's queue, or
 /// fails with its first lookup error.
 fn inputs_known(t: TaskId, sh: &mut Shared, ledger: &mut Ledger) {
-    let Phase::Lookup { error, .. } = ledger.tasks.get(t).phase.clone() else {
+    if !matches!(ledger.tasks.get(t).phase, Phase::Lookup { .. }) {
         return;
-    };
-    match error {
+    }
+    match ledger.tasks.take_lookup_error(t) {
         Some(e) => {
             // The tasks that depend on it are abandoned (`Action::Abandon`).
             let _ = sh.core.handle_failed_unrun(t, sh.now);

@@ -73,16 +73,15 @@ impl Jobs {
     /// Record task `t` (`def`, taken in, new or replayed) in its job; a job's first task gives
     /// the core the job's policy, if it has one.
     pub fn join(&mut self, t: TaskId, def: &TaskDef, core: &mut Core) -> JobId {
-        let name = def.job().to_string();
-        let policy = def.more.as_ref().and_then(|m| m.job_policy);
-        let next = JobId(self.by_name.len() as u32);
-        let entry = self.by_name.entry(name).or_insert_with(|| JobTasks {
-            id: next,
-            tasks: Vec::new(),
-        });
-        entry.tasks.push(t);
-        let (id, first) = (entry.id, entry.tasks.len() == 1);
-        if let (true, Some(kind)) = (first, policy) {
+        if let Some(entry) = self.by_name.get_mut(def.job()) {
+            entry.tasks.push(t);
+            return entry.id;
+        }
+        let id = JobId(self.by_name.len() as u32);
+        let tasks = vec![t];
+        self.by_name
+            .insert(def.job().to_string(), JobTasks { id, tasks });
+        if let Some(kind) = def.more.as_ref().and_then(|m| m.job_policy) {
             if let Err(e) = core.handle_job_policy(id, kind) {
                 tracing::error!("job policy: {e}");
             }

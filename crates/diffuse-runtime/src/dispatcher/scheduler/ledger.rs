@@ -179,7 +179,7 @@ impl Ledger {
         self.looking_up -= 1;
         let task = self.tasks.get_mut(t);
         task.phase = Phase::Live;
-        let sizes = task.inputs.clone();
+        let sizes = task.inputs.to_vec();
         self.counters.demand_bytes += sizes.iter().map(|(_, s)| s).sum::<u64>();
         sizes
     }

@@ -176,28 +176,35 @@ impl Scheduler {
         cfg: SchedulerConfig,
         comm: Box<dyn Comm>,
     ) -> Result<Scheduler, crate::journal::JournalError> {
-        let stored = journal.load()?;
-        let mut s = Scheduler {
+        let start = Instant::now();
+        let mut comm = comm;
+        let (mut core, mut ledger) = (core, Ledger::new(cfg.task_defaults));
+        let (mut objects, mut names) = (ObjectTable::default(), NodeNames::default());
+        let (sessions, mut lookups) = (Sessions::default(), Lookups::default());
+        let mut sh = Shared {
+            now: since(start),
+            core: &mut core,
+            sessions: &sessions,
+            objects: &mut objects,
+            comm: &mut *comm,
+        };
+        let journal = intake::replay(journal, &mut sh, &mut ledger, &mut names, &mut lookups)?;
+        Ok(Scheduler {
             core,
             journal,
-            ledger: Ledger::new(cfg.task_defaults),
+            ledger,
             cfg,
-            start: Instant::now(),
-            objects: ObjectTable::default(),
-            names: NodeNames::default(),
-            sessions: Sessions::default(),
+            start,
+            objects,
+            names,
+            sessions,
             comm,
             pool: None,
             shutting_down: false,
-            lookups: Lookups::default(),
+            lookups,
             prefetch: Prefetch::default(),
             batches: Batches::default(),
-        };
-        for st in stored {
-            let (ledger, names, lookups) = (&mut s.ledger, &mut s.names, &mut s.lookups);
-            intake::restore(st, &mut shared!(s), ledger, names, lookups);
-        }
-        Ok(s)
+        })
     }
 
     /// Carry provisioning decisions out through this pool.

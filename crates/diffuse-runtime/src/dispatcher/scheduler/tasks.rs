@@ -4,7 +4,7 @@
 //! tasks one client submitted).
 
 use crate::journal::OutcomeState;
-use crate::spec::TaskDef;
+use crate::spec::{Cmd, TaskDef};
 use diffuse_core::{ObjectId, TaskId};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,14 +13,13 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Phase {
     /// Waiting for the size and version of `pending` inputs, asked of a worker; handed to the core
-    /// when none is left, or failed with `error` if a lookup failed.
+    /// when none is left, or failed with its first lookup error if a lookup failed (the error is
+    /// kept beside the table, [`TaskTable::lookup_failed`]: few tasks have one).
     Lookup {
         /// Inputs not yet looked up.
         pending: u32,
         /// Attempts dispatched before a restart (the next attempt is numbered after them).
         attempts: u32,
-        /// The first lookup error.
-        error: Option<String>,
     },
     /// In the scheduling core: queued or running.
     Live,
@@ -79,14 +78,15 @@ impl Listed {
     }
 }
 
-/// One task.
+/// One task. Its size is pinned by a test below: the table holds every task the dispatcher
+/// knows, millions when the queue is long.
 pub struct LiveTask {
     /// The definition as submitted (URIs canonical); its id is the task's id.
     pub def: TaskDef,
     /// The batch it was submitted in.
     pub batch: u64,
     /// Distinct inputs: object and size in bytes (0 until looked up).
-    pub inputs: Vec<(ObjectId, u64)>,
+    pub inputs: Box<[(ObjectId, u64)]>,
     /// Where it stands.
     pub phase: Phase,
     listed: Listed,
@@ -116,17 +116,49 @@ fn id_hash(id: &str) -> u64 {
 /// How many failed ids a batch keeps.
 pub const FAILED_IDS: usize = 10;
 
-/// Every task, by internal id (its index), by user id, and by listed state.
+/// Every task, by internal id (its index), by user id, and by listed state. The indexes hold
+/// internal ids as `u32` (half the bytes of a `TaskId`, for every task known): a table holds
+/// fewer than 2^32 tasks.
 #[derive(Default)]
 pub struct TaskTable {
     tasks: Vec<LiveTask>,
     /// The tasks by user id, hashed from the id in `tasks` (the id is not stored twice: with a
     /// million queued tasks a map keyed by a copy of each id cost about 90 bytes a task).
-    ids: hashbrown::HashTable<TaskId>,
-    by_state: [BTreeSet<u64>; 5],
+    ids: hashbrown::HashTable<u32>,
+    by_state: [BTreeSet<u32>; 5],
     batches: BTreeMap<u64, BatchCounts>,
     /// Tasks in the order their outcomes were journaled.
     ended_order: Vec<TaskId>,
+    /// The first lookup error of tasks in [`Phase::Lookup`] whose lookup failed.
+    lookup_errors: rustc_hash::FxHashMap<TaskId, String>,
+    /// Commands of recent tasks, to share.
+    commands: Commands,
+}
+
+/// Commands of recent tasks, kept to share with the next tasks that run the same one: the tasks
+/// of a submission usually run one program with the same arguments (the inputs differ, through
+/// `{inputs[i]}`), and a shared command is kept once instead of once a task (for `["true"]`, 64
+/// bytes a task). A few slots, each holding the last command that hashed to it: a command no
+/// other task runs costs one hash and one comparison.
+#[derive(Default)]
+struct Commands {
+    slots: [Option<Cmd>; 32],
+}
+
+impl Commands {
+    /// `cmd`, or an equal command already kept (shared).
+    fn share(&mut self, cmd: Cmd) -> Cmd {
+        use std::hash::BuildHasher;
+        let hash = rustc_hash::FxBuildHasher.hash_one(&cmd);
+        let slot = &mut self.slots[(hash % 32) as usize];
+        match slot {
+            Some(kept) if *kept == cmd => kept.clone(),
+            _ => {
+                *slot = Some(cmd.clone());
+                cmd
+            }
+        }
+    }
 }
 
 impl TaskTable {
@@ -138,7 +170,8 @@ impl TaskTable {
         inputs: Vec<(ObjectId, u64)>,
         phase: Phase,
     ) -> TaskId {
-        let t = TaskId(self.tasks.len() as u64);
+        let n = u32::try_from(self.tasks.len()).expect("fewer than 2^32 tasks");
+        let t = TaskId(n as u64);
         let listed = match &phase {
             Phase::Done(s) => Listed::ended(*s),
             _ => Listed::Queued,
@@ -148,19 +181,40 @@ impl TaskTable {
         if let Phase::Done(s) = &phase {
             count(counts, *s, &def.id);
         }
-        self.by_state[listed as usize].insert(t.0);
+        self.by_state[listed as usize].insert(n);
         let hash = id_hash(&def.id);
+        let mut def = def;
+        def.cmd = self.commands.share(def.cmd);
         self.tasks.push(LiveTask {
             def,
             batch,
-            inputs,
+            inputs: inputs.into_boxed_slice(),
             phase,
             listed,
         });
         let tasks = &self.tasks;
         self.ids
-            .insert_unique(hash, t, |t| id_hash(&tasks[t.0 as usize].def.id));
+            .insert_unique(hash, n, |t| id_hash(&tasks[*t as usize].def.id));
         t
+    }
+
+    /// Room for `n` more tasks (before a replay: the table and its index grow once).
+    pub fn reserve(&mut self, n: usize) {
+        self.tasks.reserve_exact(n);
+        let tasks = &self.tasks;
+        self.ids.reserve(n, |t| id_hash(&tasks[*t as usize].def.id));
+    }
+
+    /// A lookup of `t`'s inputs failed with `error`: kept if it is the first.
+    pub fn lookup_failed(&mut self, t: TaskId, error: &str) {
+        self.lookup_errors
+            .entry(t)
+            .or_insert_with(|| error.to_string());
+    }
+
+    /// The first lookup error of `t`, taken (once its lookups are all answered).
+    pub fn take_lookup_error(&mut self, t: TaskId) -> Option<String> {
+        self.lookup_errors.remove(&t)
     }
 
     /// The task.
@@ -176,8 +230,8 @@ impl TaskTable {
     /// The internal id of the task with user id `id`.
     pub fn id_of(&self, id: &str) -> Option<TaskId> {
         self.ids
-            .find(id_hash(id), |t| self.tasks[t.0 as usize].def.id == id)
-            .copied()
+            .find(id_hash(id), |t| self.tasks[*t as usize].def.id == id)
+            .map(|t| TaskId(*t as u64))
     }
 
     /// Tasks known.
@@ -194,8 +248,8 @@ impl TaskTable {
     pub fn list_as(&mut self, t: TaskId, listed: Listed) {
         let task = &mut self.tasks[t.0 as usize];
         if task.listed != listed {
-            self.by_state[task.listed as usize].remove(&t.0);
-            self.by_state[listed as usize].insert(t.0);
+            self.by_state[task.listed as usize].remove(&(t.0 as u32));
+            self.by_state[listed as usize].insert(t.0 as u32);
             task.listed = listed;
         }
     }
@@ -203,6 +257,7 @@ impl TaskTable {
     /// `t`'s outcome is journaled: it is listed as ended and counted in its batch.
     pub fn ended(&mut self, t: TaskId, state: OutcomeState) {
         self.ended_order.push(t);
+        self.lookup_errors.remove(&t);
         self.list_as(t, Listed::ended(state));
         let task = &self.tasks[t.0 as usize];
         let counts = self.batches.entry(task.batch).or_default();
@@ -230,11 +285,14 @@ impl TaskTable {
     ) -> (Vec<TaskId>, Option<u64>) {
         let from = after.map_or(0, |a| a.saturating_add(1));
         let mut ids: Vec<u64> = match state {
-            Some(s) => self.by_state[s as usize]
-                .range(from..)
-                .take(limit + 1)
-                .copied()
-                .collect(),
+            Some(s) => match u32::try_from(from) {
+                Ok(from) => self.by_state[s as usize]
+                    .range(from..)
+                    .take(limit + 1)
+                    .map(|t| *t as u64)
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
             None => (from..self.tasks.len() as u64).take(limit + 1).collect(),
         };
         let next = (ids.len() > limit).then(|| {
@@ -271,6 +329,15 @@ fn count(c: &mut BatchCounts, state: OutcomeState, id: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A guard on what a queued task costs (docs/scale.md, "What one task costs"): every task
+    /// the dispatcher knows has one in the table. A field every task needs grows them all.
+    #[test]
+    fn a_live_task_stays_small() {
+        assert_eq!(std::mem::size_of::<Phase>(), 12);
+        assert_eq!(std::mem::size_of::<TaskDef>(), 88);
+        assert_eq!(std::mem::size_of::<LiveTask>(), 128);
+    }
 
     fn def(id: &str) -> TaskDef {
         crate::spec::parse_tasks(&format!(r#"{{"id":"{id}","cmd":"true"}}"#))
