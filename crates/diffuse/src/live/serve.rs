@@ -290,7 +290,8 @@ pub struct WorkerArgs {
     /// on another worker) and the worker exits, so the resource manager never kills it mid-task.
     #[arg(long, default_value = "60s", value_parser = seconds, allow_hyphen_values = true)]
     leave_before: Duration,
-    /// Cache directory (created if missing). Task directories go under <cache-dir>/work,
+    /// Cache directory (created if missing; {request} stands for the pool's request, as for
+    /// --name). Task directories go under <cache-dir>/work,
     /// captured stdout/stderr under <cache-dir>/logs.
     #[arg(long)]
     cache_dir: PathBuf,
@@ -337,7 +338,8 @@ pub struct WorkerArgs {
     /// the peer the dispatcher named.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=16))]
     fetch_sources: u8,
-    /// Name shown by the dispatcher [default: host name and pid].
+    /// Name shown by the dispatcher; {request} stands for the pool's request (--request), as
+    /// in a Slurm job array's workers [default: host name and pid].
     #[arg(long)]
     name: Option<String>,
     /// Address of this worker's peer data server (port 0: any free port).
