@@ -110,6 +110,14 @@ fn status_of(url: &str, token: &str) -> Option<Value> {
         .ok()
 }
 
+/// The ids of `tasks`, in order.
+fn ids_of(tasks: &[Value]) -> Vec<String> {
+    tasks
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().into())
+        .collect()
+}
+
 /// Every task succeeded, each once.
 fn all_succeeded(c: &Cluster, ids: &[String]) {
     for id in ids {
@@ -293,10 +301,7 @@ fn a_command_pool_starts_and_stops_workers_with_the_users_commands() {
     );
     let tasks = sleep_tasks("c", 6, 0.2);
     c.submit(&tasks);
-    let ids: Vec<String> = tasks
-        .iter()
-        .map(|t| t["id"].as_str().unwrap().into())
-        .collect();
+    let ids = ids_of(&tasks);
     all_succeeded(&c, &ids);
     poll("idle command workers released", || {
         (pool_size(&c.status()) == 0).then_some(())
@@ -522,10 +527,7 @@ fn a_hung_sbatch_times_out_and_stalls_no_dispatch() {
     let tasks = sleep_tasks("h", 10, 0.1);
     let t = Instant::now();
     c.submit(&tasks);
-    let ids: Vec<String> = tasks
-        .iter()
-        .map(|t| t["id"].as_str().unwrap().into())
-        .collect();
+    let ids = ids_of(&tasks);
     all_succeeded(&c, &ids);
     assert!(
         t.elapsed() < Duration::from_secs(20),
@@ -576,10 +578,7 @@ fn a_frozen_controller_leaves_no_second_job_for_one_request() {
     c.submit(&tasks);
     std::thread::sleep(Duration::from_secs(25));
     common::send_signal(ctld, false, Signal::CONT);
-    let ids: Vec<String> = tasks
-        .iter()
-        .map(|t| t["id"].as_str().unwrap().into())
-        .collect();
+    let ids = ids_of(&tasks);
     all_succeeded(&c, &ids);
     poll(
         "the pool's jobs gone from squeue after the idle release",
@@ -707,10 +706,7 @@ fn one_sbatch_starts_a_job_array_of_workers_and_calls_stay_under_the_cap() {
     );
     let tasks = sleep_tasks("a", 36, 1.0);
     c.submit(&tasks);
-    let ids: Vec<String> = tasks
-        .iter()
-        .map(|t| t["id"].as_str().unwrap().into())
-        .collect();
+    let ids = ids_of(&tasks);
     all_succeeded(&c, &ids);
     // Six workers, one per element, each under its own request's name and cache directory.
     let names: std::collections::BTreeSet<String> = ids
@@ -778,10 +774,7 @@ fn a_worker_near_its_jobs_time_limit_takes_no_task_that_would_not_fit_leaves_and
         .map(|i| json!({"id": format!("l{i}"), "cmd": "sleep 0.5", "walltime_s": 4}))
         .collect();
     c.submit(&tasks);
-    let ids: Vec<String> = tasks
-        .iter()
-        .map(|t| t["id"].as_str().unwrap().into())
-        .collect();
+    let ids = ids_of(&tasks);
     all_succeeded(&c, &ids);
     let mut nodes = std::collections::BTreeSet::new();
     for id in &ids {
@@ -835,10 +828,7 @@ fn reread_after_release(handoff: &str) -> (u64, Value) {
             })
             .collect();
         c.submit(&tasks);
-        let ids: Vec<String> = tasks
-            .iter()
-            .map(|t| t["id"].as_str().unwrap().into())
-            .collect();
+        let ids = ids_of(&tasks);
         all_succeeded(c, &ids);
     };
     phase(&c, "a");
