@@ -106,6 +106,8 @@ pub async fn run_policy(
         print: None,
         max_workers: None,
         idle_release: std::time::Duration::from_secs(30),
+        // The two policies are compared running the same tasks: none may stand for another.
+        reuse: false,
     })
     .await
 }

@@ -8,6 +8,7 @@
 //! | [`dispatcher`] | `diffuse dispatcher`: the scheduler thread driving the core, the HTTP API, worker sessions, metrics and dashboard |
 //! | [`emulator`] | `diffuse emulate`: many workers in one process speaking the real protocol, tasks on timers (for measuring a dispatcher at scale) |
 //! | [`worker`] | `diffuse worker`: runs tasks as processes, keeps a cache directory, serves it to peers |
+//! | [`reuse`] | results reused by content: a task's identity, kept results, the result index |
 //! | [`run`] | `diffuse run`: the embedded default, a dispatcher in-process and local worker processes |
 //! | [`run_caches`] | the caches `diffuse run`'s local workers keep between runs, each claimed by `flock` |
 //! | [`demo`] | `diffuse demo`: a generated dataset and workload run with FA and with GCC |
@@ -33,6 +34,7 @@ pub mod journal;
 pub mod placeholder;
 pub mod proto;
 pub mod provisioner;
+pub mod reuse;
 pub mod run;
 pub mod run_caches;
 pub mod server;

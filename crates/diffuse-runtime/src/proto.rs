@@ -224,6 +224,46 @@ pub struct Assignment {
     /// See `stdout_uri`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_uri: Option<String>,
+    /// Keep this attempt's result for reuse if it succeeds: its outputs and captured output as
+    /// `result://<sha256>` cache objects, listed in the report with the digests of the inputs
+    /// it read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_result: bool,
+    /// Do not run: an identical task's kept result stands for this one. Its files are read
+    /// from their sources (verified), written to this task's outputs, and reported; if one
+    /// cannot be read, the task runs instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse: Option<Box<ReuseOrder>>,
+}
+
+/// A kept result to stand for an assignment's task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReuseOrder {
+    /// The task that made it.
+    pub from: String,
+    /// Its files, each with where to read its object from.
+    pub files: Vec<ReuseFile>,
+}
+
+/// One file of a [`ReuseOrder`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReuseFile {
+    /// The file.
+    #[serde(flatten)]
+    pub file: crate::reuse::ResultFile,
+    /// Where its object is.
+    pub source: InputSource,
+}
+
+/// An input an attempt read, with its content's digest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadInput {
+    /// URI.
+    pub uri: String,
+    /// Source version it was read at.
+    pub version: String,
+    /// Lowercase hex SHA-256.
+    pub sha256: String,
 }
 
 impl Assignment {
@@ -250,6 +290,8 @@ impl Assignment {
         more.after = Vec::new();
         more.job_policy = None;
         more.hint = None;
+        more.reuse = None;
+        more.programs = Default::default();
         Assignment {
             task: task.id.clone(),
             attempt,
@@ -261,6 +303,8 @@ impl Assignment {
             stdout_uri: more.stdout.take(),
             stderr_uri: more.stderr.take(),
             more,
+            keep_result: false,
+            reuse: None,
         }
     }
 
@@ -412,6 +456,18 @@ pub struct TaskReport {
     /// Its `tmp://` outputs, kept in this worker's cache (only when it succeeded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept: Vec<KeptOutput>,
+    /// With `keep_result`, on success: the inputs it read and their digests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<ReadInput>,
+    /// With `keep_result`, on success: its result's files, kept in this worker's cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Vec<crate::reuse::ResultFile>>,
+    /// It did not run: the kept result of this task stands for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<String>,
+    /// It was to reuse a kept result but ran, because of this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse_failed: Option<String>,
     /// A `tmp://` input no copy of which could be read: it waits for the object to be made
     /// again, and runs again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -431,11 +487,23 @@ impl TaskReport {
         TaskReport {
             task: a.task.clone(),
             attempt: a.attempt,
-            exit_code: None,
-            error: None,
             started_at: at,
             staged_at: at,
             finished_at: at,
+            ..TaskReport::empty()
+        }
+    }
+
+    /// A report with nothing in it (task "", attempt 0, times 0).
+    pub fn empty() -> TaskReport {
+        TaskReport {
+            task: String::new(),
+            attempt: 0,
+            exit_code: None,
+            error: None,
+            started_at: 0.0,
+            staged_at: 0.0,
+            finished_at: 0.0,
             stdout: None,
             stderr: None,
             stderr_tail: None,
@@ -446,6 +514,10 @@ impl TaskReport {
             outputs: Vec::new(),
             uncached: Vec::new(),
             kept: Vec::new(),
+            read: Vec::new(),
+            result: None,
+            reused_from: None,
+            reuse_failed: None,
             lost_input: None,
             hint_held: None,
             traffic: Traffic::default(),

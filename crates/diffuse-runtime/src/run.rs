@@ -67,7 +67,12 @@ pub struct RunConfig {
     pub max_workers: Option<u32>,
     /// See `max_workers`.
     pub idle_release: Duration,
+    /// Reuse the kept results of identical tasks (`--reuse`, on by default).
+    pub reuse: bool,
 }
+
+/// The result index's file under the caches' root.
+pub const RESULTS_STORE: &str = "results.sqlite";
 
 /// A failed task, as the summary shows it.
 #[derive(Clone, Debug, Serialize)]
@@ -377,7 +382,7 @@ fn resume_record(cfg: &mut RunConfig, journal: &Path) -> Result<(), RunError> {
 /// A new run: its tasks read (or made on the command line, then written to the run directory),
 /// the run directory made and its record written.
 fn new_run(cfg: &mut RunConfig, journal: &Path) -> Result<Vec<TaskDef>, RunError> {
-    let defs = match cfg.defs.take() {
+    let mut defs = match cfg.defs.take() {
         Some(defs) => defs,
         None => {
             let bytes = std::fs::read(&cfg.tasks).map_err(|e| {
@@ -389,6 +394,18 @@ fn new_run(cfg: &mut RunConfig, journal: &Path) -> Result<Vec<TaskDef>, RunError
             })?
         }
     };
+    if cfg.reuse {
+        // Program files named in commands are part of the tasks' identities.
+        let base = std::path::absolute(&cfg.tasks)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .filter(|_| !cfg.tasks.as_os_str().is_empty())
+            .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+        let mut hasher = crate::reuse::programs::ProgramHasher::new(&base);
+        for d in &mut defs {
+            hasher.fill(d);
+        }
+    }
     std::fs::create_dir_all(&cfg.run_dir)
         .map_err(|e| RunError::Setup(format!("cannot create {}: {e}", cfg.run_dir.display())))?;
     if journal.exists() {
@@ -440,6 +457,10 @@ fn start_dispatcher(
             lookup_timeout: Duration::from_secs(30),
             task_defaults: cfg.task_defaults,
             fixed_pool: cfg.max_workers.is_none().then_some(cfg.workers),
+            reuse: cfg.reuse,
+            // Beside the workers' caches, which outlive the run: a second run reuses what the
+            // first computed.
+            results_store: Some(cfg.cache_root.join(RESULTS_STORE)),
         },
         storage_gateway: cfg.storage_bandwidth.clone(),
         pool: elastic.map(|(_, pool)| pool),

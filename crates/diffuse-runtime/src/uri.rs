@@ -68,6 +68,12 @@ pub fn canonical(uri: &str) -> Result<String, String> {
     }
 }
 
+/// Whether an object lives only in workers' caches, with no storage to read it from: an
+/// intermediate object (`tmp://NAME`) or a kept result's file (`result://SHA256`).
+pub fn on_workers_only(uri: &str) -> bool {
+    is_tmp(uri) || crate::reuse::kept::is_result_object(uri)
+}
+
 /// Whether a canonical URI names an intermediate object (`tmp://NAME`).
 pub fn is_tmp(uri: &str) -> bool {
     uri.starts_with("tmp://")

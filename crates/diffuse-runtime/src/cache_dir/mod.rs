@@ -364,6 +364,13 @@ impl CacheDir {
         }
     }
 
+    /// The recorded source version and SHA-256 of a held object (no check of its data).
+    pub fn digest(&self, uri: &str) -> Option<(&str, &str)> {
+        self.entries
+            .get(uri)
+            .map(|e| (e.meta.version.as_str(), e.meta.sha256.as_str()))
+    }
+
     /// Path and meta of a held object by key (for the peer server, which receives keys, not
     /// URIs). `None` unless `key` is exactly 64 lowercase hex digits, the object is held, and
     /// its data file is a regular file (not a symlink) of the recorded size. The path returned

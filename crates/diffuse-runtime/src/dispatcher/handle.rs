@@ -159,6 +159,14 @@ impl Handle {
         self.ask(SchedulerMsg::Status).await
     }
 
+    /// The kept results' counts; with `clear`, after forgetting them all.
+    pub async fn results(
+        &self,
+        clear: bool,
+    ) -> Result<super::scheduler::results::ResultsView, ApiError> {
+        self.ask(|reply| SchedulerMsg::Results { clear, reply }).await
+    }
+
     /// A page of workers in name order: at most `limit` after the name `after`.
     pub async fn workers(
         &self,

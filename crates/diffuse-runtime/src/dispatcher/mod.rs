@@ -240,6 +240,7 @@ pub fn router(handle: Handle) -> Router {
         .route("/v1/tasks/{id}/logs", get(logs))
         .route("/v1/batches/{batch}", get(batch))
         .route("/v1/status", get(status))
+        .route("/v1/results", get(results).delete(clear_results))
         .route("/v1/workers", get(workers))
         .route("/v1/locate", get(locate))
         .route("/v1/jobs/{job}", get(job))
@@ -540,6 +541,24 @@ async fn status(
     h.reader_token(&headers)?;
     q?;
     Ok(Json(h.status().await?))
+}
+
+/// `GET /v1/results`: the kept results' counts (reader token).
+async fn results(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+) -> Result<Json<scheduler::results::ResultsView>, ApiError> {
+    h.reader_token(&headers)?;
+    Ok(Json(h.results(false).await?))
+}
+
+/// `DELETE /v1/results`: forget every kept result (client token); the counts before.
+async fn clear_results(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+) -> Result<Json<scheduler::results::ResultsView>, ApiError> {
+    h.client(&headers)?;
+    Ok(Json(h.results(true).await?))
 }
 
 #[derive(Deserialize)]

@@ -217,6 +217,16 @@ pub struct TaskMore {
     /// inputs, which it waits for anyway).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
+    /// Whether an earlier identical task's result may stand for it (docs/runtime.md, "Results
+    /// reused by content"): `false` for a task that reads the clock, the network or a random
+    /// seed not in its inputs; `true` for one without inputs or outputs whose printed output is
+    /// its result. Unset: reused when it declares an input or an output.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reuse: Option<bool>,
+    /// The SHA-256 of each program file its command names (`/home/me/run.py`), filled in by the
+    /// client that submits it: part of its identity, so editing the script runs it again.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub programs: BTreeMap<String, String>,
 }
 
 /// What a task gets for a field it leaves out when the default is a setting of the dispatcher
@@ -539,6 +549,14 @@ fn check_more(id: &str, m: &mut TaskMore) -> Result<(), Invalid> {
     }
     if m.gpus == Some(0) {
         m.gpus = None;
+    }
+    for (path, sha) in &m.programs {
+        if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(invalid(
+                format!("programs.{path}"),
+                "must be the file's SHA-256 in 64 hex digits",
+            ));
+        }
     }
     Ok(())
 }

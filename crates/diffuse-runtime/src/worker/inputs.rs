@@ -167,7 +167,7 @@ async fn fetch_once(
             }
             Err(Failed::NoSpace) => return Err(Failed::NoSpace),
             // An intermediate object exists only on workers: no storage to fall back on.
-            Err(Failed::Other(e)) if crate::uri::is_tmp(&input.uri) => {
+            Err(Failed::Other(e)) if crate::uri::on_workers_only(&input.uri) => {
                 return Err(Failed::Other(format!(
                     "{}: no copy could be read from {url} ({e})",
                     input.uri
@@ -177,7 +177,7 @@ async fn fetch_once(
                 tracing::warn!(uri = %crate::uri::redacted(&input.uri), "peer fetch from {url} failed ({e}); reading from storage")
             }
         }
-    } else if crate::uri::is_tmp(&input.uri) {
+    } else if crate::uri::on_workers_only(&input.uri) {
         return Err(Failed::Other(format!(
             "{}: no copy on this worker",
             input.uri

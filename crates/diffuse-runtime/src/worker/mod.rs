@@ -62,6 +62,7 @@ mod partial;
 mod peer;
 pub mod process;
 mod relay;
+mod reuse;
 mod running;
 mod session;
 mod signals;

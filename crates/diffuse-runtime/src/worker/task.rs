@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
-fn unix_now() -> f64 {
+pub(super) fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -94,6 +94,15 @@ pub(super) async fn run_task(
         a.outputs.len(),
         ctx.launch.user.as_ref().map(|u| (u.uid, u.gid)),
     );
+    if let Some(order) = &a.reuse {
+        match reuse_result(ctx, &a, order).await {
+            Ok(done) => return Some(done),
+            Err(e) => {
+                tracing::info!(task = %a.task, "kept result of '{}' not reused ({e}); running it", order.from);
+                report.reuse_failed = Some(e);
+            }
+        }
+    }
     let ended = match dir.make() {
         Err(e) => Err(Ending::Failed(format!(
             "cannot create {}: {e}",
@@ -113,6 +122,23 @@ pub(super) async fn run_task(
         }
         Err(Ending::Left) => None,
     }
+}
+
+/// Stand a kept result in for `a` ([`super::reuse::carry_out`]) in a directory of its own.
+async fn reuse_result(
+    ctx: &Arc<Ctx>,
+    a: &Assignment,
+    order: &crate::proto::ReuseOrder,
+) -> Result<TaskReport, String> {
+    let mut report = TaskReport::blank(a, unix_now());
+    let dir = ctx
+        .work
+        .join(format!("{}.reuse", super::taskdir::dir_name(&a.task, a.attempt)));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _remove = super::taskdir::RemoveOnDrop(dir.clone());
+    super::reuse::carry_out(ctx, a, order, &dir, &mut report).await?;
+    report.finished_at = unix_now();
+    Ok(report)
 }
 
 /// Take the cores `a` asks for (at most the worker's), waiting while other attempts hold
@@ -176,8 +202,14 @@ async fn run_attempt(
         .or_else(|| ended.stderr.error.clone());
     upload_logs(ctx, a, &ended).await?;
     judge(a, &ended, report)?;
+    let kept = (report.exit_code == Some(0) && a.keep_result)
+        .then(|| super::reuse::keep_outputs(ctx, a, &dir.outputs))
+        .flatten();
     if report.exit_code == Some(0) && !dir.outputs.is_empty() {
         deliver_outputs(ctx, a, &dir.outputs, report).await?;
+    }
+    if let Some(files) = kept {
+        super::reuse::finish_result(ctx, a, files, report).await;
     }
     Ok(())
 }

@@ -194,10 +194,23 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
             }
         }
     };
-    let tasks: Vec<(usize, TaskDef)> = tasks
+    let mut tasks: Vec<(usize, TaskDef)> = tasks
         .into_iter()
         .filter(|(line, _)| *line as u64 >= a.from_line)
         .collect();
+    // Program files named in commands are part of the tasks' identities (results reused by
+    // content): relative names are looked up beside the task file.
+    let base = match &a.each {
+        Some(_) => std::env::current_dir().unwrap_or_default(),
+        None => std::path::absolute(&file)
+            .ok()
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_default(),
+    };
+    let mut hasher = diffuse_runtime::reuse::programs::ProgramHasher::new(&base);
+    for (_, d) in &mut tasks {
+        hasher.fill(d);
+    }
     if tasks.is_empty() {
         eprintln!(
             "error: {file}: no task on line {} or after; nothing was submitted",
@@ -314,6 +327,9 @@ fn print_status(s: &Value, json: bool) {
             s["running"].as_u64().unwrap_or(0) + s["ending"].as_u64().unwrap_or(0),
             s["succeeded"], s["failed"], s["cancelled"], s["workers"], s["slots"], s["busy_slots"]
         );
+        if let Some(n) = s["reused"].as_u64().filter(|n| *n > 0) {
+            println!("reused {n}: succeeded without running, from an identical task's kept result");
+        }
         if let Some(n) = s["remaking"].as_u64().filter(|n| *n > 0) {
             println!("remaking {n}: succeeded tasks running again to remake a lost tmp:// object");
         }

@@ -147,6 +147,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         task_defaults: a.task.defaults(),
         max_workers: a.max_workers,
         idle_release: a.idle_release,
+        reuse: a.task.reuse,
     };
     let summary = match super::runtime()?.block_on(diffuse_runtime::run::run(cfg)) {
         Ok(s) => s,

@@ -109,6 +109,22 @@ pub struct TaskDefaultArgs {
     /// SIGTERM, then SIGKILL 3 s later, and it fails "timed out" [default: none].
     #[arg(long, value_parser = seconds, allow_hyphen_values = true)]
     pub task_timeout: Option<Duration>,
+    /// Reuse results: a task whose command, env, input contents, outputs and program files
+    /// match one that already succeeded gets that task's kept outputs instead of running, and
+    /// two identical tasks in flight run once. A task opts out with "reuse": false; one with
+    /// neither inputs nor outputs is reused only with "reuse": true. See docs/runtime.md,
+    /// "Results reused by content".
+    #[arg(long, env = "DIFFUSE_REUSE", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set, value_name = "on|off")]
+    pub reuse: bool,
+}
+
+/// `on` or `off`.
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        _ => Err(format!("'{s}': say on or off")),
+    }
 }
 
 impl TaskDefaultArgs {
@@ -233,6 +249,8 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
             lookup_timeout: a.lookup_timeout,
             task_defaults: a.task.defaults(),
             fixed_pool: None,
+            reuse: a.task.reuse,
+            results_store: None,
         },
         storage_gateway: None,
         trust,

@@ -375,7 +375,9 @@ impl Cluster {
     pub fn envs(&self, cmd: &mut Command) {
         cmd.env("DIFFUSE_CLIENT_TOKEN", &self.client_token)
             .env("DIFFUSE_WORKER_TOKEN", &self.worker_token)
-            .env("DIFFUSE_LOG", "info");
+            .env("DIFFUSE_LOG", "info")
+            // Off unless the test turns it on (see `run_diffuse`).
+            .env("DIFFUSE_REUSE", "off");
         for (k, v) in &self.env {
             cmd.env(k, v);
         }

@@ -85,7 +85,9 @@ impl Hosts {
     pub fn env(&self, cmd: &mut Command) {
         cmd.env("DIFFUSE_CLIENT_TOKEN", &self.client)
             .env("DIFFUSE_WORKER_TOKEN", &self.worker_token)
-            .env("DIFFUSE_LOG", "info");
+            .env("DIFFUSE_LOG", "info")
+            // Off, as in every test but tests/reuse.rs (see `run_diffuse`).
+            .env("DIFFUSE_REUSE", "off");
     }
 
     pub fn get(&self, path: &str) -> Option<Value> {

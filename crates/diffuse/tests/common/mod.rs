@@ -78,9 +78,13 @@ pub fn run_diffuse(
     // `diffuse run`'s workers keep their caches between runs under $XDG_CACHE_HOME: one place
     // per test process, not the user's own.
     let caches = test_caches();
+    // Results are not reused unless a test turns reuse on (`DIFFUSE_REUSE=on`, or `--reuse
+    // on`): the other tests run identical tasks on purpose (to watch staging, locality,
+    // retries), and tests/reuse.rs checks reuse itself.
     let mut child = cmd
         .args(args)
         .env("DIFFUSE_LOG", "info")
+        .env("DIFFUSE_REUSE", "off")
         .env("XDG_CACHE_HOME", &caches)
         .envs(env.iter().copied())
         .stdin(Stdio::null())

@@ -47,6 +47,7 @@
 //! | [`placement`] | workers' names for the core, strict hints checked at submission, Hercules' place |
 //! | [`prefetch`] | MixApart: racks, prefetches carried out, the storage cap shared by demand; 2Mark's evictions and moves |
 //! | [`pool`] | the elastic pool: provisioning decisions out, workers by state in, cache hand-off |
+//! | [`results`] | results reused by content: kept results by identity, input digests, identical tasks in flight held back |
 //! | [`batches`] | batches staged to workers (`diffuse stage`, GDS) |
 //! | [`series`] | the dashboard's samples (`GET /v1/series`) and the last failures (held by the ledger) |
 //! | [`writer`] | the journal writer thread |
@@ -65,6 +66,7 @@ pub mod placement;
 pub mod pool;
 pub mod prefetch;
 pub mod progress;
+pub mod results;
 pub mod series;
 pub mod sessions;
 pub mod shared;
@@ -94,6 +96,7 @@ use objects::ObjectTable;
 use placement::NodeNames;
 use pool::PoolLink;
 use prefetch::Prefetch;
+use results::Results;
 use sessions::Sessions;
 use shared::Shared;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -117,6 +120,11 @@ pub struct SchedulerConfig {
     /// task that none of them could ever hold fails at once instead of waiting for a bigger
     /// worker that will not come.
     pub fixed_pool: Option<u32>,
+    /// Reuse kept results (`--reuse`).
+    pub reuse: bool,
+    /// Where the result index is kept: the journal's file unless set (`diffuse run` keeps it
+    /// beside its worker caches).
+    pub results_store: Option<std::path::PathBuf>,
 }
 
 /// The scheduler's state: the core, and the owners it composes.
@@ -145,6 +153,8 @@ pub struct Scheduler {
     prefetch: Prefetch,
     /// Batches staged to workers (`diffuse stage`).
     batches: Batches,
+    /// Kept results, input digests, identical tasks in flight.
+    results: Results,
 }
 
 /// The scheduler's [`Shared`] borrow (core, sessions, objects, comm) at this moment, leaving
@@ -189,6 +199,14 @@ impl Scheduler {
             comm: &mut *comm,
         };
         let journal = intake::replay(journal, &mut sh, &mut ledger, &mut names, &mut lookups)?;
+        let store_path = cfg.results_store.clone().unwrap_or(cfg.journal.clone());
+        let store = crate::reuse::store::Store::open(&store_path).map_err(|source| {
+            crate::journal::JournalError::Open {
+                path: format!("{} (its result index)", store_path.display()),
+                source,
+            }
+        })?;
+        let results = Results::new(cfg.reuse, Some(store));
         Ok(Scheduler {
             core,
             journal,
@@ -204,6 +222,7 @@ impl Scheduler {
             lookups,
             prefetch: Prefetch::default(),
             batches: Batches::default(),
+            results,
         })
     }
 
@@ -302,10 +321,31 @@ impl Scheduler {
                 }
             }
             SchedulerMsg::Cancel(id, reply) => {
-                let _ = reply.send(outcomes::cancel(&id, &mut shared!(self), ledger));
+                let results = &mut self.results;
+                let sh = &mut shared!(self);
+                let answer = outcomes::cancel(&id, sh, ledger);
+                if outcomes::cancel_waiting(&id, sh, ledger, lookups, results) {
+                    let _ = reply.send(Ok("cancelled".into()));
+                } else {
+                    let _ = reply.send(answer);
+                }
             }
             SchedulerMsg::CancelJob(name, reply) => {
-                let _ = reply.send(outcomes::cancel_job(&name, &mut shared!(self), ledger));
+                let results = &mut self.results;
+                let sh = &mut shared!(self);
+                let answer = outcomes::cancel_job(&name, sh, ledger);
+                for t in ledger.jobs.tasks(&name).unwrap_or_default().to_vec() {
+                    let id = ledger.tasks.get(t).def.id.clone();
+                    outcomes::cancel_waiting(&id, sh, ledger, lookups, results);
+                }
+                let _ = reply.send(answer);
+            }
+            SchedulerMsg::Results { clear, reply } => {
+                let before = self.results.view();
+                if clear {
+                    self.results.clear();
+                }
+                let _ = reply.send(before);
             }
             SchedulerMsg::Pool(ev) => {
                 let now = self.now();
@@ -455,6 +495,7 @@ impl Scheduler {
             two_mark: self.core.two_mark_stats(),
             recent_failures: self.ledger.series.recent_failures(),
             links: prefetch::links(&self.core, &self.sessions),
+            reused: self.results.reused,
             ..self.ledger.counters().clone()
         }
     }
@@ -571,7 +612,8 @@ impl Scheduler {
                 }
             }
             ToDispatcher::Finished(report) => {
-                outcomes::finished(node, report, &mut shared!(self), ledger, lookups)
+                let results = &mut self.results;
+                outcomes::finished(node, report, &mut shared!(self), ledger, lookups, results)
             }
             ToDispatcher::LookedUp { id, results } => {
                 let sh = &mut shared!(self);
@@ -610,7 +652,8 @@ impl Scheduler {
         }
         self.batches.node_left(node, &mut shared!(self));
         let sh = &mut shared!(self);
-        outcomes::worker_gone(node, &session.name, why, crashed, sh, &mut self.ledger);
+        let (ledger, results) = (&mut self.ledger, &mut self.results);
+        outcomes::worker_gone(node, &session.name, why, crashed, sh, ledger, results);
     }
 
     /// Send waiting lookups to the connected workers.
@@ -631,7 +674,10 @@ impl Scheduler {
         let now = self.now();
         while let Some(action) = self.core.poll_action(now) {
             match action {
-                Action::Dispatch(d) => workers::dispatch(d, &mut shared!(self), &mut self.ledger),
+                Action::Dispatch(d) => {
+                    let (ledger, results) = (&mut self.ledger, &mut self.results);
+                    workers::dispatch(d, &mut shared!(self), ledger, results)
+                }
                 Action::Provision { nodes } => match &self.pool {
                     Some(_) => self.comm.pool(PoolCmd::Acquire(nodes)),
                     // Static: workers are the ones that connect.

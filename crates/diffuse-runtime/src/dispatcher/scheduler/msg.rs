@@ -34,6 +34,13 @@ pub enum SchedulerMsg {
     WorkerDown(u64),
     /// Cancel a task.
     Cancel(String, oneshot::Sender<Result<String, String>>),
+    /// The kept results' counts; with `clear`, forget them all first.
+    Results {
+        /// Forget every kept result and input digest.
+        clear: bool,
+        /// Where the counts go.
+        reply: oneshot::Sender<super::results::ResultsView>,
+    },
     /// Counters.
     Status(oneshot::Sender<Status>),
     /// A page of workers by name: those after `after`, at most `limit`.

@@ -13,10 +13,11 @@ use super::lookup::Lookups;
 use super::placement;
 use super::shared::Shared;
 use super::tasks::{Listed, Phase};
+use super::results::Results;
 use super::workers;
 use crate::journal::OutcomeState;
 use crate::proto::{TaskReport, ToWorker};
-use diffuse_core::{CoreError, NodeId, Outcome, TaskState};
+use diffuse_core::{CoreError, Dispatch, NodeId, Outcome, TaskState};
 
 /// Worker `node` reports an attempt ended.
 pub fn finished(
@@ -25,6 +26,7 @@ pub fn finished(
     sh: &mut Shared,
     ledger: &mut Ledger,
     lookups: &mut Lookups,
+    results: &mut Results,
 ) {
     let Some(t) = ledger.tasks.id_of(&report.task) else {
         return;
@@ -56,6 +58,12 @@ pub fn finished(
         // Not a success the core took: what it kept is no one's input.
         let uris = report.kept.iter().map(|k| k.uri.clone()).collect();
         sh.send_connected(node, ToWorker::Drop { uris });
+    }
+    if current {
+        let success = matches!(result, Ok(TaskState::Finished(Outcome::Succeeded)));
+        let def = &ledger.tasks.get(t).def;
+        let waiting = results.finished(t, def, node, &report, success, sh, report.finished_at);
+        dispatch_waiting(waiting, sh, ledger, results);
     }
     if remake && result.is_ok() {
         // A producer run again to remake a lost object: its recorded outcome stands.
@@ -92,6 +100,50 @@ pub fn finished(
     }
 }
 
+/// Dispatch again the attempts that waited for an identical task, those still current.
+pub fn dispatch_waiting(
+    waiting: Vec<Dispatch>,
+    sh: &mut Shared,
+    ledger: &mut Ledger,
+    results: &mut Results,
+) {
+    for d in waiting {
+        let current = matches!(sh.core.task_state(d.task), Some(TaskState::Running { node, attempt, .. }) if node == d.node && attempt == d.attempt);
+        if current && sh.sessions.contains(&d.node) {
+            workers::dispatch(d, sh, ledger, results);
+        }
+    }
+}
+
+/// A task waiting for an identical one is cancelled: it ends at once (it never reached a
+/// worker). False if it was not waiting.
+pub fn cancel_waiting(
+    id: &str,
+    sh: &mut Shared,
+    ledger: &mut Ledger,
+    lookups: &mut Lookups,
+    results: &mut Results,
+) -> bool {
+    let Some(t) = ledger.tasks.id_of(id) else {
+        return false;
+    };
+    let Some(d) = results.unpark(t) else {
+        return false;
+    };
+    let now = super::ledger::unix_now();
+    let report = TaskReport {
+        task: id.to_string(),
+        attempt: d.attempt,
+        error: Some("cancelled".into()),
+        started_at: now,
+        staged_at: now,
+        finished_at: now,
+        ..TaskReport::empty()
+    };
+    finished(d.node, report, sh, ledger, lookups, results);
+    true
+}
+
 /// Worker `node` (named `worker`) is gone, its session already closed: lost (`crashed`: its
 /// running tasks count a crash) or left cleanly. Its tasks run again elsewhere, or end when
 /// lost too often (or cancelled while they ran).
@@ -102,6 +154,7 @@ pub fn worker_gone(
     crashed: bool,
     sh: &mut Shared,
     ledger: &mut Ledger,
+    results: &mut Results,
 ) {
     let running = sh.core.running_on(node).to_vec();
     if crashed {
@@ -131,6 +184,10 @@ pub fn worker_gone(
             );
         } else if !matches!(ledger.tasks.get(t).phase, Phase::Done(_)) {
             ledger.tasks.list_as(t, Listed::Queued);
+        }
+        if lost.failed.contains(&t) || lost.cancelled.contains(&t) {
+            let waiting = results.ended(t);
+            dispatch_waiting(waiting, sh, ledger, results);
         }
     }
 }

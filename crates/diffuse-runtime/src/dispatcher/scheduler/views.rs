@@ -94,6 +94,10 @@ pub struct Status {
     pub failed: u64,
     /// Cancelled.
     pub cancelled: u64,
+    /// Of the succeeded since the dispatcher started, those that did not run: an identical
+    /// task's kept result stood for them.
+    #[serde(default)]
+    pub reused: u64,
     /// Of the succeeded, those running again to remake an intermediate object whose every
     /// copy was lost (not counted in `queued` or `running`).
     #[serde(default)]

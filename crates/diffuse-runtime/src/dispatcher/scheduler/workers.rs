@@ -4,6 +4,7 @@
 //! among the owners ([`super::outcomes`], [`super::intake`], [`super::worker_msgs`]).
 
 use super::ledger::Ledger;
+use super::results::{Plan, Results};
 use super::shared::Shared;
 use super::tasks::{Listed, Phase};
 use crate::proto::{Assignment, InputSource, TaskReport, ToWorker};
@@ -30,10 +31,19 @@ fn positions(inputs: &[String]) -> Vec<u32> {
 }
 
 /// Send the core's dispatch `d` to its worker, and hand the attempt to the journal (the
-/// ledger's `progress`).
-pub fn dispatch(d: Dispatch, sh: &mut Shared, ledger: &mut Ledger) {
+/// ledger's `progress`): to run, or to stand a kept result in for it; or hold it back while
+/// an identical task is in flight ([`Results::plan`]).
+pub fn dispatch(d: Dispatch, sh: &mut Shared, ledger: &mut Ledger, results: &mut Results) {
     let task_timeout = ledger.default_timeout();
     let (tasks, progress) = (&mut ledger.tasks, &mut ledger.progress);
+    let plan = results.plan(&d, &tasks.get(d.task).def, sh);
+    if let Plan::Wait = plan {
+        results.park(d.clone(), &tasks.get(d.task).def, sh.objects);
+        if !matches!(tasks.get(d.task).phase, Phase::Done(_)) {
+            tasks.list_as(d.task, Listed::Running);
+        }
+        return;
+    }
     let Dispatch {
         task: t,
         attempt,
@@ -66,7 +76,7 @@ pub fn dispatch(d: Dispatch, sh: &mut Shared, ledger: &mut Ledger) {
             sh.objects.input(*o, size, source)
         })
         .collect();
-    let a = Assignment::new(
+    let mut a = Assignment::new(
         &task.def,
         attempt,
         assigned,
@@ -74,6 +84,11 @@ pub fn dispatch(d: Dispatch, sh: &mut Shared, ledger: &mut Ledger) {
         positions(&task.def.inputs),
         task_timeout,
     );
+    match plan {
+        Plan::Run { keep } => a.keep_result = keep,
+        Plan::Reuse(order) => a.reuse = Some(Box::new(order)),
+        Plan::Wait => unreachable!("held back above"),
+    }
     let Some(s) = sh.sessions.get(&node) else {
         return;
     };
