@@ -164,7 +164,8 @@ impl Handle {
         &self,
         clear: bool,
     ) -> Result<super::scheduler::results::ResultsView, ApiError> {
-        self.ask(|reply| SchedulerMsg::Results { clear, reply }).await
+        self.ask(|reply| SchedulerMsg::Results { clear, reply })
+            .await
     }
 
     /// A page of workers in name order: at most `limit` after the name `after`.

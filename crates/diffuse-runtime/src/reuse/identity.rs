@@ -110,8 +110,12 @@ mod tests {
 
     #[test]
     fn the_same_command_env_inputs_and_outputs_make_the_same_identity_whatever_the_id() {
-        let a = task(r#"{"id":"a","cmd":["wc","{inputs[0]}"],"inputs":["file:///d/x"],"outputs":["file:///o/y"],"env":{"K":"1"},"priority":3}"#);
-        let b = task(r#"{"id":"b","cmd":["wc","{inputs[0]}"],"inputs":["file:///d/other"],"outputs":["file:///o/y"],"env":{"K":"1"},"cores":2}"#);
+        let a = task(
+            r#"{"id":"a","cmd":["wc","{inputs[0]}"],"inputs":["file:///d/x"],"outputs":["file:///o/y"],"env":{"K":"1"},"priority":3}"#,
+        );
+        let b = task(
+            r#"{"id":"b","cmd":["wc","{inputs[0]}"],"inputs":["file:///d/other"],"outputs":["file:///o/y"],"env":{"K":"1"},"cores":2}"#,
+        );
         assert_eq!(
             identity(&a, &[Content::Digest(D1)]),
             identity(&b, &[Content::Digest(D1)]),
@@ -137,7 +141,11 @@ mod tests {
         assert_ne!(first, id(&with_program, D1), "program");
         assert_ne!(id(&with_program, D1), id(&edited, D1), "edited program");
         let shell = r#"{"id":"a","cmd":"wc {inputs[0]}","inputs":["file:///d/x"],"outputs":["file:///o/y"]}"#;
-        assert_ne!(first, id(shell, D1), "a shell line is not the argv of its words");
+        assert_ne!(
+            first,
+            id(shell, D1),
+            "a shell line is not the argv of its words"
+        );
     }
 
     #[test]
@@ -152,8 +160,14 @@ mod tests {
     #[test]
     fn tasks_without_inputs_or_outputs_are_reused_only_when_they_say() {
         assert!(!reusable(&task(r#"{"id":"a","cmd":"date"}"#)));
-        assert!(reusable(&task(r#"{"id":"a","cmd":"echo hi","reuse":true}"#)));
-        assert!(reusable(&task(r#"{"id":"a","cmd":"wc","outputs":["tmp://x"]}"#)));
-        assert!(!reusable(&task(r#"{"id":"a","cmd":"wc","outputs":["tmp://x"],"reuse":false}"#)));
+        assert!(reusable(&task(
+            r#"{"id":"a","cmd":"echo hi","reuse":true}"#
+        )));
+        assert!(reusable(&task(
+            r#"{"id":"a","cmd":"wc","outputs":["tmp://x"]}"#
+        )));
+        assert!(!reusable(&task(
+            r#"{"id":"a","cmd":"wc","outputs":["tmp://x"],"reuse":false}"#
+        )));
     }
 }

@@ -117,7 +117,10 @@ mod tests {
         assert_eq!(a.len(), 1, "only run.py names a program (x is data): {a:?}");
         assert_eq!(a["run.py"].len(), 64);
         assert_eq!(defs[1].more().programs[&abs], a["run.py"]);
-        assert!(defs[2].more().programs.is_empty(), "not reusable: not hashed");
+        assert!(
+            defs[2].more().programs.is_empty(),
+            "not reusable: not hashed"
+        );
         std::fs::write(d.path().join("run.py"), "print(2)\n").unwrap();
         let mut again = parse_tasks(&text).unwrap();
         ProgramHasher::new(d.path()).fill(&mut again[0]);

@@ -75,8 +75,10 @@ pub fn load(path: &Path) -> rusqlite::Result<Loaded> {
     })?;
     for row in rows {
         let (id, files, task) = row?;
-        let (Ok(id), Ok(files)) = (<Identity>::try_from(id.as_slice()), serde_json::from_str(&files))
-        else {
+        let (Ok(id), Ok(files)) = (
+            <Identity>::try_from(id.as_slice()),
+            serde_json::from_str(&files),
+        ) else {
             continue;
         };
         loaded.results.push((id, KeptResult { task, files }));

@@ -63,7 +63,11 @@ fn keep_file(ctx: &Ctx, src: &Path) -> Result<(u64, String), String> {
 /// Before its outputs are delivered: keep each output of a succeeded attempt (written at
 /// `paths`) as a result file. A file that cannot be kept leaves the result unkept (the task
 /// stands; it will not be reused).
-pub(super) fn keep_outputs(ctx: &Ctx, a: &Assignment, paths: &[PathBuf]) -> Option<Vec<ResultFile>> {
+pub(super) fn keep_outputs(
+    ctx: &Ctx,
+    a: &Assignment,
+    paths: &[PathBuf],
+) -> Option<Vec<ResultFile>> {
     let mut files = Vec::with_capacity(paths.len() + 2);
     for (uri, path) in a.outputs.iter().zip(paths) {
         match keep_file(ctx, path) {
@@ -139,7 +143,9 @@ pub(super) async fn carry_out(
         match how {
             Staged::Local(b) => (t.local, t.bytes_local) = (t.local + 1, t.bytes_local + b),
             Staged::Peer(b) => (t.peer, t.bytes_peer) = (t.peer + 1, t.bytes_peer + b),
-            Staged::Storage(b) => (t.storage, t.bytes_storage) = (t.storage + 1, t.bytes_storage + b),
+            Staged::Storage(b) => {
+                (t.storage, t.bytes_storage) = (t.storage + 1, t.bytes_storage + b)
+            }
         }
         if !cached {
             return Err(format!("{}: larger than this worker's cache", rf.file.name));
@@ -184,7 +190,10 @@ pub(super) async fn carry_out(
 /// A reused `tmp://` output, kept under this task's name (pinned, as a run's would be).
 fn keep_as(ctx: &Ctx, f: &ResultFile, path: &Path) -> Result<KeptOutput, String> {
     let mut cache = ctx.cache.lock().expect("cache lock");
-    if cache.digest(&f.name).is_some_and(|(_, sha)| sha == f.sha256) {
+    if cache
+        .digest(&f.name)
+        .is_some_and(|(_, sha)| sha == f.sha256)
+    {
         cache.pin(&f.name);
     } else {
         let temp = cache.temp_path();
@@ -196,7 +205,10 @@ fn keep_as(ctx: &Ctx, f: &ResultFile, path: &Path) -> Result<KeptOutput, String>
             .map_err(|e| format!("output {}: {e}", f.name))?;
         if !stored.cached {
             cache.release_uncached(&stored.path);
-            return Err(format!("output {}: does not fit in this worker's cache", f.name));
+            return Err(format!(
+                "output {}: does not fit in this worker's cache",
+                f.name
+            ));
         }
         cache.pin(&f.name);
     }

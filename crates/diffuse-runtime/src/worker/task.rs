@@ -131,9 +131,10 @@ async fn reuse_result(
     order: &crate::proto::ReuseOrder,
 ) -> Result<TaskReport, String> {
     let mut report = TaskReport::blank(a, unix_now());
-    let dir = ctx
-        .work
-        .join(format!("{}.reuse", super::taskdir::dir_name(&a.task, a.attempt)));
+    let dir = ctx.work.join(format!(
+        "{}.reuse",
+        super::taskdir::dir_name(&a.task, a.attempt)
+    ));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let _remove = super::taskdir::RemoveOnDrop(dir.clone());
     super::reuse::carry_out(ctx, a, order, &dir, &mut report).await?;
