@@ -26,3 +26,6 @@ stop_nginx() { [ -f "$WORK/nginx.conf" ] && nginx -c "$WORK/nginx.conf" -s stop 
 # `--cache-dir $WORK/cache` where the build has it (builds before issue 15 kept caches in the run
 # directory), so a benchmark never touches the user's own caches.
 cache_flag() { "$DIFFUSE" run --help 2>/dev/null | grep -q -- '--cache-dir' && echo "--cache-dir $WORK/cache" || true; }
+# `--reuse off` where the build has it (results reused by content, issue 27): benchmarks that run
+# the same tasks twice to measure warm caches, not skipped work.
+reuse_off() { "$DIFFUSE" run --help 2>/dev/null | grep -q -- '--reuse' && echo "--reuse off" || true; }

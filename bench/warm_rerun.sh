@@ -2,6 +2,7 @@
 # The same workload run twice with the caches `diffuse run` keeps between runs: 600 tasks over
 # 200 files of 1 MB (md5sum of one file each), 2 workers x 2 slots, 200MB of cache each. The
 # second run's bytes from storage, local hits and makespan are printed next to the first's.
+# Reuse is off: the second run reads what the first cached (bench/reuse.sh measures reuse).
 # Usage: bench/warm_rerun.sh [tasks=600] [files=200] [file_size_bytes=1000000]
 source "$(dirname "$0")/common.sh"
 N=${1:-600}; F=${2:-200}; S=${3:-1000000}
@@ -21,7 +22,7 @@ with open(f"{work}/tasks.jsonl", "w") as out:
 PY
 for round in first second; do
   "$DIFFUSE" run "$WORK/tasks.jsonl" --workers 2 --slots-per-worker 2 --cache-size 200MB \
-    --cache-dir "$WORK/cache" --run-dir "$WORK/run-$round" --json 2>/dev/null >"$WORK/$round.json"
+    --cache-dir "$WORK/cache" --run-dir "$WORK/run-$round" $(reuse_off) --json 2>/dev/null >"$WORK/$round.json"
 done
 python3 - "$WORK/first.json" "$WORK/second.json" <<'PY'
 import json, sys

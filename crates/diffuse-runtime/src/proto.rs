@@ -84,7 +84,7 @@ pub enum ToDispatcher {
         uris: Vec<String>,
     },
     /// An attempt of a task ended.
-    Finished(TaskReport),
+    Finished(Box<TaskReport>),
     /// Still alive.
     Heartbeat,
     /// Its machine's 1-minute load average (`/proc/loadavg`), every few seconds (DAD's load),
@@ -632,6 +632,8 @@ mod tests {
                 memory: Some(5_000_000),
                 ..TaskMore::default()
             },
+            keep_result: true,
+            reuse: None,
             stdout_uri: None,
             stderr_uri: None,
         }));

@@ -96,6 +96,8 @@ pub struct RunSummary {
     pub tasks: u64,
     /// Tasks that exited 0.
     pub tasks_ok: u64,
+    /// Of those, tasks that did not run: an identical task's kept result stood for them.
+    pub tasks_reused: u64,
     /// Tasks that failed (non-zero exit, missing input, exec error) or were cancelled.
     pub tasks_failed: u64,
     /// Tasks that had not ended when the run was interrupted.
@@ -649,6 +651,7 @@ fn summary(
     RunSummary {
         tasks: status.submitted,
         tasks_ok: status.succeeded,
+        tasks_reused: status.reused,
         tasks_failed: status.failed + status.cancelled,
         tasks_not_run: status.submitted - ended,
         interrupted,
@@ -942,6 +945,7 @@ fn write_results(journal: &Path, out: &Path) -> Result<Vec<Failure>, RunError> {
             "node": o.as_ref().and_then(|o| o.node.clone()),
             "attempt": o.as_ref().map(|o| o.attempt),
             "error": o.as_ref().and_then(|o| o.error.clone()),
+            "reused_from": field("reused_from"),
             "stdout": field("stdout"),
             "stderr": field("stderr"),
             "stderr_tail": field("stderr_tail"),

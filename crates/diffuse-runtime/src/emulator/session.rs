@@ -287,14 +287,14 @@ impl Emulated {
             &tally.finished
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        self.out.push(ToDispatcher::Finished(TaskReport {
+        self.out.push(ToDispatcher::Finished(Box::new(TaskReport {
             exit_code: error.is_none().then_some(0),
             error,
             finished_at: at,
             outputs: a.outputs.clone(),
             traffic,
             ..TaskReport::blank(a, started)
-        }));
+        })));
     }
 }
 

@@ -127,17 +127,15 @@ mod tests {
     fn each_part_changes_the_identity() {
         let base = r#"{"id":"a","cmd":["wc","{inputs[0]}"],"inputs":["file:///d/x"],"outputs":["file:///o/y"]}"#;
         let id = |json: &str, d: &str| identity(&task(json), &[Content::Digest(d)]);
+        // The base task with `extra` fields added.
+        let with = |extra: &str| format!("{},{extra}}}", &base[..base.len() - 1]);
         let first = id(base, D1);
         assert_ne!(first, id(base, D2), "input content");
         assert_ne!(first, id(&base.replace("\"wc\"", "\"cat\""), D1), "command");
         assert_ne!(first, id(&base.replace("/o/y", "/o/z"), D1), "output name");
-        assert_ne!(
-            first,
-            id(&base.replace("]}", r#"],"env":{"A":"b"}}"#), D1),
-            "environment"
-        );
-        let with_program = base.replace("]}", &format!(r#"],"programs":{{"/s/run.py":"{D1}"}}}}"#));
-        let edited = base.replace("]}", &format!(r#"],"programs":{{"/s/run.py":"{D2}"}}}}"#));
+        assert_ne!(first, id(&with(r#""env":{"A":"b"}"#), D1), "environment");
+        let with_program = with(&format!(r#""programs":{{"/s/run.py":"{D1}"}}"#));
+        let edited = with(&format!(r#""programs":{{"/s/run.py":"{D2}"}}"#));
         assert_ne!(first, id(&with_program, D1), "program");
         assert_ne!(id(&with_program, D1), id(&edited, D1), "edited program");
         let shell = r#"{"id":"a","cmd":"wc {inputs[0]}","inputs":["file:///d/x"],"outputs":["file:///o/y"]}"#;

@@ -37,6 +37,7 @@
 //! | [`cgroup`] | memory limits: a memory cgroup per task where the worker may make one |
 //! | `output` | captured stdout and stderr: files, the cap, the tail kept for a failure, pruning |
 //! | `inputs` | a task's inputs: local hits, fetches from peers or storage into the cache |
+//! | `reuse` | results reused by content: a run's result kept as `result://` objects; a kept result stood in for a task |
 //! | `flights` | single-flight: a fetch under way is waited for, not repeated |
 //! | `fetch_error` | why a fetch failed: a full disk (room can be made) or anything else |
 //! | `multi` | multi-source fetch: a large object read in chunks from several peers at once |

@@ -152,7 +152,6 @@ pub(super) async fn carry_out(
         }
         staged.push(dest);
     }
-    report.staged_at = super::task::unix_now();
     let mut files = Vec::with_capacity(order.files.len());
     for (rf, path) in order.files.iter().zip(&staged) {
         let mut f = rf.file.clone();

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
-pub(super) fn unix_now() -> f64 {
+fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -47,7 +47,7 @@ pub(super) async fn run_and_report(
         // shutdown): it runs again elsewhere.
         return;
     }
-    let _ = ctx.out.send(ToDispatcher::Finished(report));
+    let _ = ctx.out.send(ToDispatcher::Finished(Box::new(report)));
 }
 
 /// Whether a task's end looks like SIGTERM, SIGKILL, SIGINT or SIGHUP: killed by it (no exit
@@ -138,7 +138,9 @@ async fn reuse_result(
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let _remove = super::taskdir::RemoveOnDrop(dir.clone());
     super::reuse::carry_out(ctx, a, order, &dir, &mut report).await?;
-    report.finished_at = unix_now();
+    // No process ran: staging (reading the kept files) was all of it.
+    report.staged_at = unix_now();
+    report.finished_at = report.staged_at;
     Ok(report)
 }
 

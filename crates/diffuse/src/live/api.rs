@@ -36,6 +36,13 @@ pub(crate) struct Client {
     pub(crate) http: reqwest::Client,
 }
 
+impl ClientArgs {
+    /// Whether `--dispatcher` was given.
+    pub(crate) fn names_dispatcher(&self) -> bool {
+        self.dispatcher.is_some()
+    }
+}
+
 impl Client {
     /// A client of the dispatcher `a` names, with its token and the CAs it trusts.
     pub(crate) fn new(a: &ClientArgs) -> Result<Client> {

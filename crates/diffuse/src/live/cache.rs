@@ -1,6 +1,8 @@
 //! `diffuse cache info` and `diffuse cache clear`: the worker caches `diffuse run` keeps between
-//! runs (`diffuse_runtime::run_caches`).
+//! runs (`diffuse_runtime::run_caches`); `diffuse cache results`: the kept results reused by
+//! content, beside those caches or in a running dispatcher.
 
+use super::api::{Client, ClientArgs};
 use crate::size::format_size;
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -26,8 +28,22 @@ enum What {
         #[arg(long)]
         json: bool,
     },
-    /// Delete every worker cache nothing uses now.
+    /// Delete every worker cache nothing uses now, and the index of results kept in them.
     Clear,
+    /// The results kept for reuse (docs/runtime.md, "Results reused by content"): how many,
+    /// their bytes, the input digests known; those of `diffuse run` (beside its caches), or of
+    /// a running dispatcher with --dispatcher.
+    Results {
+        /// Forget every kept result (their copies stay in the caches until evicted): the
+        /// tasks run again.
+        #[arg(long)]
+        clear: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        client: super::api::ClientArgs,
+    },
 }
 
 /// `diffuse cache`.
@@ -52,7 +68,19 @@ pub fn cache(a: CacheArgs) -> Result<ExitCode> {
                 }
             }
         }
+        What::Results {
+            clear,
+            json,
+            client,
+        } => return results(&root, clear, json, &client),
         What::Clear => {
+            let store = root.join(diffuse_runtime::run::RESULTS_STORE);
+            if store.exists() {
+                let (s, _) = diffuse_runtime::reuse::store::Store::open(&store)?;
+                s.clear();
+                s.flush();
+                println!("forgot the kept results in {}", store.display());
+            }
             let (deleted, kept) = run_caches::clear(&root)?;
             for d in &deleted {
                 println!("deleted {}", d.display());
@@ -63,6 +91,66 @@ pub fn cache(a: CacheArgs) -> Result<ExitCode> {
             if deleted.is_empty() && kept.is_empty() {
                 println!("{}: no worker cache", root.display());
             }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `diffuse cache results`: the counts of the kept results, from the index beside the caches
+/// under `root`, or from the dispatcher `client` names; with `clear`, forget them.
+fn results(
+    root: &std::path::Path,
+    clear: bool,
+    json: bool,
+    client: &ClientArgs,
+) -> Result<ExitCode> {
+    let view: serde_json::Value = if client.names_dispatcher() {
+        let c = Client::new(client)?;
+        let rt = super::runtime()?;
+        let req = if clear {
+            c.http.delete(format!("{}/v1/results", c.url))
+        } else {
+            c.http.get(format!("{}/v1/results", c.url))
+        };
+        rt.block_on(c.call(req))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+    } else {
+        let path = root.join(diffuse_runtime::run::RESULTS_STORE);
+        if !path.exists() {
+            println!("{}: no kept result", path.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        let loaded = diffuse_runtime::reuse::store::load(&path)?;
+        if clear {
+            let (s, _) = diffuse_runtime::reuse::store::Store::open(&path)?;
+            s.clear();
+            s.flush();
+        }
+        serde_json::json!({
+            "results": loaded.results.len(),
+            "bytes": loaded.results.iter().map(|(_, r)| r.bytes()).sum::<u64>(),
+            "digests": loaded.digests.len(),
+            "store": path.display().to_string(),
+        })
+    };
+    if json {
+        println!("{view}");
+    } else {
+        println!(
+            "{} results kept ({}), {} input digests known{}",
+            view["results"],
+            format_size(view["bytes"].as_u64().unwrap_or(0)),
+            view["digests"],
+            view["store"]
+                .as_str()
+                .map(|s| format!(", in {s}"))
+                .unwrap_or_default()
+        );
+        if let Some(n) = view["reused"].as_u64() {
+            println!("{n} tasks reused since the dispatcher started");
+        }
+        if clear {
+            println!("forgot them: their tasks run again");
         }
     }
     Ok(ExitCode::SUCCESS)

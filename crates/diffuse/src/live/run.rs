@@ -178,8 +178,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
 fn write_summary(out: &mut impl std::io::Write, summary: &RunSummary) -> std::io::Result<()> {
     writeln!(
         out,
-        "tasks         {} ok, {} failed{}",
+        "tasks         {} ok{}, {} failed{}",
         summary.tasks_ok,
+        if summary.tasks_reused > 0 {
+            format!(" ({} reused)", summary.tasks_reused)
+        } else {
+            String::new()
+        },
         summary.tasks_failed,
         if summary.tasks_not_run > 0 {
             format!(", {} not run", summary.tasks_not_run)

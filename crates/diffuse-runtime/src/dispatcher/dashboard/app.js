@@ -123,6 +123,7 @@ function showStatus(s) {
   add("waiting", s.queued);
   add("running", s.running);
   add("succeeded", s.succeeded);
+  if (s.reused) add("of which reused", s.reused);
   add("failed", s.failed);
   add("workers", s.workers);
   const t = s.traffic;
@@ -130,6 +131,7 @@ function showStatus(s) {
   add("local hits", n ? Math.round((100 * t.local) / n) + "%" : "-");
   add("read from storage", size(t.bytes_storage));
   document.body.dataset.succeeded = String(s.succeeded);
+  document.body.dataset.reused = String(s.reused || 0);
   document.body.dataset.bytesLocal = String(t.bytes_local);
 
   const wb = document.querySelector("#workers tbody");

@@ -613,7 +613,7 @@ impl Scheduler {
             }
             ToDispatcher::Finished(report) => {
                 let results = &mut self.results;
-                outcomes::finished(node, report, &mut shared!(self), ledger, lookups, results)
+                outcomes::finished(node, *report, &mut shared!(self), ledger, lookups, results)
             }
             ToDispatcher::LookedUp { id, results } => {
                 let sh = &mut shared!(self);

@@ -62,7 +62,7 @@ pub fn finished(
     if current {
         let success = matches!(result, Ok(TaskState::Finished(Outcome::Succeeded)));
         let def = &ledger.tasks.get(t).def;
-        let waiting = results.finished(t, def, node, &report, success, sh, report.finished_at);
+        let waiting = results.finished(t, def, node, &report, success, sh);
         dispatch_waiting(waiting, sh, ledger, results);
     }
     if remake && result.is_ok() {

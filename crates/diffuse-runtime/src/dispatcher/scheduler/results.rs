@@ -173,13 +173,12 @@ impl Results {
         report: &TaskReport,
         success: bool,
         sh: &mut Shared,
-        at: f64,
     ) -> Vec<Dispatch> {
         if success && report.reused_from.is_some() {
             self.reused += 1;
         }
         if success {
-            self.keep(def, node, report, sh, at);
+            self.keep(def, node, report, sh);
         }
         self.ended(t)
     }
@@ -198,7 +197,7 @@ impl Results {
 
     /// Index the result `report` kept (or, for a reuse, refresh the one it reused), under the
     /// identity made from the digests its worker read.
-    fn keep(&mut self, def: &TaskDef, node: NodeId, report: &TaskReport, sh: &mut Shared, at: f64) {
+    fn keep(&mut self, def: &TaskDef, node: NodeId, report: &TaskReport, sh: &mut Shared) {
         let Some(files) = &report.result else {
             return;
         };
@@ -237,7 +236,7 @@ impl Results {
             files: files.clone(),
         };
         if let Some(s) = &self.store {
-            s.record(id, result.clone(), at);
+            s.record(id, result.clone(), report.finished_at);
         }
         self.index.insert(id, result);
     }

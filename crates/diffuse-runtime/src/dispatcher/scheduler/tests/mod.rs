@@ -59,6 +59,8 @@ impl Env {
                 lookup_timeout: Duration::from_secs(10),
                 task_defaults: Default::default(),
                 fixed_pool: None,
+                reuse: false,
+                results_store: None,
             },
             Box::new(comm.clone()),
         )
@@ -141,7 +143,7 @@ impl Env {
     /// `w` ran `a` and it ended with `exit_code`, keeping `kept` (`tmp://` outputs).
     pub fn finish(&mut self, w: W, a: &Assignment, exit_code: i32, kept: Vec<KeptOutput>) {
         let report = report(&a.task, a.attempt, exit_code, kept);
-        self.from(w, ToDispatcher::Finished(report));
+        self.from(w, ToDispatcher::Finished(Box::new(report)));
     }
 
     /// The counters.
