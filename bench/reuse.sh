@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Results reused by content (issue 27): a parameter sweep of N tasks over shared-storage inputs
 # (F files of S bytes behind the storage emulation at RATE), then the same sweep with M new
-# points, then the M new points alone on cold caches. Each task hashes its file with its point's
-# salt and writes one small file:// result. 2 workers x 2 slots, caches kept between the first
-# two runs (as `diffuse run` keeps them).
+# points, against the M new points alone: on the same warm caches with reuse off (run between
+# the two sweeps; what the new points cost without the 2,000 reused ones), and on cold caches.
+# Each task hashes its file with its point's salt and writes one small file:// result. 2 workers
+# x 2 slots, caches kept between runs (as `diffuse run` keeps them).
 # Prints each run's tasks run and reused, makespan and bytes read from storage.
 # Usage: bench/reuse.sh [N=2000] [M=200] [F=100] [S=2000000] [RATE=50MB/s]
 source "$(dirname "$0")/common.sh"
@@ -27,26 +28,29 @@ with open(f"{work}/sweep-more.jsonl", "w") as out:
 with open(f"{work}/new-only.jsonl", "w") as out:
     out.writelines(task(p) for p in range(n, n + m))
 PY
-run() { # name task-file cache-dir
+run() { # name task-file cache-dir [flags]
   "$DIFFUSE" run "$WORK/$2" --workers 2 --slots-per-worker 2 --cache-size 1GB \
-    --storage-bandwidth "$RATE" --storage-root "$WORK/storage" \
+    --storage-bandwidth "$RATE" --storage-root "$WORK/storage" ${4:-} \
     --cache-dir "$WORK/$3" --run-dir "$WORK/run-$1" --json 2>/dev/null >"$WORK/$1.json"
 }
 run first sweep.jsonl cache
+run warm new-only.jsonl cache "--reuse off"
 run second sweep-more.jsonl cache
-run alone new-only.jsonl cache-alone
+run cold new-only.jsonl cache-cold
 python3 - "$WORK" "$N" "$M" <<'PY'
 import json, sys
 work, n, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rows = {}
-for name, what in (("first", f"{n} points"), ("second", f"{n}+{m} points"), ("alone", f"{m} new points alone, cold")):
+for name, what in (("first", f"{n} points"), ("second", f"{n}+{m} points"),
+                   ("warm", f"{m} new alone, warm caches, reuse off"), ("cold", f"{m} new alone, cold")):
     s = json.load(open(f"{work}/{name}.json"))
     rows[name] = s
     print(f"{name:6} ({what}): {s['tasks_ok']} ok, {s['tasks_ok'] - s['tasks_reused']} run, "
           f"{s['tasks_reused']} reused, makespan {s['makespan_s']:.2f} s, "
           f"{s['bytes_storage'] / 1e6:.1f} MB from storage")
-f, sec, a = rows["first"], rows["second"], rows["alone"]
+f, sec, w, c = rows["first"], rows["second"], rows["warm"], rows["cold"]
 print(f"second/first makespan {sec['makespan_s'] / f['makespan_s']:.3f}, "
-      f"second/alone makespan {sec['makespan_s'] / a['makespan_s']:.2f}, "
+      f"second/warm-alone {sec['makespan_s'] / w['makespan_s']:.2f}, "
+      f"second/cold-alone {sec['makespan_s'] / c['makespan_s']:.2f}, "
       f"second/first bytes from storage {sec['bytes_storage'] / max(f['bytes_storage'], 1):.3f}")
 PY

@@ -321,24 +321,12 @@ impl Scheduler {
                 }
             }
             SchedulerMsg::Cancel(id, reply) => {
-                let results = &mut self.results;
-                let sh = &mut shared!(self);
-                let answer = outcomes::cancel(&id, sh, ledger);
-                if outcomes::cancel_waiting(&id, sh, ledger, lookups, results) {
-                    let _ = reply.send(Ok("cancelled".into()));
-                } else {
-                    let _ = reply.send(answer);
-                }
+                let (sh, results) = (&mut shared!(self), &mut self.results);
+                let _ = reply.send(outcomes::cancel(&id, sh, ledger, lookups, results));
             }
             SchedulerMsg::CancelJob(name, reply) => {
-                let results = &mut self.results;
-                let sh = &mut shared!(self);
-                let answer = outcomes::cancel_job(&name, sh, ledger);
-                for t in ledger.jobs.tasks(&name).unwrap_or_default().to_vec() {
-                    let id = ledger.tasks.get(t).def.id.clone();
-                    outcomes::cancel_waiting(&id, sh, ledger, lookups, results);
-                }
-                let _ = reply.send(answer);
+                let (sh, results) = (&mut shared!(self), &mut self.results);
+                let _ = reply.send(outcomes::cancel_job(&name, sh, ledger, lookups, results));
             }
             SchedulerMsg::Results { clear, reply } => {
                 let before = self.results.view();

@@ -115,24 +115,21 @@ pub fn dispatch_waiting(
     }
 }
 
-/// A task waiting for an identical one is cancelled: it ends at once (it never reached a
+/// Task `t`, being cancelled, waits for an identical one: it ends at once (it never reached a
 /// worker). False if it was not waiting.
-pub fn cancel_waiting(
-    id: &str,
+fn cancel_waiting(
+    t: diffuse_core::TaskId,
     sh: &mut Shared,
     ledger: &mut Ledger,
     lookups: &mut Lookups,
     results: &mut Results,
 ) -> bool {
-    let Some(t) = ledger.tasks.id_of(id) else {
-        return false;
-    };
     let Some(d) = results.unpark(t) else {
         return false;
     };
     let now = super::ledger::unix_now();
     let report = TaskReport {
-        task: id.to_string(),
+        task: ledger.tasks.get(t).def.id.clone(),
         attempt: d.attempt,
         error: Some("cancelled".into()),
         started_at: now,
@@ -194,7 +191,13 @@ pub fn worker_gone(
 
 /// Cancel task `id`: a task not yet dispatched ends at once; a running one's processes are
 /// stopped (it ends cancelled when its worker reports). What happened, or why not.
-pub fn cancel(id: &str, sh: &mut Shared, ledger: &mut Ledger) -> Result<String, String> {
+pub fn cancel(
+    id: &str,
+    sh: &mut Shared,
+    ledger: &mut Ledger,
+    lookups: &mut Lookups,
+    results: &mut Results,
+) -> Result<String, String> {
     let t = ledger
         .tasks
         .id_of(id)
@@ -215,6 +218,7 @@ pub fn cancel(id: &str, sh: &mut Shared, ledger: &mut Ledger) -> Result<String, 
                 ledger.finish_without_running(t, OutcomeState::Cancelled, None);
                 Ok("cancelled".into())
             }
+            None if cancel_waiting(t, sh, ledger, lookups, results) => Ok("cancelled".into()),
             None => {
                 if let Some(TaskState::Running { node, attempt, .. }) = sh.core.task_state(t) {
                     sh.send_connected(
@@ -233,7 +237,13 @@ pub fn cancel(id: &str, sh: &mut Shared, ledger: &mut Ledger) -> Result<String, 
 
 /// Cancel every unfinished task of job `name`, the last taken in first (so a task ends
 /// cancelled before the task it depends on does). None if no task names it.
-pub fn cancel_job(name: &str, sh: &mut Shared, ledger: &mut Ledger) -> Option<JobCancelled> {
+pub fn cancel_job(
+    name: &str,
+    sh: &mut Shared,
+    ledger: &mut Ledger,
+    lookups: &mut Lookups,
+    results: &mut Results,
+) -> Option<JobCancelled> {
     let tasks = ledger.jobs.tasks(name)?.to_vec();
     let mut done = JobCancelled {
         job: name.to_string(),
@@ -241,7 +251,7 @@ pub fn cancel_job(name: &str, sh: &mut Shared, ledger: &mut Ledger) -> Option<Jo
     };
     for t in tasks.into_iter().rev() {
         let id = ledger.tasks.get(t).def.id.clone();
-        done.count(cancel(&id, sh, ledger));
+        done.count(cancel(&id, sh, ledger, lookups, results));
     }
     Some(done)
 }

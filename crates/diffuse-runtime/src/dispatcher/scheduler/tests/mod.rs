@@ -5,6 +5,7 @@
 //! step. No socket, thread or process: the journal is a real SQLite file in a temp directory.
 
 mod cases;
+mod reuse;
 
 use super::comm::RecordingComm;
 use super::pool::PoolLink;
@@ -36,15 +37,20 @@ pub(super) struct W {
 impl Env {
     /// A scheduler over a core with `cfg`, an empty journal, a static pool.
     pub fn new(cfg: CoreConfig) -> Env {
-        Env::build(cfg, None)
+        Env::build(cfg, None, false)
+    }
+
+    /// The same with results reused by content (`--reuse on`).
+    pub fn with_reuse(cfg: CoreConfig) -> Env {
+        Env::build(cfg, None, true)
     }
 
     /// The same with an elastic pool between `min` and `max` workers.
     pub fn with_pool(cfg: CoreConfig, min: u32, max: u32) -> Env {
-        Env::build(cfg, Some(PoolLink::new("local", min, max)))
+        Env::build(cfg, Some(PoolLink::new("local", min, max)), false)
     }
 
-    fn build(cfg: CoreConfig, pool: Option<PoolLink>) -> Env {
+    fn build(cfg: CoreConfig, pool: Option<PoolLink>, reuse: bool) -> Env {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("journal.db");
         let journal = Journal::open(&path).expect("journal");
@@ -59,7 +65,7 @@ impl Env {
                 lookup_timeout: Duration::from_secs(10),
                 task_defaults: Default::default(),
                 fixed_pool: None,
-                reuse: false,
+                reuse,
                 results_store: None,
             },
             Box::new(comm.clone()),
