@@ -234,7 +234,7 @@ fn shared_task(c: &Cluster, id: &str, input: &str) -> Value {
     let side = c.path("side.log");
     json!({
         "id": id,
-        "cmd": format!("sleep 1; echo ran >> {}; wc -l < {{inputs[0]}} > {{outputs[0]}}", side.display()),
+        "cmd": format!("sleep 1; echo ran >> {}; wc -l < {{inputs[0]}} > {{outputs[0]}}; echo counted", side.display()),
         "inputs": [input],
         "outputs": [file_uri(&c.path("count.txt"))],
     })
@@ -266,6 +266,18 @@ fn identical_tasks_from_two_clients_at_once_run_once_and_a_restart_keeps_the_ind
         "3"
     );
     assert_eq!(c.status()["reused"], 1);
+    // The reused one's captured output is the kept one, as `diffuse logs` shows it.
+    for id in ["a", "b"] {
+        let logs = c
+            .http
+            .get(format!("{}/v1/tasks/{id}/logs", c.url))
+            .bearer_auth(&c.client_token)
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        assert_eq!(logs, "counted\n", "task {id}");
+    }
 
     // The index is in the journal: after a restart (its workers come back with their caches)
     // an identical task is reused, not run.
