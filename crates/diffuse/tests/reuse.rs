@@ -293,3 +293,43 @@ fn identical_tasks_from_two_clients_at_once_run_once_and_a_restart_keeps_the_ind
     let kept = c.get("/v1/results");
     assert!(kept["results"].as_u64().unwrap() >= 1, "{kept}");
 }
+
+/// A producer and its reader, its intermediate named after `run`.
+fn two_stage(c: &Cluster, run: &str, input: &str) -> Vec<Value> {
+    let side = c.path("stages.log");
+    let side = side.display();
+    vec![
+        json!({"id": format!("{run}-make"), "cmd": format!("echo make >> {side}; tr a-z A-Z < {{inputs[0]}} > {{outputs[0]}}"),
+               "inputs": [input], "outputs": [format!("tmp://{run}-upper")]}),
+        json!({"id": format!("{run}-use"), "cmd": format!("echo use >> {side}; rev < {{inputs[0]}} > {{outputs[0]}}"),
+               "inputs": [format!("tmp://{run}-upper")], "outputs": [file_uri(&c.path("final.txt"))]}),
+    ]
+}
+
+#[test]
+fn a_pipeline_submitted_again_with_new_intermediate_names_is_reused_on_a_shared_dispatcher() {
+    let mut c = Cluster::start(&[("DIFFUSE_REUSE", "on")]);
+    c.worker("w1", 2, "100MB");
+    c.wait_workers(1);
+    let input = file_uri(&c.data("words.txt", b"abc\ndef\n"));
+    c.submit(&two_stage(&c, "r1", &input));
+    c.wait_succeeded("r1-use");
+    let first = std::fs::read(c.path("final.txt")).unwrap();
+    assert_eq!(first, b"CBA\nFED\n");
+    c.submit(&two_stage(&c, "r2", &input));
+    let (_, make) = c.wait_succeeded("r2-make");
+    let (_, used) = c.wait_succeeded("r2-use");
+    assert_eq!(make["reused_from"], "r1-make", "{make}");
+    assert_eq!(used["reused_from"], "r1-use", "{used}");
+    let side = std::fs::read_to_string(c.path("stages.log")).unwrap();
+    assert_eq!(side, "make\nuse\n", "the second pipeline ran nothing");
+    assert_eq!(std::fs::read(c.path("final.txt")).unwrap(), first);
+    // The reused intermediate existed under its new name, for its reader, and was released
+    // after it, as a made one is.
+    let o = c.object("tmp://r2-upper");
+    assert_eq!(
+        (&o["producer"], &o["size"], &o["state"]),
+        (&json!("r2-make"), &json!(8), &json!("released")),
+        "{o}"
+    );
+}

@@ -2,7 +2,8 @@
 //!
 //! A SHA-256 over a length-prefixed encoding of, in order: a version tag, the command as written
 //! (placeholders symbolic), the task's `env` (sorted), each input as written by its content
-//! digest, each output URI, and the digests of the program files its command names. Nothing
+//! digest, each `file://` output's URI (a `tmp://` output by its position only), and the digests
+//! of the program files its command names. Nothing
 //! here reads a file or a clock: the digests come in as arguments.
 
 use crate::spec::{Cmd, TaskDef};
@@ -81,7 +82,12 @@ pub fn identity(def: &TaskDef, inputs: &[Content<'_>]) -> Identity {
     }
     h.update((def.outputs.len() as u64).to_le_bytes());
     for o in def.outputs.iter() {
-        put(&mut h, o.as_bytes());
+        // A `tmp://` output's name is a label for its readers: the process writes
+        // `outputs/<i>` and never sees it, so it is not part of what the task computes.
+        match crate::uri::is_tmp(o) {
+            true => put(&mut h, b"tmp"),
+            false => put(&mut h, o.as_bytes()),
+        }
     }
     h.update((more.programs.len() as u64).to_le_bytes());
     for (path, sha) in &more.programs {
@@ -133,6 +139,13 @@ mod tests {
         assert_ne!(first, id(base, D2), "input content");
         assert_ne!(first, id(&base.replace("\"wc\"", "\"cat\""), D1), "command");
         assert_ne!(first, id(&base.replace("/o/y", "/o/z"), D1), "output name");
+        let tmp = base.replace("file:///o/y", "tmp://y");
+        assert_ne!(first, id(&tmp, D1), "a file:// output is not a tmp:// one");
+        assert_eq!(
+            id(&tmp, D1),
+            id(&tmp.replace("tmp://y", "tmp://run2-y"), D1),
+            "a tmp:// output's name is a label, not part of the result"
+        );
         assert_ne!(first, id(&with(r#""env":{"A":"b"}"#), D1), "environment");
         let with_program = with(&format!(r#""programs":{{"/s/run.py":"{D1}"}}"#));
         let edited = with(&format!(r#""programs":{{"/s/run.py":"{D2}"}}"#));

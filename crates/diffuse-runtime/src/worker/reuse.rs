@@ -129,6 +129,13 @@ pub(super) async fn carry_out(
     dir: &Path,
     report: &mut TaskReport,
 ) -> Result<(), String> {
+    let named = |n: &str| a.outputs.iter().any(|o| o == n) || n == STDOUT || n == STDERR;
+    if let Some(f) = order.files.iter().find(|f| !named(&f.file.name)) {
+        return Err(format!(
+            "the kept result names {}, not an output of this task",
+            f.file.name
+        ));
+    }
     let mut staged = Vec::with_capacity(order.files.len());
     for (i, rf) in order.files.iter().enumerate() {
         let dest = dir.join(format!("reuse-{i}"));

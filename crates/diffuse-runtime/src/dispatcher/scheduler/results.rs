@@ -14,6 +14,7 @@
 use super::objects::ObjectTable;
 use super::shared::Shared;
 use crate::proto::{InputSource, ReuseFile, ReuseOrder, TaskReport};
+use crate::reuse::kept::{STDERR, STDOUT};
 use crate::reuse::store::{Loaded, Store};
 use crate::reuse::{identity, reusable, Content, Identity, KeptResult};
 use crate::spec::TaskDef;
@@ -30,8 +31,8 @@ pub enum Plan {
     },
     /// A kept result stands for it.
     Reuse(ReuseOrder),
-    /// An identical task is in flight: wait for it.
-    Wait,
+    /// An identical task is in flight: wait for it (under this key).
+    Wait(Identity),
 }
 
 /// The kept results, what is known of inputs' content, and identical tasks in flight.
@@ -123,7 +124,7 @@ impl Results {
         }
         let (key, _) = self.key(def, sh.objects);
         if let Some(r) = self.index.get(&key) {
-            match order(r, d.node, sh) {
+            match order(r, def, d.node, sh) {
                 Some(o) => return Plan::Reuse(o),
                 None => {
                     // A copy is gone: the result cannot stand for anything any more.
@@ -134,19 +135,21 @@ impl Results {
                 }
             }
         }
-        match self.leaders.get(&key) {
-            Some(&leader) if leader != d.task => Plan::Wait,
+        // A task keeps the key it first ran under for as long as it is in flight (a retry may
+        // know more of its inputs by then): the tasks waiting for it wait under that key.
+        let flight = *self.key_of.get(&d.task).unwrap_or(&key);
+        match self.leaders.get(&flight) {
+            Some(&leader) if leader != d.task => Plan::Wait(flight),
             _ => {
-                self.leaders.insert(key, d.task);
-                self.key_of.insert(d.task, key);
+                self.leaders.insert(flight, d.task);
+                self.key_of.insert(d.task, flight);
                 Plan::Run { keep: true }
             }
         }
     }
 
-    /// Attempt `d` waits for the identical task in flight.
-    pub fn park(&mut self, d: Dispatch, def: &TaskDef, objects: &ObjectTable) {
-        let (key, _) = self.key(def, objects);
+    /// Attempt `d` waits under `key` for the identical task in flight.
+    pub fn park(&mut self, d: Dispatch, key: Identity) {
         self.parked.entry(key).or_default().push(d);
     }
 
@@ -201,6 +204,20 @@ impl Results {
         let Some(files) = &report.result else {
             return;
         };
+        // A result names the task's own outputs, each once, and its captured output: nothing
+        // else is ever written from it.
+        let named = |f: &crate::reuse::ResultFile| {
+            def.outputs.contains(&f.name) || f.name == STDOUT || f.name == STDERR
+        };
+        if !files.iter().all(named)
+            || def
+                .outputs
+                .iter()
+                .any(|o| files.iter().filter(|f| f.name == *o).count() != 1)
+        {
+            tracing::warn!(task = %report.task, "a result that does not name the task's outputs: not kept");
+            return;
+        }
         for r in &report.read {
             let known = self.digests.get(&r.uri);
             if known.is_none_or(|(v, sha)| *v != r.version || *sha != r.sha256) {
@@ -267,11 +284,16 @@ impl Results {
     }
 }
 
-/// Where `node` reads each file of `r` from: its own cache, or a peer holding it. None if a
-/// file has no copy on a connected worker.
-fn order(r: &KeptResult, node: NodeId, sh: &Shared) -> Option<ReuseOrder> {
+/// Where `node` reads each file of `r` from: its own cache, or a peer holding it; the files
+/// named as task `def`'s outputs (the same as the maker's, but for `tmp://` names, which are
+/// labels). None if a file has no copy on a connected worker.
+fn order(r: &KeptResult, def: &TaskDef, node: NodeId, sh: &Shared) -> Option<ReuseOrder> {
     let mut files = Vec::with_capacity(r.files.len());
-    for f in &r.files {
+    for (i, f) in r.files.iter().enumerate() {
+        let mut f = f.clone();
+        if let Some(name) = def.outputs.get(i) {
+            f.name = name.clone();
+        }
         let o = sh.objects.get(&f.object())?;
         let holders = sh.core.locate(o);
         let source = if holders.contains(&node) {
@@ -285,10 +307,7 @@ fn order(r: &KeptResult, node: NodeId, sh: &Shared) -> Option<ReuseOrder> {
                 also: Vec::new(),
             }
         };
-        files.push(ReuseFile {
-            file: f.clone(),
-            source,
-        });
+        files.push(ReuseFile { file: f, source });
     }
     Some(ReuseOrder {
         from: r.task.clone(),

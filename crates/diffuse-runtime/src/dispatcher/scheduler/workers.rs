@@ -37,8 +37,8 @@ pub fn dispatch(d: Dispatch, sh: &mut Shared, ledger: &mut Ledger, results: &mut
     let task_timeout = ledger.default_timeout();
     let (tasks, progress) = (&mut ledger.tasks, &mut ledger.progress);
     let plan = results.plan(&d, &tasks.get(d.task).def, sh);
-    if let Plan::Wait = plan {
-        results.park(d.clone(), &tasks.get(d.task).def, sh.objects);
+    if let Plan::Wait(key) = plan {
+        results.park(d.clone(), key);
         if !matches!(tasks.get(d.task).phase, Phase::Done(_)) {
             tasks.list_as(d.task, Listed::Running);
         }
@@ -87,7 +87,7 @@ pub fn dispatch(d: Dispatch, sh: &mut Shared, ledger: &mut Ledger, results: &mut
     match plan {
         Plan::Run { keep } => a.keep_result = keep,
         Plan::Reuse(order) => a.reuse = Some(Box::new(order)),
-        Plan::Wait => unreachable!("held back above"),
+        Plan::Wait(_) => unreachable!("held back above"),
     }
     let Some(s) = sh.sessions.get(&node) else {
         return;
