@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import shlex
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .client import ENDED_STATES, Client, Task, TaskInfo
 from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError
+from .programs import FileDigests, ProgramHasher
 from .result import TaskFailed, TaskResult
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,10 @@ class DiffuseExecutor(Executor):
     ``defaults`` are task fields given to every task (``cores``, ``retries``, ``timeout_s``,
     ``job``...); ``job`` is a shortcut for ``defaults={"job": ...}``. ``lost_timeout``: seconds
     the dispatcher may stay unreachable before the outstanding futures fail.
+
+    Each task's program files are hashed into its ``programs`` when it is submitted (relative
+    names under ``base_dir``, default the current directory at that moment; see
+    :mod:`diffuse_client.programs`): an unchanged file is hashed once per executor.
     """
 
     def __init__(
@@ -111,8 +117,11 @@ class DiffuseExecutor(Executor):
         log_threads: int = 16,
         id_prefix: Optional[str] = None,
         lost_timeout: float = 600.0,
+        base_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None:
         self.client = client if client is not None else Client(url, token)
+        self.base_dir = base_dir
+        self._digests = FileDigests()
         self._defaults: Dict[str, Any] = dict(defaults or {})
         if job is not None:
             self._defaults["job"] = job
@@ -161,6 +170,7 @@ class DiffuseExecutor(Executor):
         if outputs:
             fields["outputs"] = list(outputs)
         task = Task.from_dict({"id": task_id, "cmd": command, **fields}).to_dict()
+        ProgramHasher(self.base_dir, self._digests).fill(task)
         fut = TaskFuture(str(task_id))
         with self._cond:
             if self._shutdown:
