@@ -302,8 +302,7 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         if self.job is None:
             self.job = f"parsl-{self.label}-{run}"
         if self.reuse_dir is None:
-            self.reuse_dir = os.path.join(os.path.dirname(os.path.abspath(self.run_dir)),
-                                          f"{self.label}-reuse")
+            self.reuse_dir = os.path.join(_runs_dir(self.run_dir), f"{self.label}-reuse")
         self.reuse_dir = os.path.abspath(self.reuse_dir)
         self._functions_dir = os.path.join(self.reuse_dir, "functions")
         self._calls_dir = os.path.join(self.reuse_dir, "calls")
@@ -640,6 +639,13 @@ def _key(f: File) -> Optional[str]:
     if f.scheme == "file" or f.local_path:
         return f.filepath
     return None
+
+
+def _runs_dir(run_dir: str) -> str:
+    """Where Parsl makes its numbered run directories (``runinfo`` for ``runinfo/003``): the
+    same for every run of a config. A run directory not so numbered is its own."""
+    run_dir = os.path.abspath(run_dir)
+    return os.path.dirname(run_dir) if os.path.basename(run_dir).isdigit() else run_dir
 
 
 def _uri(path: str) -> str:
