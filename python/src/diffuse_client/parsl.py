@@ -57,7 +57,6 @@ from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, S
 
 from parsl.app.bash import remote_side_bash_executor
 from parsl.app.errors import wrap_error
-
 from parsl.data_provider.files import File
 from parsl.data_provider.staging import Staging
 from parsl.executors.base import ParslExecutor
@@ -519,8 +518,8 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         finally:
             if task_dir is not None:
                 shutil.rmtree(task_dir, ignore_errors=True)
-            if raised_path is not None and os.path.exists(raised_path):
-                os.unlink(raised_path)
+            if raised_path is not None:
+                _remove(raised_path)
 
     def _deliver(self, outer: "Future[Any]", tid: str, path: str, how: str) -> None:
         """Completes ``outer`` with the value serialized in ``path``."""
@@ -650,6 +649,13 @@ def _runs_dir(run_dir: str) -> str:
 
 def _uri(path: str) -> str:
     return Path(path).as_uri()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _set(fut: "Future[Any]", value: Any) -> None:
