@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -17,7 +19,13 @@ from parsl.app.errors import BashExitFailure, MissingOutputs, RemoteExceptionWra
 from parsl.config import Config  # noqa: E402
 
 from diffuse_client import Client, Traffic  # noqa: E402
-from diffuse_client.parsl import DiffuseParslExecutor, DiffuseTaskFailure, resources_to_fields  # noqa: E402
+from diffuse_client.parsl import (  # noqa: E402
+    DiffuseParslExecutor,
+    DiffuseTaskFailure,
+    bash_app_function,
+    code_digest,
+    resources_to_fields,
+)
 from helpers import Cluster  # noqa: E402
 
 SIZE = 1_000_000  # bytes per data file
@@ -482,3 +490,19 @@ def test_parsl_memoization_and_checkpoints_still_answer_first(
         assert shout_memo(str(log), "again").result(timeout=120) == 0
     assert client.status().submitted == submitted + 2, "answered from Parsl's checkpoints"
     assert log.read_text() == "ran\nHELLO\nran\nAGAIN\n"
+
+
+def test_a_bash_apps_code_is_told_apart_the_same_in_every_process() -> None:
+    assert bash_app_function(shout.wrapped_remote_function) is shout.func
+    assert bash_app_function(add.func) is None, "a python app"
+    assert bash_app_function(shout.func) is None, "not wrapped as @bash_app submits it"
+    digest = code_digest(shout.func)
+    assert digest is not None and digest != code_digest(shout_memo.func)
+    other = subprocess.run(
+        [sys.executable, "-c",
+         "import test_parsl; from diffuse_client.parsl import code_digest; "
+         "print(code_digest(test_parsl.shout.func))"],
+        cwd=Path(__file__).parent, capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONHASHSEED": "123"},
+    )
+    assert other.stdout.strip() == digest

@@ -98,9 +98,11 @@ class DiffuseExecutor(Executor):
     ``job``...); ``job`` is a shortcut for ``defaults={"job": ...}``. ``lost_timeout``: seconds
     the dispatcher may stay unreachable before the outstanding futures fail.
 
-    Each task's program files are hashed into its ``programs`` when it is submitted (relative
-    names under ``base_dir``, default the current directory at that moment; see
-    :mod:`diffuse_client.programs`): an unchanged file is hashed once per executor.
+    Each task's program files are hashed into its ``programs`` by the background thread, as
+    its batch is sent (relative names under ``base_dir``, default the current directory; see
+    :mod:`diffuse_client.programs`): each word is looked up once per batch, and an unchanged
+    file is hashed once per executor. (Not in ``submit``: a file-system call there hands the
+    GIL to the background thread, and a loop of submits slows down.)
     """
 
     def __init__(
@@ -170,7 +172,6 @@ class DiffuseExecutor(Executor):
         if outputs:
             fields["outputs"] = list(outputs)
         task = Task.from_dict({"id": task_id, "cmd": command, **fields}).to_dict()
-        ProgramHasher(self.base_dir, self._digests).fill(task)
         fut = TaskFuture(str(task_id))
         with self._cond:
             if self._shutdown:
@@ -254,6 +255,7 @@ class DiffuseExecutor(Executor):
                 for fut in cancels:
                     self._send_cancel(fut)
                 if batch:
+                    self._fill_programs(batch)
                     self._submit_batch(batch)
                 with self._cond:
                     if not self._outstanding or time.monotonic() - last_poll < self.poll:
@@ -295,6 +297,12 @@ class DiffuseExecutor(Executor):
         live = [p for p in self._queue if not p.future.cancelled()]
         batch, self._queue = live[: self.batch_size], live[self.batch_size :]
         return batch
+
+    def _fill_programs(self, batch: List[_Pending]) -> None:
+        """Hashes the program files the batch's commands name (one lookup per word)."""
+        hasher = ProgramHasher(self.base_dir, self._digests)
+        for p in batch:
+            hasher.fill(p.task)
 
     def _submit_batch(self, batch: List[_Pending]) -> None:
         """Sends a batch; splits it on a refusal so that only the refused tasks fail."""

@@ -28,8 +28,9 @@ one, and that sends no ``stdout``/``stderr`` to files (they append: a side effec
 task the dispatcher may stand a kept result in for, within a run and across runs (a new
 ``DataFlowKernel``) of the same dispatcher. Everything its identity is made of is the same for
 the same call in every run: the function and the arguments are files named by their SHA-256 in
-``reuse_dir`` (written once, so their version stays the same), the app's own code is hashed into
-the arguments (a function pickled by reference would otherwise hide an edit of the command), its
+``reuse_dir`` (written once, so their version stays the same), the app's own code and the
+versions of Parsl and of this package are in the arguments (a function pickled by reference
+would otherwise hide an edit of the command), its
 ``outputs=`` are the task's outputs (written back by diffuse, from a kept copy when reused), and
 it has no per-run result file: it succeeded (Parsl's value ``0``), or the runner exits
 :data:`~diffuse_client.parsl_runner.EXIT_NOT_KEPT` after leaving the app's exception in
@@ -55,6 +56,7 @@ from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+import parsl
 from parsl.app.bash import remote_side_bash_executor
 from parsl.app.errors import wrap_error
 from parsl.data_provider.files import File
@@ -66,6 +68,7 @@ from parsl.monitoring.radios.filesystem import FilesystemRadio
 from parsl.serialize import deserialize, serialize
 from parsl.utils import RepresentationMixin, get_std_fname_mode
 
+from . import __version__
 from .client import Client, Task
 from .errors import DiffuseError
 from .executor import DiffuseExecutor, TaskFuture
@@ -430,7 +433,10 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         result file (success is Parsl's ``0``; anything else comes back through ``raised/``).
         """
         deliver = [len(plan.uris) + j for j in range(len(plan.outputs))]
+        # Parsl's bash runner and this package's are pickled by reference: their versions
+        # stand for their code
         payload = {"args": args, "kwargs": kwargs, **plan.payload(), "app": app,
+                   "versions": [parsl.__version__, __version__],
                    "raised": self._raised_dir, "deliver": deliver}
         data = serialize(payload, buffer_threshold=1024 * 1024)
         call_path = self._stage_blob(self._calls_dir, data)
