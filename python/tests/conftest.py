@@ -21,6 +21,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.stop()
 
 
+@pytest.fixture(scope="session")
+def reuse_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A second dispatcher and two workers, started with ``--reuse on`` whatever
+    ``$DIFFUSE_REUSE`` says, for the tests of results reused by content."""
+    c = Cluster(tmp_path_factory.mktemp("diffuse-reuse"), reuse="on")
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
 @pytest.fixture()
 def client(cluster: Cluster) -> Client:
     """A client of the session's dispatcher."""

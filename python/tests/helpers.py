@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import pytest
 
@@ -31,10 +31,15 @@ def diffuse_bin() -> Path:
 
 
 class Cluster:
-    """A dispatcher on a free loopback port and ``WORKERS`` workers with their own caches."""
+    """A dispatcher on a free loopback port and ``WORKERS`` workers with their own caches.
 
-    def __init__(self, root: Path) -> None:
+    ``reuse``: the dispatcher's ``--reuse`` (``"on"``/``"off"``); ``None`` leaves it to
+    ``$DIFFUSE_REUSE`` and the dispatcher's default (on).
+    """
+
+    def __init__(self, root: Path, reuse: Optional[str] = None) -> None:
         self.root = root
+        self.reuse = reuse
         self.bin = diffuse_bin()
         if not os.access(self.bin, os.X_OK):
             pytest.fail(
@@ -74,10 +79,10 @@ class Cluster:
 
     def start(self) -> None:
         """Starts the dispatcher, reads the port it bound from its log, starts the workers."""
-        d = self._spawn(
-            "dispatcher",
-            ["dispatcher", "--listen", "127.0.0.1:0", "--journal", str(self.root / "journal.sqlite")],
-        )
+        args = ["dispatcher", "--listen", "127.0.0.1:0", "--journal", str(self.root / "journal.sqlite")]
+        if self.reuse is not None:
+            args += ["--reuse", self.reuse]
+        d = self._spawn("dispatcher", args)
         log = self.root / "dispatcher.log"
         deadline = time.monotonic() + 30
         while not self.url:

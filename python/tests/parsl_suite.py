@@ -5,7 +5,8 @@ Parsl config module whose ``fresh_config()`` is the configuration python/README.
 (``DiffuseParslExecutor`` with its defaults, the staging directory on the shared file system),
 and runs ``pytest <parsl>/tests -k "not cleannet" --config <module>`` from a scratch directory.
 Extra arguments go to pytest. ``--input-paths cached|original`` runs the executor with that
-``input_paths`` instead of the default ``"auto"``.
+``input_paths`` instead of the default ``"auto"``. The dispatcher reuses results unless
+``$DIFFUSE_REUSE`` is ``off``; at the end the suite prints how many tasks were reused.
 
 Exit status: pytest's.
 """
@@ -66,7 +67,11 @@ def main() -> int:
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tests),
                "-k", "not cleannet", "--config", str(cfg), *opts.pytest_args]
         print("+", " ".join(cmd), flush=True)
-        return subprocess.call(cmd, cwd=work)
+        code = subprocess.call(cmd, cwd=work)
+        kept = cluster.client().results()
+        print(f"diffuse: reuse {'on' if kept.reuse else 'off'}, {kept.reused} task(s) reused, "
+              f"{kept.results} result(s) kept", flush=True)
+        return code
     finally:
         cluster.stop()
         if opts.keep:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -17,7 +19,13 @@ from parsl.app.errors import BashExitFailure, MissingOutputs, RemoteExceptionWra
 from parsl.config import Config  # noqa: E402
 
 from diffuse_client import Client, Traffic  # noqa: E402
-from diffuse_client.parsl import DiffuseParslExecutor, DiffuseTaskFailure, resources_to_fields  # noqa: E402
+from diffuse_client.parsl import (  # noqa: E402
+    DiffuseParslExecutor,
+    DiffuseTaskFailure,
+    bash_app_function,
+    code_digest,
+    resources_to_fields,
+)
 from helpers import Cluster  # noqa: E402
 
 SIZE = 1_000_000  # bytes per data file
@@ -26,8 +34,10 @@ READS = 4  # apps reading each file after its first read
 
 
 @contextlib.contextmanager
-def loaded(cluster: Cluster, tmp_path: Path, **kw: Any) -> Iterator[DiffuseParslExecutor]:
-    """A DataFlowKernel with one DiffuseParslExecutor (``kw`` its options)."""
+def loaded(cluster: Cluster, tmp_path: Path, config: Optional[Dict[str, Any]] = None,
+           **kw: Any) -> Iterator[DiffuseParslExecutor]:
+    """A DataFlowKernel with one DiffuseParslExecutor (``kw`` its options, ``config`` more
+    ``Config`` options)."""
     ex = DiffuseParslExecutor(
         label="diffuse",
         url=cluster.url,
@@ -37,7 +47,8 @@ def loaded(cluster: Cluster, tmp_path: Path, **kw: Any) -> Iterator[DiffuseParsl
         task_defaults={"env": {"PYTHONPATH": str(Path(__file__).parent)}},
         **kw,
     )
-    dfk = parsl.load(Config(executors=[ex], run_dir=str(tmp_path / "runinfo"), strategy="none"))
+    dfk = parsl.load(Config(executors=[ex], run_dir=str(tmp_path / "runinfo"), strategy="none",
+                            **(config or {})))
     try:
         yield ex
     finally:
@@ -358,3 +369,140 @@ def test_input_paths_original_shows_apps_the_users_paths(cluster: Cluster, tmp_p
     # as Parsl's test_output_chain_filenames expects: the exact path the user gave, both ways
     assert written == str(tmp_path / "out" / "simple-out.txt")
     assert seen == written
+
+
+# ---------------------------------------------------------------- results reused by content
+
+
+@bash_app
+def shout(log: str, inputs: List[File] = [], outputs: List[File] = []) -> str:
+    # every execution appends a line to log (a plain string: a side effect, not a File)
+    return f"echo ran >> {log}; tr a-z A-Z < {inputs[0]} > {outputs[0]}"
+
+
+@bash_app(cache=True)
+def shout_memo(log: str, word: str) -> str:
+    # Parsl cannot memoize File arguments (id_for_memo has no rule for them): plain strings
+    return f"echo ran >> {log}; echo {word} | tr a-z A-Z >> {log}"
+
+
+@bash_app
+def fails_first(flag: str, inputs: List[File] = [], outputs: List[File] = []) -> str:
+    # fails while flag does not exist (and makes it): a failure must not be kept
+    return (f"if [ ! -e {flag} ]; then touch {flag}; exit 5; fi; "
+            f"cp {inputs[0]} {outputs[0]}")
+
+
+def shout_files(tmp_path: Path) -> Tuple[File, File, Path]:
+    """The input and output Files of ``shout`` and its log."""
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n")
+    return File(str(src)), File(str(tmp_path / "out" / "shout.txt")), tmp_path / "ran.log"
+
+
+def test_a_bash_app_is_reused_by_a_second_parsl_run(reuse_cluster: Cluster, tmp_path: Path) -> None:
+    client = reuse_cluster.client()
+    src, out, log = shout_files(tmp_path)
+    reused_before = client.status().reused
+    with loaded(reuse_cluster, tmp_path):
+        first = shout(str(log), inputs=[src], outputs=[out])
+        assert first.result(timeout=120) == 0
+        first_id = exec_task_id(first)
+    assert Path(out.filepath).read_text() == "HELLO\n" and log.read_text() == "ran\n"
+    os.unlink(out.filepath)  # the reuse writes it back from the kept copy
+
+    with loaded(reuse_cluster, tmp_path):  # a new DataFlowKernel: a new run directory, run id, job
+        second = shout(str(log), inputs=[src], outputs=[out])
+        assert second.result(timeout=120) == 0
+        second_id = exec_task_id(second)
+    assert second_id != first_id
+    outcome = client.get(second_id).outcome
+    assert outcome is not None and outcome.reused_from == first_id
+    assert log.read_text() == "ran\n", "the app ran once"
+    assert Path(out.filepath).read_text() == "HELLO\n"
+    assert client.status().reused == reused_before + 1
+
+    Path(src.filepath).write_text("hello, world\n")  # new content: a new identity
+    with loaded(reuse_cluster, tmp_path):
+        third = shout(str(log), inputs=[src], outputs=[out])
+        assert third.result(timeout=120) == 0
+    outcome = client.get(exec_task_id(third)).outcome
+    assert outcome is not None and outcome.reused_from is None
+    assert log.read_text() == "ran\nran\n" and Path(out.filepath).read_text() == "HELLO, WORLD\n"
+
+
+def test_python_apps_and_apps_with_stdout_are_not_reused(reuse_cluster: Cluster, tmp_path: Path) -> None:
+    client = reuse_cluster.client()
+    data = tmp_path / "data.txt"
+    data.write_text("abc\n")
+    ids: List[str] = []
+    for _ in range(2):
+        with loaded(reuse_cluster, tmp_path):
+            apps = [add(1, 2),
+                    count_bytes(inputs=[File(str(data))], outputs=[File(str(tmp_path / "n.txt"))],
+                                stdout=str(tmp_path / "count.log"))]
+            assert [a.result(timeout=120) for a in apps] == [3, 0]
+            ids += [exec_task_id(a) for a in apps]
+    assert all(client.get(i).outcome.reused_from is None for i in ids)  # type: ignore[union-attr]
+    assert (tmp_path / "count.log").read_text().count("/inputs/") == 2, "stdout appended twice"
+
+
+def test_a_failed_bash_app_is_not_kept_so_parsl_retries_run_it(
+    reuse_cluster: Cluster, tmp_path: Path
+) -> None:
+    src, out, _ = shout_files(tmp_path)
+    flag = tmp_path / "failed-once"
+    with loaded(reuse_cluster, tmp_path, config={"retries": 1}):
+        fut = fails_first(str(flag), inputs=[src], outputs=[out])
+        assert fut.result(timeout=120) == 0
+        assert fut.task_record["try_id"] == 1, "the second try ran, after a failure not kept"
+    assert flag.exists() and Path(out.filepath).read_text() == "hello\n"
+
+    other = tmp_path / "fails-then-runs"
+    with loaded(reuse_cluster, tmp_path):  # without Parsl's retries: the app's own failure
+        with pytest.raises(BashExitFailure) as e:
+            fails_first(str(other), inputs=[src], outputs=[out]).result(timeout=120)
+        assert e.value.exitcode == 5
+        # the same call again runs (the failure was not kept) and succeeds
+        assert fails_first(str(other), inputs=[src], outputs=[out]).result(timeout=120) == 0
+
+
+def test_parsl_memoization_and_checkpoints_still_answer_first(
+    reuse_cluster: Cluster, tmp_path: Path
+) -> None:
+    from parsl.dataflow.memoization import BasicMemoizer
+    from parsl.utils import get_all_checkpoints
+
+    client = reuse_cluster.client()
+    log = tmp_path / "ran.log"
+    submitted = client.status().submitted
+    with loaded(reuse_cluster, tmp_path, config={"memoizer": BasicMemoizer(checkpoint_mode="task_exit")}):
+        assert shout_memo(str(log), "hello").result(timeout=120) == 0
+        assert shout_memo(str(log), "hello").result(timeout=120) == 0  # cache=True: memoized
+        assert shout_memo(str(log), "again").result(timeout=120) == 0
+    assert client.status().submitted == submitted + 2, "the memoized call never reached diffuse"
+    assert log.read_text() == "ran\nHELLO\nran\nAGAIN\n"
+
+    checkpoints = get_all_checkpoints(str(tmp_path / "runinfo"))
+    assert checkpoints
+    with loaded(reuse_cluster, tmp_path, config={"memoizer": BasicMemoizer(checkpoint_files=checkpoints)}):
+        assert shout_memo(str(log), "hello").result(timeout=120) == 0
+        assert shout_memo(str(log), "again").result(timeout=120) == 0
+    assert client.status().submitted == submitted + 2, "answered from Parsl's checkpoints"
+    assert log.read_text() == "ran\nHELLO\nran\nAGAIN\n"
+
+
+def test_a_bash_apps_code_is_told_apart_the_same_in_every_process() -> None:
+    assert bash_app_function(shout.wrapped_remote_function) is shout.func
+    assert bash_app_function(add.func) is None, "a python app"
+    assert bash_app_function(shout.func) is None, "not wrapped as @bash_app submits it"
+    digest = code_digest(shout.func)
+    assert digest is not None and digest != code_digest(shout_memo.func)
+    other = subprocess.run(
+        [sys.executable, "-c",
+         "import test_parsl; from diffuse_client.parsl import code_digest; "
+         "print(code_digest(test_parsl.shout.func))"],
+        cwd=Path(__file__).parent, capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONHASHSEED": "123"},
+    )
+    assert other.stdout.strip() == digest

@@ -1,6 +1,7 @@
 """Python client for diffuse, a data-aware many-task execution engine.
 
-- :class:`Client`: the dispatcher's HTTP API (submit, get, wait, cancel, locate, status, logs).
+- :class:`Client`: the dispatcher's HTTP API (submit, get, wait, cancel, locate, status, logs,
+  kept results).
 - :class:`DiffuseExecutor`: a ``concurrent.futures.Executor`` that runs commands as tasks.
 - ``diffuse_client.parsl.DiffuseParslExecutor``: a Parsl executor (needs ``parsl``).
 """
@@ -16,6 +17,7 @@ from .client import (
     Location,
     Outcome,
     PartialSubmitError,
+    ResultsInfo,
     Status,
     Submitted,
     Task,
@@ -26,6 +28,7 @@ from .client import (
 )
 from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError
 from .executor import DiffuseExecutor, TaskFuture
+from .programs import ProgramHasher, fill_programs
 from .result import TaskFailed, TaskResult
 
 __version__ = "0.1.0"
@@ -45,6 +48,8 @@ __all__ = [
     "Location",
     "Outcome",
     "PartialSubmitError",
+    "ProgramHasher",
+    "ResultsInfo",
     "Status",
     "Submitted",
     "Task",
@@ -54,5 +59,6 @@ __all__ = [
     "TaskResult",
     "Traffic",
     "WaitTimeout",
+    "fill_programs",
     "to_uri",
 ]

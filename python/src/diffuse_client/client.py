@@ -26,6 +26,7 @@ from typing import (
 
 from ._http import Transport
 from .errors import DiffuseAPIError, DiffuseError
+from .programs import fill_programs
 
 #: The dispatcher a client talks to when neither ``url`` nor ``DIFFUSE_DISPATCHER`` says.
 DEFAULT_URL = "http://127.0.0.1:8700"
@@ -48,6 +49,7 @@ WAIT_BY_ID = 32
 
 Size = Union[int, str]
 Cmd = Union[str, Sequence[str]]
+PathArg = Union[str, "os.PathLike[str]"]
 
 
 def to_uri(x: Union[str, "os.PathLike[str]"]) -> str:
@@ -73,6 +75,13 @@ class Task:
     (``memory``, ``memory_limit``, ``disk``) are bytes or strings such as ``"4GB"`` or
     ``"512MiB"``. ``memory`` is what the task asks for (the scheduler packs by it);
     ``memory_limit`` is what the kernel enforces, ``memory`` unless given, ``"none"`` for none.
+
+    ``reuse``: whether the task's result may stand for a later identical task and a kept result
+    for it (docs/reuse.md): ``None`` (default) when it declares an
+    input or an output, ``False`` never (it reads the clock, the network, a random seed...),
+    ``True`` even without inputs or outputs. ``programs`` maps each word of ``cmd`` that names a
+    program file to its SHA-256; :meth:`Client.submit` fills it in (see
+    :mod:`diffuse_client.programs`), so it is not normally given.
     """
 
     id: str
@@ -98,6 +107,8 @@ class Task:
     dad_beta: Optional[float] = None
     compute_s: Optional[float] = None
     hint: Optional[Dict[str, Any]] = None
+    reuse: Optional[bool] = None
+    programs: Optional[Dict[str, str]] = None
 
     @classmethod
     def field_names(cls) -> Tuple[str, ...]:
@@ -136,6 +147,12 @@ class Task:
 TaskLike = Union[Task, Mapping[str, Any]]
 
 
+def reused_from(report: Mapping[str, Any]) -> Optional[str]:
+    """The ``reused_from`` of a worker's report: the task whose kept result stood in, if any."""
+    r = report.get("reused_from")
+    return r if isinstance(r, str) and r else None
+
+
 def _task_dict(t: TaskLike) -> Dict[str, Any]:
     if isinstance(t, Task):
         return t.to_dict()
@@ -150,7 +167,10 @@ class Outcome:
     ``finished_at``, ``stdout``/``stderr`` (paths on the worker, or ``None`` when the stream was
     empty), ``stderr_tail`` (failed attempts), ``outputs``, ``uncached`` and ``traffic`` (this
     task's input reads by source: ``local``, ``peer``, ``storage`` and ``bytes_*``). It is
-    ``{}`` for a task that never ran (cancelled while queued, failed lookup...).
+    ``{}`` for a task that never ran (cancelled while queued, failed lookup...). A task whose
+    result was reused (:attr:`reused_from`) did not run: its report says which task's result
+    stood in (``reused_from``), and ``reuse_failed`` says why a kept result could not be used
+    when the task ran instead.
     """
 
     state: str
@@ -190,6 +210,11 @@ class Outcome:
         """The last 4 KiB of stderr the worker put in a failed attempt's report ('' if none)."""
         tail = self.report.get("stderr_tail")
         return tail if isinstance(tail, str) else ""
+
+    @property
+    def reused_from(self) -> Optional[str]:
+        """The id of the task whose kept result stood in for this one (``None``: it ran)."""
+        return reused_from(self.report)
 
 
 @dataclass
@@ -278,7 +303,8 @@ class Status:
     """The dispatcher's counters (``GET /v1/status``); ``raw`` has every field as received.
 
     Each task counts in exactly one of ``queued``, ``running``, ``ending``, ``succeeded``,
-    ``failed`` and ``cancelled``.
+    ``failed`` and ``cancelled``. ``reused``: tasks that succeeded by reuse (a kept result
+    stood in) since the dispatcher started.
     """
 
     submitted: int
@@ -295,6 +321,7 @@ class Status:
     unschedulable: int
     traffic: Traffic
     raw: Dict[str, Any] = field(repr=False)
+    reused: int = 0
 
     @classmethod
     def from_json(cls, o: Mapping[str, Any]) -> "Status":
@@ -316,6 +343,7 @@ class Status:
             unschedulable=int(o.get("unschedulable", 0)),
             traffic=Traffic(**{n: int(t.get(n, 0)) for n in names}),
             raw=dict(o),
+            reused=int(o.get("reused", 0)),
         )
 
     @property
@@ -327,6 +355,42 @@ class Status:
     def unfinished(self) -> int:
         """Tasks not yet in a final state."""
         return self.queued + self.running + self.ending
+
+
+@dataclass
+class ResultsInfo:
+    """The dispatcher's kept results (``GET /v1/results``; ``DELETE`` answers the same counts,
+    taken before it forgot them).
+
+    ``reuse``: whether reuse is on (``diffuse dispatcher --reuse on|off``); ``results`` and
+    ``bytes``: results kept and the bytes of their files; ``digests``: input digests known;
+    ``reused``: tasks ended by reuse since the dispatcher started; ``waiting``: tasks waiting
+    for an identical one in flight; ``store``: where the index is kept (``None``: nowhere).
+    """
+
+    reuse: bool
+    results: int
+    bytes: int
+    digests: int
+    reused: int
+    waiting: int
+    store: Optional[str]
+    raw: Dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, o: Mapping[str, Any]) -> "ResultsInfo":
+        """Reads the ``/v1/results`` answer."""
+        store = o.get("store")
+        return cls(
+            reuse=bool(o.get("reuse", False)),
+            results=int(o.get("results", 0)),
+            bytes=int(o.get("bytes", 0)),
+            digests=int(o.get("digests", 0)),
+            reused=int(o.get("reused", 0)),
+            waiting=int(o.get("waiting", 0)),
+            store=str(store) if store is not None else None,
+            raw=dict(o),
+        )
 
 
 @dataclass
@@ -464,15 +528,22 @@ class Client:
 
     # ----------------------------------------------------------------- submitting
 
-    def submit(self, task: TaskLike) -> Submitted:
-        """Submits one task (a :class:`Task` or a mapping of task fields); its own batch."""
-        return self._post_batch([_task_dict(task)])
+    def submit(self, task: TaskLike, base_dir: Optional[PathArg] = None) -> Submitted:
+        """Submits one task (a :class:`Task` or a mapping of task fields); its own batch.
+
+        The program files its command names are hashed into its ``programs`` (relative names
+        under ``base_dir``, default the current directory; see :mod:`diffuse_client.programs`).
+        """
+        d = _task_dict(task)
+        fill_programs([d], base_dir)
+        return self._post_batch([d])
 
     def submit_many(
         self,
         tasks: Iterable[TaskLike],
         batch_size: int = 10_000,
         max_bytes: int = MAX_BATCH_BYTES,
+        base_dir: Optional[PathArg] = None,
     ) -> List[Submitted]:
         """Submits tasks in acknowledged batches of at most ``batch_size`` tasks and ``max_bytes``.
 
@@ -480,11 +551,14 @@ class Client:
         Each batch is all or nothing and is acknowledged once the dispatcher has journaled it.
         If one is refused, :class:`PartialSubmitError` says which batches went in and from which
         task on nothing was sent; the dispatcher's refusal (line and field) is its cause.
+        Program files are hashed as for :meth:`submit`, each one once.
         """
         if not 1 <= batch_size <= MAX_BATCH_TASKS:
             raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_TASKS}")
         # every task is checked (its field names) before anything is sent, as `diffuse submit` does
-        lines = [json.dumps(_task_dict(t), separators=(",", ":")).encode("utf-8") for t in tasks]
+        dicts = [_task_dict(t) for t in tasks]
+        fill_programs(dicts, base_dir)
+        lines = [json.dumps(d, separators=(",", ":")).encode("utf-8") for d in dicts]
         done: List[Submitted] = []
         start = 0
         size = 0
@@ -576,6 +650,15 @@ class Client:
     def status(self) -> Status:
         """The dispatcher's counters: tasks by state, workers, slots, traffic by source."""
         return Status.from_json(self._http.request("GET", "/v1/status").json())
+
+    def results(self) -> ResultsInfo:
+        """The kept results' counts (``GET /v1/results``)."""
+        return ResultsInfo.from_json(self._http.request("GET", "/v1/results").json())
+
+    def clear_results(self) -> ResultsInfo:
+        """Forgets every kept result (``DELETE /v1/results``): later tasks run again. Returns
+        the counts from before. The copies stay in the workers' caches until evicted."""
+        return ResultsInfo.from_json(self._http.request("DELETE", "/v1/results").json())
 
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics``."""

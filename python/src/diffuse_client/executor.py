@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import shlex
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .client import ENDED_STATES, Client, Task, TaskInfo
 from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError
+from .programs import FileDigests, ProgramHasher
 from .result import TaskFailed, TaskResult
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,12 @@ class DiffuseExecutor(Executor):
     ``defaults`` are task fields given to every task (``cores``, ``retries``, ``timeout_s``,
     ``job``...); ``job`` is a shortcut for ``defaults={"job": ...}``. ``lost_timeout``: seconds
     the dispatcher may stay unreachable before the outstanding futures fail.
+
+    Each task's program files are hashed into its ``programs`` by the background thread, as
+    its batch is sent (relative names under ``base_dir``, default the current directory; see
+    :mod:`diffuse_client.programs`): each word is looked up once per batch, and an unchanged
+    file is hashed once per executor. (Not in ``submit``: a file-system call there hands the
+    GIL to the background thread, and a loop of submits slows down.)
     """
 
     def __init__(
@@ -111,8 +119,11 @@ class DiffuseExecutor(Executor):
         log_threads: int = 16,
         id_prefix: Optional[str] = None,
         lost_timeout: float = 600.0,
+        base_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None:
         self.client = client if client is not None else Client(url, token)
+        self.base_dir = base_dir
+        self._digests = FileDigests()
         self._defaults: Dict[str, Any] = dict(defaults or {})
         if job is not None:
             self._defaults["job"] = job
@@ -244,6 +255,7 @@ class DiffuseExecutor(Executor):
                 for fut in cancels:
                     self._send_cancel(fut)
                 if batch:
+                    self._fill_programs(batch)
                     self._submit_batch(batch)
                 with self._cond:
                     if not self._outstanding or time.monotonic() - last_poll < self.poll:
@@ -285,6 +297,12 @@ class DiffuseExecutor(Executor):
         live = [p for p in self._queue if not p.future.cancelled()]
         batch, self._queue = live[: self.batch_size], live[self.batch_size :]
         return batch
+
+    def _fill_programs(self, batch: List[_Pending]) -> None:
+        """Hashes the program files the batch's commands name (one lookup per word)."""
+        hasher = ProgramHasher(self.base_dir, self._digests)
+        for p in batch:
+            hasher.fill(p.task)
 
     def _submit_batch(self, batch: List[_Pending]) -> None:
         """Sends a batch; splits it on a refusal so that only the refused tasks fail."""

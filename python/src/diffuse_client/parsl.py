@@ -21,10 +21,27 @@ executors show it. ``"cached"`` stages every ``File``; ``"original"`` uses every
 own absolute path: nothing is staged or cached, and every read goes to shared storage. Outputs
 are written in the task's directory (``parsl-outputs/0/out.txt``) and copied to their paths,
 except under ``"original"``.
+
+Results reused by content (``reuse=True``, the default): a *reusable* bash app, one whose
+every ``File`` is staged or declared in ``outputs=`` (none used in place), that names at least
+one, and that sends no ``stdout``/``stderr`` to files (they append: a side effect), is a diffuse
+task the dispatcher may stand a kept result in for, within a run and across runs (a new
+``DataFlowKernel``) of the same dispatcher. Everything its identity is made of is the same for
+the same call in every run: the function and the arguments are files named by their SHA-256 in
+``reuse_dir`` (written once, so their version stays the same), the app's own code and the
+versions of Parsl and of this package are in the arguments (a function pickled by reference
+would otherwise hide an edit of the command), its
+``outputs=`` are the task's outputs (written back by diffuse, from a kept copy when reused), and
+it has no per-run result file: it succeeded (Parsl's value ``0``), or the runner exits
+:data:`~diffuse_client.parsl_runner.EXIT_NOT_KEPT` after leaving the app's exception in
+``reuse_dir/raised/<task id>``, so that a failure is never kept and Parsl's retries run again.
+Python apps, and bash apps that are not reusable, are sent with ``reuse: false``: what a Python
+function does is not a command with declared files.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import logging
@@ -33,11 +50,15 @@ import os
 import shutil
 import sys
 import threading
+import types
 import uuid
 from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+import parsl
+from parsl.app.bash import remote_side_bash_executor
+from parsl.app.errors import wrap_error
 from parsl.data_provider.files import File
 from parsl.data_provider.staging import Staging
 from parsl.executors.base import ParslExecutor
@@ -47,9 +68,11 @@ from parsl.monitoring.radios.filesystem import FilesystemRadio
 from parsl.serialize import deserialize, serialize
 from parsl.utils import RepresentationMixin, get_std_fname_mode
 
+from . import __version__
 from .client import Client, Task
 from .errors import DiffuseError
 from .executor import DiffuseExecutor, TaskFuture
+from .parsl_runner import EXIT_NOT_KEPT, raised_name
 from .result import TaskFailed
 
 logger = logging.getLogger(__name__)
@@ -59,6 +82,63 @@ INPUT_PATHS = ("auto", "cached", "original")
 
 #: resource_specification keys this executor maps onto task fields.
 RESOURCE_KEYS = ("cores", "cpus", "memory", "disk", "gpus", "running_time_min", "priority")
+
+#: The code of the wrapper ``wrap_error`` puts around every app's function.
+_WRAPPER_CODE = getattr(wrap_error(lambda: None), "__code__", None)
+
+
+def bash_app_function(func: Callable[..., Any]) -> Optional[Callable[..., Any]]:
+    """The user's function of a bash app, if ``func`` is exactly what ``@bash_app`` submits
+    (``wrap_error(partial(remote_side_bash_executor, f))``): not a python app, and not wrapped
+    again (monitoring, in-task staging), whose wrappers do more than run the command."""
+    if _WRAPPER_CODE is None or getattr(func, "__code__", None) is not _WRAPPER_CODE:
+        return None
+    inner = getattr(func, "__wrapped__", None)
+    if (isinstance(inner, functools.partial) and inner.func is remote_side_bash_executor
+            and len(inner.args) == 1 and not inner.keywords):
+        f: Callable[..., Any] = inner.args[0]
+        return f
+    return None
+
+
+def code_digest(func: Callable[..., Any]) -> Optional[str]:
+    """SHA-256 of a function's code (bytecode, constants, names; nested code too), the same in
+    every process; ``None`` for a callable without code. Where it is defined (file, line) is
+    not part of it; the globals it reads are not either (as a script's imports are not)."""
+    code = getattr(func, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return None
+    h = hashlib.sha256()
+    _hash_code(h, code)
+    return h.hexdigest()
+
+
+def _hash_code(h: "hashlib._Hash", code: types.CodeType) -> None:
+    h.update(len(code.co_code).to_bytes(8, "little"))
+    h.update(code.co_code)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            h.update(b"\0code")
+            _hash_code(h, c)
+        else:
+            _hash_text(h, _const_text(c))
+    for names in (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
+        _hash_text(h, repr(names))
+
+
+def _hash_text(h: "hashlib._Hash", text: str) -> None:
+    data = text.encode("utf-8", "surrogatepass")
+    h.update(len(data).to_bytes(8, "little"))
+    h.update(data)
+
+
+def _const_text(c: Any) -> str:
+    """A constant as text, the same in every process (a frozenset's order is not)."""
+    if isinstance(c, frozenset):
+        return "frozenset(" + repr(sorted(_const_text(x) for x in c)) + ")"
+    if isinstance(c, tuple):
+        return "(" + ",".join(_const_text(x) for x in c) + ")"
+    return f"{type(c).__name__}:{c!r}"
 
 
 class DiffuseTaskFailure(ExecutorError):
@@ -117,8 +197,9 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         url: the dispatcher (default ``$DIFFUSE_DISPATCHER``, else ``http://127.0.0.1:8700``).
         token_file: a file holding the client token (default ``$DIFFUSE_CLIENT_TOKEN``; the
             token itself is not a parameter, so that it never appears in Parsl's logged config).
-        staging_dir: where functions, arguments and results are written; must be readable and
-            writable by the workers (shared storage). Default ``<run_dir>/<label>/staging``.
+        staging_dir: where the arguments and results of this run's apps are written; must be
+            readable and writable by the workers (shared storage). Default
+            ``<run_dir>/<label>/staging``.
         python: the interpreter the workers run the runner with; it needs this package, parsl
             and the same Python version as the client. Default: this one (``sys.executable``).
         job: the diffuse job of the apps (default ``parsl-<label>-<run id>``); ``shutdown``
@@ -142,6 +223,13 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             each ``File`` at its own absolute path (for programs that need the exact path);
             nothing is staged, so every read goes to shared storage and placement ignores the
             files.
+        reuse: let diffuse reuse the results of reusable bash apps (see the module's
+            docstring); ``False`` sends every app with ``reuse: false``.
+        reuse_dir: where the files that make an app's identity are kept from run to run: the
+            serialized functions (``functions/<sha256>.pkl``), the arguments of reusable bash
+            apps (``calls/<sha256>.pkl``) and, briefly, their exceptions (``raised/``).
+            Shared storage, like ``staging_dir``. Default ``<label>-reuse`` beside the run
+            directories (``runinfo/diffuse-reuse``). Deleting it makes every app new.
     """
 
     def __init__(
@@ -160,12 +248,16 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         remote_monitoring_radio: Optional[RadioConfig] = None,
         shutdown_timeout: float = 30.0,
         input_paths: str = "auto",
+        reuse: bool = True,
+        reuse_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
         if input_paths not in INPUT_PATHS:
             raise ValueError(f"DiffuseParslExecutor: input_paths={input_paths!r}: use one of "
                              f"{', '.join(map(repr, INPUT_PATHS))}")
         self.input_paths = input_paths
+        self.reuse = reuse
+        self.reuse_dir = reuse_dir
         self.label = label
         self.url = url
         self.token_file = token_file
@@ -192,6 +284,8 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         self._futures: Dict[str, "Future[Any]"] = {}
         self._tasks_dir = ""
         self._functions_dir = ""
+        self._calls_dir = ""
+        self._raised_dir = ""
         #: Bytes of function and argument files given to tasks as inputs (summed per task).
         self.staged_bytes = 0
         # Absolute paths of the outputs of the apps submitted so far (``input_paths="auto"``).
@@ -209,10 +303,15 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             self.working_dir = os.path.join(self.staging_dir, "data")
         if self.job is None:
             self.job = f"parsl-{self.label}-{run}"
-        self._functions_dir = os.path.join(self.staging_dir, "functions")
+        if self.reuse_dir is None:
+            self.reuse_dir = os.path.join(_runs_dir(self.run_dir), f"{self.label}-reuse")
+        self.reuse_dir = os.path.abspath(self.reuse_dir)
+        self._functions_dir = os.path.join(self.reuse_dir, "functions")
+        self._calls_dir = os.path.join(self.reuse_dir, "calls")
+        self._raised_dir = os.path.join(self.reuse_dir, "raised")
         self._tasks_dir = os.path.join(self.staging_dir, "tasks", f"{run}-{uuid.uuid4().hex[:6]}")
-        os.makedirs(self._functions_dir, exist_ok=True)
-        os.makedirs(self._tasks_dir, exist_ok=True)
+        for d in (self._functions_dir, self._calls_dir, self._raised_dir, self._tasks_dir):
+            os.makedirs(d, exist_ok=True)
         os.makedirs(self.working_dir, exist_ok=True)
         self._client = Client(self.url, token_file=self.token_file)
         try:
@@ -281,15 +380,32 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             logger.warning("DiffuseParslExecutor %s: resource_specification key %r ignored "
                            "(known: %s)", self.label, k, ", ".join(RESOURCE_KEYS))
 
-        n = next(self._counter)
-        task_dir = os.path.join(self._tasks_dir, str(n))
-        os.makedirs(task_dir)
         fn_path, fn_size = self._stage_function(func)
         plan = plan_files(args, kwargs, stage=self.input_paths != "original",
                           produced=self._produced if self.input_paths == "auto" else None)
         if self.input_paths == "auto":
             with self._lock:
                 self._produced.update(path for _, path in plan.outputs)
+        app = self._reusable_app(func, plan)
+        if app is not None:
+            return self._submit_reusable(fn_path, fn_size, plan, app, args, kwargs, fields)
+        return self._submit_once(fn_path, fn_size, plan, args, kwargs, fields)
+
+    def _reusable_app(self, func: Callable[..., Any], plan: "FilePlan") -> Optional[str]:
+        """The code digest of a reusable bash app's function; ``None`` for any other call."""
+        if not self.reuse or self.input_paths == "original" or not plan.reusable():
+            return None
+        if (self.task_defaults or {}).get("reuse") is False:
+            return None
+        user = bash_app_function(func)
+        return code_digest(user) if user is not None else None
+
+    def _submit_once(self, fn_path: str, fn_size: int, plan: "FilePlan", args: Sequence[Any],
+                     kwargs: Dict[str, Any], fields: Dict[str, Any]) -> "Future[Any]":
+        """A call that is never reused: arguments and result in a directory of this run."""
+        n = next(self._counter)
+        task_dir = os.path.join(self._tasks_dir, str(n))
+        os.makedirs(task_dir)
         payload = {"args": args, "kwargs": kwargs, **plan.payload()}
         payload_path = os.path.join(task_dir, "payload")
         data = serialize(payload, buffer_threshold=1024 * 1024)
@@ -302,25 +418,74 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         cmd = [self.python, "-m", "diffuse_client.parsl_runner", "{inputs[0]}", "{inputs[1]}",
                "{outputs[0]}"] + [f"{{inputs[{i + 2}]}}" for i in range(len(plan.uris))]
         inputs = [_uri(fn_path), _uri(payload_path)] + plan.uris
-        inner = self._executor.submit(cmd, inputs=inputs, outputs=[_uri(result_path)], **fields)
+        assert self._executor is not None
+        inner = self._executor.submit(cmd, inputs=inputs, outputs=[_uri(result_path)],
+                                      **{**fields, "reuse": False})
+        return self._follow(inner, task_dir=task_dir, result_path=result_path)
+
+    def _submit_reusable(self, fn_path: str, fn_size: int, plan: "FilePlan", app: str,
+                         args: Sequence[Any], kwargs: Dict[str, Any],
+                         fields: Dict[str, Any]) -> "Future[Any]":
+        """A reusable bash app: every part of its task is the same for the same call in any run.
+
+        The arguments go in ``reuse_dir/calls/<sha256>.pkl``; the app's ``outputs=`` are the
+        task's outputs (the runner hands the worker each one, at ``{outputs[j]}``); there is no
+        result file (success is Parsl's ``0``; anything else comes back through ``raised/``).
+        """
+        deliver = [len(plan.uris) + j for j in range(len(plan.outputs))]
+        # Parsl's bash runner and this package's are pickled by reference: their versions
+        # stand for their code
+        payload = {"args": args, "kwargs": kwargs, **plan.payload(), "app": app,
+                   "versions": [parsl.__version__, __version__],
+                   "raised": self._raised_dir, "deliver": deliver}
+        data = serialize(payload, buffer_threshold=1024 * 1024)
+        call_path = self._stage_blob(self._calls_dir, data)
+        with self._lock:
+            self.staged_bytes += fn_size + len(data)
+        cmd = ([self.python, "-m", "diffuse_client.parsl_runner", "{inputs[0]}", "{inputs[1]}", "-"]
+               + [f"{{inputs[{i + 2}]}}" for i in range(len(plan.uris))]
+               + [f"{{outputs[{j}]}}" for j in range(len(plan.outputs))])
+        inputs = [_uri(fn_path), _uri(call_path)] + plan.uris
+        outputs = [_uri(dest) for _, dest in plan.outputs]
+        extra: Dict[str, Any] = {"reuse": True}
+        if "retries" not in (self.task_defaults or {}):
+            extra["retries"] = 0  # the app's failure is Parsl's to retry, as for other apps
+        assert self._executor is not None
+        inner = self._executor.submit(cmd, inputs=inputs, outputs=outputs, **{**fields, **extra})
+        return self._follow(inner, raised_path=os.path.join(self._raised_dir,
+                                                            raised_name(inner.task_id)))
+
+    def _follow(self, inner: TaskFuture, task_dir: Optional[str] = None,
+                result_path: Optional[str] = None,
+                raised_path: Optional[str] = None) -> "Future[Any]":
+        """The Parsl future of a submitted task, completed from ``inner`` when it ends."""
         outer: "Future[Any]" = Future()
         outer.parsl_executor_task_id = inner.task_id  # type: ignore[attr-defined]
         with self._lock:
             self._futures[inner.task_id] = outer
-        inner.add_done_callback(lambda f: self._complete(f, outer, task_dir, result_path))
+        inner.add_done_callback(
+            lambda f: self._complete(f, outer, task_dir, result_path, raised_path))
         return outer
 
     def _stage_function(self, func: Callable[..., Any]) -> Tuple[str, int]:
         """Writes the serialized function once, named by its SHA-256, so workers cache it."""
         data = serialize(func, buffer_threshold=1024 * 1024)
+        return self._stage_blob(self._functions_dir, data), len(data)
+
+    def _stage_blob(self, directory: str, data: bytes) -> str:
+        """Writes ``data`` once as ``<directory>/<sha256>.pkl``; returns its path.
+
+        A file already there is left as it is: it keeps its inode and mtime, which are its
+        version for diffuse (a new version would drop the cached copies, and the dispatcher
+        would not know its digest, so no result could be reused for it).
+        """
         digest = hashlib.sha256(data).hexdigest()
-        path = os.path.join(self._functions_dir, f"{digest}.pkl")
+        path = os.path.join(directory, f"{digest}.pkl")
         with self._lock:
-            if digest in self._written:
-                return path, len(data)
+            if path in self._written:
+                return path
             if not os.path.exists(path):
-                # link() never replaces: a file already there keeps its inode and mtime, which
-                # are its version for diffuse (a new version would drop the cached copies)
+                # link() never replaces the file another process may have put there meanwhile
                 tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
                 with open(tmp, "wb") as f:
                     f.write(data)
@@ -330,11 +495,11 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
                     pass
                 finally:
                     os.unlink(tmp)
-            self._written.add(digest)
-        return path, len(data)
+            self._written.add(path)
+        return path
 
-    def _complete(self, inner: "Future[Any]", outer: "Future[Any]", task_dir: str,
-                  result_path: str) -> None:
+    def _complete(self, inner: "Future[Any]", outer: "Future[Any]", task_dir: Optional[str],
+                  result_path: Optional[str], raised_path: Optional[str]) -> None:
         tid = inner.task_id if isinstance(inner, TaskFuture) else "?"
         with self._lock:
             if self._futures.pop(tid, None) is None:
@@ -345,19 +510,33 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
                 return
             exc = inner.exception()
             if exc is not None:
+                if (raised_path is not None and isinstance(exc, TaskFailed)
+                        and exc.exit_code == EXIT_NOT_KEPT and os.path.exists(raised_path)):
+                    self._deliver(outer, tid, raised_path, "ended")
+                    return
                 res = exc.result if isinstance(exc, TaskFailed) else None
                 _fail(outer, DiffuseTaskFailure(self, str(exc), tid, res))
                 return
-            try:
-                with open(result_path, "rb") as f:
-                    value = deserialize(f.read())
-            except Exception as e:
-                _fail(outer, DiffuseTaskFailure(
-                    self, f"task {tid} succeeded but left no readable result ({result_path}: {e})", tid))
+            if result_path is None:
+                _set(outer, 0)  # a reusable bash app that succeeded: remote_side_bash_executor's 0
                 return
-            _set(outer, value)
+            self._deliver(outer, tid, result_path, "succeeded")
         finally:
-            shutil.rmtree(task_dir, ignore_errors=True)
+            if task_dir is not None:
+                shutil.rmtree(task_dir, ignore_errors=True)
+            if raised_path is not None:
+                _remove(raised_path)
+
+    def _deliver(self, outer: "Future[Any]", tid: str, path: str, how: str) -> None:
+        """Completes ``outer`` with the value serialized in ``path``."""
+        try:
+            with open(path, "rb") as f:
+                value = deserialize(f.read())
+        except Exception as e:
+            _fail(outer, DiffuseTaskFailure(
+                self, f"task {tid} {how} but left no readable result ({path}: {e})", tid))
+            return
+        _set(outer, value)
 
     def outstanding(self) -> int:
         """Apps submitted and not yet complete."""
@@ -412,6 +591,13 @@ class FilePlan:
         else:
             self.paths[key] = os.path.abspath(key)
 
+    def reusable(self) -> bool:
+        """Whether the call's files are all declared: it names a ``File``, every one is staged
+        or an output, no output is named twice, and no ``stdout``/``stderr`` goes to a file."""
+        dests = [dest for _, dest in self.outputs]
+        return (not self.paths and not self.std and len(set(dests)) == len(dests)
+                and bool(self.uris or dests))
+
     def payload(self) -> Dict[str, Any]:
         """The plan as the runner reads it."""
         return {"inputs": self.inputs, "outputs": self.outputs, "paths": self.paths,
@@ -460,8 +646,22 @@ def _key(f: File) -> Optional[str]:
     return None
 
 
+def _runs_dir(run_dir: str) -> str:
+    """Where Parsl makes its numbered run directories (``runinfo`` for ``runinfo/003``): the
+    same for every run of a config. A run directory not so numbered is its own."""
+    run_dir = os.path.abspath(run_dir)
+    return os.path.dirname(run_dir) if os.path.basename(run_dir).isdigit() else run_dir
+
+
 def _uri(path: str) -> str:
     return Path(path).as_uri()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _set(fut: "Future[Any]", value: Any) -> None:

@@ -21,6 +21,15 @@ of bash apps are opened at their absolute paths, so they append as Parsl expects
 Exit status: 0 once the result file is written (whatever the app did); 1 if the inputs could
 not be read, an output could not be copied back or the result could not be written (then the
 reason is on stderr, and the executor fails the app's future with it).
+
+A reusable bash app (its payload has ``deliver``; ``RESULT`` is ``-``) is run so that diffuse
+keeps only a success: its outputs are handed to the worker (``INPUT...`` is followed by the
+task's ``{outputs[j]}`` paths, at the positions ``deliver`` gives), which writes them to their
+URIs and keeps them for reuse. If the app returned ``0`` (a bash app's success) the runner exits
+0 and writes nothing else; otherwise (a ``RemoteExceptionWrapper``: the command failed, an
+output is missing...) it writes that value to ``<raised>/<task id>`` and exits
+:data:`EXIT_NOT_KEPT`, so the attempt is failed for diffuse (never kept, never reused) and the
+executor completes the app's future with the value.
 """
 
 from __future__ import annotations
@@ -38,6 +47,14 @@ from parsl.utils import get_std_fname_mode
 
 #: Directory (in the task's scratch directory) where outputs are written before being copied.
 OUTPUT_DIR = "parsl-outputs"
+
+#: Exit status of a reusable app's task whose app did not succeed (its value is in ``raised``).
+EXIT_NOT_KEPT = 3
+
+
+def raised_name(task_id: str) -> str:
+    """The file name, in the ``raised`` directory, of a task's value when it did not succeed."""
+    return task_id.replace(os.sep, "_").replace("\0", "_")
 
 
 def remap_file(f: Any, mapping: Mapping[str, str]) -> None:
@@ -122,6 +139,10 @@ def run(function_path: str, payload_path: str, result_path: str, local_inputs: L
     except Exception:
         result = RemoteExceptionWrapper(*sys.exc_info())
 
+    deliver = payload.get("deliver")
+    if deliver is not None:
+        return finish_reusable(result, [local for _, _, local in outputs],
+                               [local_inputs[k] for k in deliver], str(payload["raised"]))
     for _key, dest, local in outputs:
         if os.path.exists(local):
             try:
@@ -138,6 +159,33 @@ def run(function_path: str, payload_path: str, result_path: str, local_inputs: L
     with open(result_path, "wb") as f:
         f.write(data)
     return 0
+
+
+def finish_reusable(result: Any, made: List[str], delivered: List[str], raised: str) -> int:
+    """Ends a reusable app's task: a success hands its outputs (``made``, where the app wrote
+    them) to the worker (``delivered``, its ``{outputs[j]}``) and exits 0; anything else is
+    written to ``<raised>/<task id>`` and exits :data:`EXIT_NOT_KEPT`."""
+    if type(result) is int and result == 0:
+        for local, out in zip(made, delivered):
+            if os.path.exists(local):
+                shutil.move(local, out)
+        return 0
+    task_id = os.environ.get("DIFFUSE_TASK_ID")
+    if not task_id:
+        print("diffuse parsl_runner: DIFFUSE_TASK_ID is not set (not run by a diffuse worker)",
+              file=sys.stderr)
+        return 1
+    try:
+        data = serialize(result)
+    except Exception:
+        traceback.print_exc()
+        data = serialize(RemoteExceptionWrapper(*sys.exc_info()))
+    path = os.path.join(raised, raised_name(task_id))
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return EXIT_NOT_KEPT
 
 
 def main(argv: List[str]) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from .client import TaskInfo
+from .client import TaskInfo, reused_from
 from .errors import DiffuseError
 
 
@@ -20,6 +20,8 @@ class TaskResult:
     nothing, ``None`` when it was not fetched (``fetch_stdout=False``, a failed task) or could not
     be (``stdout_error`` says why: e.g. its worker is gone). ``report`` is the worker's report
     (timings, ``traffic`` by source, ``stderr_tail``...; see :class:`diffuse_client.Outcome`).
+    ``reused_from`` is the id of the task whose kept result stood in for this one (it did not
+    run), ``None`` when it ran.
     """
 
     task_id: str
@@ -48,6 +50,11 @@ class TaskResult:
             attempt=oc.attempt if oc else info.attempt,
             info=info,
         )
+
+    @property
+    def reused_from(self) -> Optional[str]:
+        """The task whose kept result stood in for this one; ``None`` when this one ran."""
+        return reused_from(self.report)
 
     @property
     def ok(self) -> bool:
