@@ -77,7 +77,7 @@ class Task:
     ``memory_limit`` is what the kernel enforces, ``memory`` unless given, ``"none"`` for none.
 
     ``reuse``: whether the task's result may stand for a later identical task and a kept result
-    for it (docs/reuse.md): ``None`` (default) when it declares an
+    for it (docs/runtime.md, "Results reused by content"): ``None`` (default) when it declares an
     input or an output, ``False`` never (it reads the clock, the network, a random seed...),
     ``True`` even without inputs or outputs. ``programs`` maps each word of ``cmd`` that names a
     program file to its SHA-256; :meth:`Client.submit` fills it in (see
