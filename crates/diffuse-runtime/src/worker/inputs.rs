@@ -19,6 +19,19 @@ pub(super) enum Staged {
     Storage(u64),
 }
 
+impl Staged {
+    /// Count this read in a task's `traffic`.
+    pub(super) fn count(&self, t: &mut crate::proto::Traffic) {
+        match *self {
+            Staged::Local(b) => (t.local, t.bytes_local) = (t.local + 1, t.bytes_local + b),
+            Staged::Peer(b) => (t.peer, t.bytes_peer) = (t.peer + 1, t.bytes_peer + b),
+            Staged::Storage(b) => {
+                (t.storage, t.bytes_storage) = (t.storage + 1, t.bytes_storage + b)
+            }
+        }
+    }
+}
+
 /// Fetch one object into the cache for no task (a hand-off from a worker being released, a
 /// replica, or a prefetch from storage): staged as an input into a scratch name that is removed
 /// at once. A failure is reported (`FetchFailed`): the object stays where it was, or is read

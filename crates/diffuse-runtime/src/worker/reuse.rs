@@ -9,7 +9,7 @@
 //! result cannot be reused and its task runs.
 
 use super::ctx::Ctx;
-use super::inputs::{stage, Staged};
+use super::inputs::stage;
 use super::taskdir::{log_name, safe_name};
 use crate::proto::{AssignedInput, Assignment, KeptOutput, ReadInput, ReuseOrder, TaskReport};
 use crate::reuse::kept::{object_uri, STDERR, STDOUT};
@@ -146,14 +146,7 @@ pub(super) async fn carry_out(
             source: rf.source.clone(),
         };
         let (how, cached) = stage(ctx.clone(), input, dest.clone()).await?;
-        let t = &mut report.traffic;
-        match how {
-            Staged::Local(b) => (t.local, t.bytes_local) = (t.local + 1, t.bytes_local + b),
-            Staged::Peer(b) => (t.peer, t.bytes_peer) = (t.peer + 1, t.bytes_peer + b),
-            Staged::Storage(b) => {
-                (t.storage, t.bytes_storage) = (t.storage + 1, t.bytes_storage + b)
-            }
-        }
+        how.count(&mut report.traffic);
         if !cached {
             return Err(format!("{}: larger than this worker's cache", rf.file.name));
         }

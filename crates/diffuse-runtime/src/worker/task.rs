@@ -7,7 +7,7 @@
 
 use super::ctx::Ctx;
 use super::gpus::Gpus;
-use super::inputs::{read_uncached, stage, Staged};
+use super::inputs::{read_uncached, stage};
 use super::process::{execute, Ended, Exit, Job, Stop};
 use super::running::Registered;
 use super::taskdir::{log_name, safe_name, TaskDir};
@@ -243,14 +243,7 @@ async fn stage_inputs(
     for (input, s) in a.inputs.iter().zip(staged) {
         match s {
             Ok((how, cached)) => {
-                let t = &mut report.traffic;
-                match how {
-                    Staged::Local(b) => (t.local, t.bytes_local) = (t.local + 1, t.bytes_local + b),
-                    Staged::Peer(b) => (t.peer, t.bytes_peer) = (t.peer + 1, t.bytes_peer + b),
-                    Staged::Storage(b) => {
-                        (t.storage, t.bytes_storage) = (t.storage + 1, t.bytes_storage + b)
-                    }
-                }
+                how.count(&mut report.traffic);
                 if !cached {
                     uncached.push(input.uri.clone());
                 }
