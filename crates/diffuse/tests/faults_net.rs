@@ -23,7 +23,7 @@ use common::cluster::*;
 use common::host::{skip, SmallDisk};
 use common::hosts::Hosts;
 use record::{
-    one_outcome_each, recorded, started_twice, starts, wait_all_ended, Figures, Outcomes,
+    keep_logs, one_outcome_each, recorded, started_twice, starts, wait_all_ended, Figures, Outcomes,
 };
 use serde_json::{json, Value};
 use std::process::Command;
@@ -115,9 +115,9 @@ fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back
         seen.observe(&h);
         std::thread::sleep(Duration::from_millis(500));
     }
+    let dropped = h.bed.dropped(0) + h.bed.dropped(1);
     h.bed.heal(0, 1);
     let healed = Instant::now();
-    let dropped = h.bed.dropped(0) + h.bed.dropped(1);
     poll("A to join again", || (workers(&h) == 3).then_some(()));
     let rejoined = healed.elapsed();
     // A takes tasks again: four that would rather run on it.
@@ -159,6 +159,7 @@ fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back
         ),
     }
     .print();
+    keep_logs(&h, "cut");
     assert_eq!(lost, 0, "{status}");
     assert_eq!(status["failed"], 0, "{status}");
     // The readers read the right bytes, whichever copy they had.
@@ -295,14 +296,14 @@ fn loss_and_delay_on_every_link_slow_a_dataflow_run_and_change_no_byte() {
         h.worker_cores(host, name, 2, &["--cache-size", "100MB"]);
     }
     h.wait_workers(3);
-    let lines = 40_000;
+    let lines = 160_000;
     let text = known_text(lines);
     let data = h.path("store");
     std::fs::create_dir_all(&data).unwrap();
     std::fs::write(data.join("input.txt"), &text).unwrap();
     let store = h.http_store(4, &data);
     let input = format!("{store}/input.txt");
-    let parts = 8;
+    let parts = 12;
     let mut seen = Outcomes::default();
     let clean = run_pipeline(&h, "c-", &input, lines, parts, &mut seen);
 
@@ -317,7 +318,7 @@ fn loss_and_delay_on_every_link_slow_a_dataflow_run_and_change_no_byte() {
     let (tasks, lost) = one_outcome_each(&h, &[], &mut seen);
     let twice = started_twice(&h.path("runs.log"));
     Figures {
-        fault: "5% loss and 50 ms delay on every link, split -> 8 maps -> reduce",
+        fault: "5% loss and 50 ms delay on every link, split -> 12 maps -> reduce, 3.8 MB",
         tasks: tasks.len(),
         injected: format!("{dropped} packets dropped, every packet delayed"),
         lost,
@@ -333,6 +334,7 @@ fn loss_and_delay_on_every_link_slow_a_dataflow_run_and_change_no_byte() {
         recovery: format!("run {faulty:.1} s, against {clean:.1} s on a clean network"),
     }
     .print();
+    keep_logs(&h, "lossy");
     assert_eq!(lost, 0, "{status}");
     let want = mapped(&text);
     for p in ["c-", "f-"] {
@@ -443,6 +445,7 @@ fn a_peer_slowed_to_1_mbit_mid_transfer_is_outrun_by_the_other_sources() {
         ),
     }
     .print();
+    keep_logs(&h, "slow");
     eprintln!(
         "D's read ended {:.1} s after C slowed",
         slowed.elapsed().as_secs_f64()
@@ -518,23 +521,32 @@ fn a_cache_disk_filled_during_a_prefetch_evicts_and_fails_no_task() {
         h.get("/v1/tasks/hold").filter(|t| t["state"] == "running")
     });
     h.submit(&(4..8).map(read).collect::<Vec<_>>());
+    let settled = |s: &Value| {
+        let p = &s["prefetch"];
+        p["landed"].as_u64().unwrap_or(0) + p["failed"].as_u64().unwrap_or(0)
+    };
+    let issued = |s: &Value| s["prefetch"]["issued"].as_u64().unwrap_or(0);
+    let before = h.get("/v1/status").unwrap();
     poll("a prefetch to W", || {
-        h.get("/v1/status")
-            .filter(|s| s["prefetch"]["issued"].as_u64() >= Some(1))
+        h.get("/v1/status").filter(|s| issued(s) > issued(&before))
     });
     std::thread::sleep(Duration::from_millis(500));
+    let during = h.get("/v1/status").unwrap();
+    assert_eq!(
+        settled(&during),
+        settled(&before),
+        "the prefetch is under way when the disk fills: {during}"
+    );
     // Another program fills the disk, leaving 2 MiB.
     let filled = Instant::now();
     let filler = disk.dir.join("filler");
     let fill = free_bytes(&disk.dir).saturating_sub(2 << 20);
     std::fs::write(&filler, vec![0u8; fill as usize]).expect("fill the disk");
     poll("the prefetch to land or be declined", || {
-        h.get("/v1/status").filter(|s| {
-            let p = &s["prefetch"];
-            p["landed"].as_u64().unwrap_or(0) + p["failed"].as_u64().unwrap_or(0) >= 1
-        })
+        h.get("/v1/status")
+            .filter(|s| settled(s) > settled(&before))
     });
-    let settled = filled.elapsed();
+    let settled_in = filled.elapsed();
     std::fs::write(&gate, b"").unwrap();
     let status = wait_all_ended(&h, 9, &mut seen);
     let (tasks, lost) = one_outcome_each(&h, &[], &mut seen);
@@ -549,13 +561,14 @@ fn a_cache_disk_filled_during_a_prefetch_evicts_and_fails_no_task() {
         lost,
         twice: format!("{}", twice.len()),
         recovery: format!(
-            "prefetch settled {:.1} s after the fill: {} landed, {} declined; the disk found full {full} times",
-            settled.as_secs_f64(),
+            "prefetch settled {:.1} s after the fill: {} landed, {} declined in all; the disk found full {full} times",
+            settled_in.as_secs_f64(),
             p["landed"],
             p["failed"]
         ),
     }
     .print();
+    keep_logs(&h, "disk");
     assert_eq!(lost, 0, "{status}");
     assert_eq!(status["failed"], 0, "no task failed: {status}");
     for t in tasks.iter().filter(|t| t["id"] != "hold") {
@@ -565,4 +578,63 @@ fn a_cache_disk_filled_during_a_prefetch_evicts_and_fails_no_task() {
     assert!(twice.is_empty(), "no task ran twice: {twice:?}");
     drop(h);
     drop(disk);
+}
+
+/// What does not hold yet (issue 28): W's disk is full with nothing cached to evict (another
+/// program filled it before W cached anything) while V has room. Tasks sent to W fail ("no
+/// space left on the cache's disk, and nothing left to evict") instead of running on V: a
+/// worker that cannot stage an input for lack of disk fails the task rather than giving it
+/// back. Ignored until that is built; `--ignored` runs it (docs/runtime.md, "Faults across
+/// hosts").
+#[test]
+#[ignore = "a full disk with nothing to evict fails the tasks sent there (issue 28)"]
+fn a_cache_disk_full_with_nothing_to_evict_sends_its_tasks_elsewhere() {
+    let Some(mut h) = Hosts::up(4, &[]) else {
+        return skip(NO_NAMESPACES);
+    };
+    let disk = SmallDisk::mount(&h.path("disk"), 64);
+    let data = h.path("store");
+    std::fs::create_dir_all(&data).unwrap();
+    let size = 6usize << 20;
+    for i in 0..8 {
+        std::fs::write(data.join(format!("o{i}")), random_bytes(size)).unwrap();
+    }
+    let store = h.http_store(3, &data);
+    h.worker_in(
+        1,
+        "W",
+        1,
+        &disk.dir.join("cache"),
+        &["--cache-size", "40MB"],
+    );
+    h.worker_cores(2, "V", 1, &["--cache-size", "100MB"]);
+    h.wait_workers(2);
+    let fill = free_bytes(&disk.dir).saturating_sub(1 << 20);
+    std::fs::write(disk.dir.join("filler"), vec![0u8; fill as usize]).expect("fill the disk");
+    let runs = h.path("runs.log");
+    let mut seen = Outcomes::default();
+    let tasks: Vec<Value> = (0..8)
+        .map(|i| {
+            json!({"id": format!("r{i}"), "cmd": recorded("wc -c < {inputs[0]}", &runs),
+                   "inputs": [format!("{store}/o{i}")]})
+        })
+        .collect();
+    h.submit(&tasks);
+    let status = wait_all_ended(&h, 8, &mut seen);
+    let (tasks, lost) = one_outcome_each(&h, &[], &mut seen);
+    let failed: Vec<String> = tasks
+        .iter()
+        .filter(|t| t["state"] != "succeeded")
+        .map(|t| format!("{} on {}: {}", t["id"], t["node"], t["outcome"]["error"]))
+        .collect();
+    Figures {
+        fault: "a cache disk full with nothing to evict, another worker with room",
+        tasks: tasks.len(),
+        injected: format!("1 disk filled ({} MiB written)", fill >> 20),
+        lost,
+        twice: format!("{}", started_twice(&runs).len()),
+        recovery: format!("{} failed: {}", failed.len(), failed.join("; ")),
+    }
+    .print();
+    assert_eq!(lost, 0, "{status}");
 }

@@ -172,3 +172,23 @@ impl Figures {
         );
     }
 }
+
+/// With `FAULTS_NET_LOGS=DIR` set, copy every process's log of `h` to `DIR/test`, to read
+/// after a passing run (a failing one prints their ends).
+pub fn keep_logs(h: &Hosts, test: &str) {
+    let Some(to) = std::env::var_os("FAULTS_NET_LOGS") else {
+        return;
+    };
+    let to = Path::new(&to).join(test);
+    std::fs::create_dir_all(&to).expect("FAULTS_NET_LOGS");
+    for e in std::fs::read_dir(h.dir.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name();
+        if name.to_string_lossy().ends_with(".log") {
+            let _ = std::fs::copy(e.path(), to.join(&name));
+        }
+    }
+}
