@@ -338,6 +338,11 @@ pub enum ToWorker {
         node: u32,
         /// Send a heartbeat this often.
         heartbeat_ms: u64,
+        /// The dispatcher gives up a worker silent this long: the worker gives up the
+        /// connection when what it sends goes unacknowledged this long (a network cut), so both
+        /// sides drop it at about the same time. Absent from older dispatchers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        heartbeat_timeout_ms: Option<u64>,
     },
     /// Run an attempt.
     Run(Box<Assignment>),

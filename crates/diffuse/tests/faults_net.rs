@@ -23,7 +23,8 @@ use common::cluster::*;
 use common::host::{skip, SmallDisk};
 use common::hosts::Hosts;
 use record::{
-    keep_logs, one_outcome_each, recorded, started_twice, starts, wait_all_ended, Figures, Outcomes,
+    ends, keep_logs, one_outcome_each, recorded, started_twice, starts, wait_all_ended, Figures,
+    Outcomes,
 };
 use serde_json::{json, Value};
 use std::process::Command;
@@ -41,16 +42,6 @@ fn sha256sum_of(cmd: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The tasks running on worker `node` now.
-fn running_on(h: &Hosts, node: &str) -> usize {
-    h.get("/v1/tasks?state=running&limit=10000")
-        .and_then(|p| p["tasks"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter(|t| t["node"] == node)
-        .count()
-}
-
 fn workers(h: &Hosts) -> u64 {
     h.get("/v1/status")
         .and_then(|s| s["workers"].as_u64())
@@ -59,12 +50,13 @@ fn workers(h: &Hosts) -> u64 {
 
 // ----- 1. a worker cut off from the dispatcher -----
 
-/// A runs two tasks and holds the only copy of `tmp://mid`, which four queued readers need,
-/// when every packet between it and the dispatcher's host is dropped for 30 s. The dispatcher
-/// gives A up after its heartbeat timeout (5 s here) and runs A's tasks again elsewhere; the
-/// readers get `tmp://mid` made again (its only copy is out of reach); when the network heals,
-/// A's connection ends, its late reports are refused by attempt, and it joins again with its
-/// cache and takes tasks.
+/// A runs two 12 s tasks and holds the only copy of `tmp://mid`, which four queued readers
+/// need, when every packet between it and the dispatcher's host is dropped for 30 s. The
+/// dispatcher gives A up after its heartbeat timeout (5 s here) and runs A's tasks again
+/// elsewhere; the readers get `tmp://mid` made again (its only copy is out of reach). A, whose
+/// heartbeats go unacknowledged as long, gives its connection up too and stops the two tasks
+/// (none runs to its end out of sight); when the network heals it joins again within seconds,
+/// with its cache, and takes tasks. Nothing A reported from the cut becomes an outcome.
 #[test]
 fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back() {
     let Some(mut h) = Hosts::up(4, &["--heartbeat-timeout", "5"]) else {
@@ -97,12 +89,25 @@ fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back
                           "inputs": ["tmp://mid"], "after": ["hold"]}),
         );
     }
+    for i in 0..2 {
+        batch.push(
+            json!({"id": format!("long{i}"), "cmd": recorded("sleep 12", &runs),
+                          "hint": {"node": "A"}}),
+        );
+    }
     for i in 0..40 {
         batch.push(json!({"id": format!("w{i:02}"), "cmd": recorded("sleep 2", &runs)}));
     }
     h.submit(&batch);
-    poll("A to run two tasks", || {
-        (running_on(&h, "A") == 2).then_some(())
+    // Their processes have started on A (the dispatcher counts a task running once sent).
+    poll("A to run the two long tasks", || {
+        let started = starts(&runs);
+        let on_a = |id: &str| {
+            started
+                .get(id)
+                .is_some_and(|s| s.contains(&"1@A".to_string()))
+        };
+        (on_a("long0") && on_a("long1")).then_some(())
     });
 
     let cut = Instant::now();
@@ -128,7 +133,7 @@ fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back
         })
         .collect();
     h.submit(&after);
-    let n = 1 + 1 + 4 + 40 + 4;
+    let n = 1 + 1 + 4 + 2 + 40 + 4;
     let status = wait_all_ended(&h, n, &mut seen);
     let (tasks, lost) = one_outcome_each(&h, &["make"], &mut seen);
 
@@ -137,15 +142,35 @@ fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back
     let made = tasks.iter().find(|t| t["id"] == "make").unwrap();
     let remade = made["attempts"].as_array().map_or(0, |a| a.len()) > 1;
     let twice = started_twice(&runs);
+    // A's attempts the dispatcher gave up (a later attempt ran elsewhere), and those of them
+    // whose process ran to its end on A, out of sight.
+    let ended = ends(&runs);
+    let mut given_up_on_a = Vec::new();
+    let mut ran_out_of_sight = Vec::new();
+    for t in &tasks {
+        let id = t["id"].as_str().unwrap();
+        let attempts = t["attempts"].as_array().unwrap();
+        for a in &attempts[..attempts.len().saturating_sub(1)] {
+            if a["node"] == "A" && id != "make" {
+                let run = format!("{}@A", a["attempt"]);
+                if ended.get(id).is_some_and(|e| e.contains(&run)) {
+                    ran_out_of_sight.push(format!("{id} ({run})"));
+                }
+                given_up_on_a.push(t);
+            }
+        }
+    }
     Figures {
         fault: "a worker cut off from the dispatcher for 30 s (heartbeat timeout 5 s)",
         tasks: tasks.len(),
         injected: format!("1 cut, {dropped} packets dropped"),
         lost,
         twice: format!(
-            "{}: {} (A's attempts given up at the cut and run again elsewhere{})",
+            "{}: {} (A's attempts given up at the cut, run again elsewhere; {} of them ran to \
+             their end on A{})",
             twice.len(),
             twice.join(", "),
+            ran_out_of_sight.len(),
             if remade {
                 "; make: tmp://mid remade"
             } else {
@@ -168,15 +193,9 @@ fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back
         let t = tasks.iter().find(|t| t["id"] == format!("use{i}")).unwrap();
         assert_eq!(stdout_of(&report(t)), want, "use{i}: {t}");
     }
-    // Whatever A started before the cut was given up and ran again on B or C: its outcome is
-    // that later attempt's (checked above), and A's own report of it was refused or never came.
-    let given_up_on_a: Vec<&Value> = tasks
-        .iter()
-        .filter(|t| {
-            let a = t["attempts"].as_array().unwrap();
-            t["id"] != "make" && a.len() > 1 && a[..a.len() - 1].iter().any(|a| a["node"] == "A")
-        })
-        .collect();
+    // A's two long tasks were given up and ran again on B or C: their outcomes are those later
+    // attempts' (checked above: an outcome is a task's last attempt's), so nothing A reported
+    // from the cut became one.
     assert!(
         given_up_on_a.len() >= 2,
         "A's two running tasks were run again elsewhere: {given_up_on_a:?}"
@@ -184,6 +203,18 @@ fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back
     for t in &given_up_on_a {
         assert_ne!(t["outcome"]["node"], "A", "{t}");
     }
+    // A stopped them when its own connection gave up (12 s tasks, given up 5 s in).
+    assert!(
+        ran_out_of_sight.is_empty(),
+        "A ran given-up attempts to their end while cut off: {ran_out_of_sight:?}"
+    );
+    // It tried the dispatcher again all along, and was back within seconds of the heal (it
+    // took 23 s when it waited for TCP's own retries, backed off to 25 s).
+    assert!(
+        rejoined < Duration::from_secs(15),
+        "A rejoined {:.1} s after the heal",
+        rejoined.as_secs_f64()
+    );
     let on_a_again = tasks
         .iter()
         .filter(|t| t["id"].as_str().unwrap().starts_with("back") && t["node"] == "A")

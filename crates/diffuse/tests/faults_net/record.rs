@@ -9,28 +9,45 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// `cmd` for `sh -c`, preceded by a line appended to `runs`: the task's id, attempt and
-/// worker, written by its own process as it starts.
+/// `cmd` for `sh -c`, run in a subshell between two lines appended to `runs`: the task's id,
+/// attempt and worker, then `start`, or `end` and the exit status, written by its own process.
 pub fn recorded(cmd: &str, runs: &Path) -> String {
+    let line = |what: &str| {
+        format!(
+            "echo \"$DIFFUSE_TASK_ID $DIFFUSE_ATTEMPT $DIFFUSE_NODE {what}\" >> '{}'",
+            runs.display()
+        )
+    };
     format!(
-        "echo \"$DIFFUSE_TASK_ID $DIFFUSE_ATTEMPT $DIFFUSE_NODE\" >> '{}'; {cmd}",
-        runs.display()
+        "{}; ( {cmd}\n); rc=$?; {}; exit $rc",
+        line("start"),
+        line("end $rc")
     )
+}
+
+/// The lines of `runs` marked `what` (`start` or `end`), by task: `attempt@worker`.
+fn marked(runs: &Path, what: &str) -> BTreeMap<String, Vec<String>> {
+    let mut by_task: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in std::fs::read_to_string(runs).unwrap_or_default().lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() >= 4 && f[3] == what {
+            by_task
+                .entry(f[0].to_string())
+                .or_default()
+                .push(format!("{}@{}", f[1], f[2]));
+        }
+    }
+    by_task
 }
 
 /// Each task's process starts, as `attempt@worker`, from `runs`.
 pub fn starts(runs: &Path) -> BTreeMap<String, Vec<String>> {
-    let mut by_task: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for line in std::fs::read_to_string(runs).unwrap_or_default().lines() {
-        let mut f = line.split_whitespace();
-        if let (Some(id), Some(attempt), Some(node)) = (f.next(), f.next(), f.next()) {
-            by_task
-                .entry(id.to_string())
-                .or_default()
-                .push(format!("{attempt}@{node}"));
-        }
-    }
-    by_task
+    marked(runs, "start")
+}
+
+/// Each task's process ends (by itself, not killed), as `attempt@worker`, from `runs`.
+pub fn ends(runs: &Path) -> BTreeMap<String, Vec<String>> {
+    marked(runs, "end")
 }
 
 /// The tasks whose process started more than once, each with its starts.
