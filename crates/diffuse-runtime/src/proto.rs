@@ -477,6 +477,10 @@ pub struct TaskReport {
     /// again, and runs again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_input: Option<String>,
+    /// An input could not be staged because the worker's cache disk is full with nothing left
+    /// to evict: the worker's fault, not the task's, so the task runs again elsewhere.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_room: bool,
     /// Set by the dispatcher, not the worker: whether the task's placement hint held (it ran
     /// on the worker it named). Absent for a task without a hint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -524,6 +528,7 @@ impl TaskReport {
             reused_from: None,
             reuse_failed: None,
             lost_input: None,
+            no_room: false,
             hint_held: None,
             traffic: Traffic::default(),
         }

@@ -611,14 +611,12 @@ fn a_cache_disk_filled_during_a_prefetch_evicts_and_fails_no_task() {
     drop(disk);
 }
 
-/// What does not hold yet (issue 28): W's disk is full with nothing cached to evict (another
-/// program filled it before W cached anything) while V has room. Tasks sent to W fail ("no
-/// space left on the cache's disk, and nothing left to evict") instead of running on V: a
-/// worker that cannot stage an input for lack of disk fails the task rather than giving it
-/// back. Ignored until that is built; `--ignored` runs it (docs/runtime.md, "Faults across
-/// hosts").
+/// W's disk is full with nothing cached to evict (another program filled it before W cached
+/// anything) while V has room. Each task sent to W is given back ("no space left on the cache's
+/// disk, and nothing left to evict": the worker's fault, not the task's) and waits for V
+/// rather than go back to W, free as W is: every task succeeds, on V. (Before, W failed them:
+/// 6 of 8, each failure freeing W for the next task.)
 #[test]
-#[ignore = "a full disk with nothing to evict fails the tasks sent there (issue 28)"]
 fn a_cache_disk_full_with_nothing_to_evict_sends_its_tasks_elsewhere() {
     let Some(mut h) = Hosts::up(4, &[]) else {
         return skip(NO_NAMESPACES);
@@ -653,6 +651,11 @@ fn a_cache_disk_full_with_nothing_to_evict_sends_its_tasks_elsewhere() {
     h.submit(&tasks);
     let status = wait_all_ended(&h, 8, &mut seen);
     let (tasks, lost) = one_outcome_each(&h, &[], &mut seen);
+    let given_back = tasks
+        .iter()
+        .flat_map(|t| t["attempts"].as_array().cloned().unwrap_or_default())
+        .filter(|a| a["node"] == "W")
+        .count();
     let failed: Vec<String> = tasks
         .iter()
         .filter(|t| t["state"] != "succeeded")
@@ -664,8 +667,22 @@ fn a_cache_disk_full_with_nothing_to_evict_sends_its_tasks_elsewhere() {
         injected: format!("1 disk filled ({} MiB written)", fill >> 20),
         lost,
         twice: format!("{}", started_twice(&runs).len()),
-        recovery: format!("{} failed: {}", failed.len(), failed.join("; ")),
+        recovery: format!(
+            "{} attempts given back by W; {} failed{}",
+            given_back,
+            failed.len(),
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", failed.join("; "))
+            }
+        ),
     }
     .print();
+    keep_logs(&h, "full");
     assert_eq!(lost, 0, "{status}");
+    for t in &tasks {
+        assert_eq!(t["node"], "V", "{t}");
+        assert_eq!(stdout_of(&report(t)).trim(), size.to_string(), "{t}");
+    }
 }
