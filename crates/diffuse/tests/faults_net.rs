@@ -2,8 +2,9 @@
 //! real TCP between them, and the network broken under a running workload: a worker cut off
 //! from the dispatcher for 30 s, loss and delay on every link for a whole dataflow run, a peer
 //! slowed to 1 Mbit/s in the middle of a multi-source read, a cache disk filled during a
-//! prefetch. Each test fails if a task is lost or gets a second outcome, and prints one row of
-//! the figures table of docs/runtime.md, "Faults across hosts":
+//! prefetch, and one full with nothing to evict. Each test fails if a task is lost or gets a
+//! second outcome, and prints one row of the figures table of docs/runtime.md, "Faults across
+//! hosts":
 //!
 //! ```sh
 //! cargo test -p diffuse --test faults_net -- --nocapture --test-threads 1
@@ -50,6 +51,60 @@ fn workers(h: &Hosts) -> u64 {
 
 // ----- 1. a worker cut off from the dispatcher -----
 
+/// The workload of the cut: a task on C held until `gate` exists, four readers of `tmp://mid`
+/// after it, two 12 s tasks that would rather run on A, and forty 2 s tasks.
+fn cut_workload(gate: &std::path::Path, runs: &std::path::Path) -> Vec<Value> {
+    // The readers wait for a task on C, opened once A is given up; forty 2 s tasks keep every
+    // worker busy meanwhile.
+    let mut hold = gated_task("hold", gate);
+    hold["cmd"] = json!(recorded(hold["cmd"].as_str().unwrap(), runs));
+    hold["hint"] = json!({"node": "C"});
+    let mut batch = vec![hold];
+    for i in 0..4 {
+        batch.push(
+            json!({"id": format!("use{i}"), "cmd": recorded("sha256sum < {inputs[0]}", runs),
+                          "inputs": ["tmp://mid"], "after": ["hold"]}),
+        );
+    }
+    for i in 0..2 {
+        batch.push(
+            json!({"id": format!("long{i}"), "cmd": recorded("sleep 12", runs),
+                          "hint": {"node": "A"}}),
+        );
+    }
+    for i in 0..40 {
+        batch.push(json!({"id": format!("w{i:02}"), "cmd": recorded("sleep 2", runs)}));
+    }
+    batch
+}
+
+/// The tasks with an attempt on `node` that the dispatcher gave up (a later attempt ran
+/// elsewhere; a producer's remakes aside), and those attempts whose process ran to its end on
+/// `node` all the same, out of sight.
+fn given_up_on<'a>(
+    node: &str,
+    tasks: &'a [Value],
+    runs: &std::path::Path,
+) -> (Vec<&'a Value>, Vec<String>) {
+    let ended = ends(runs);
+    let mut given_up = Vec::new();
+    let mut ran_out_of_sight = Vec::new();
+    for t in tasks {
+        let id = t["id"].as_str().unwrap();
+        let attempts = t["attempts"].as_array().unwrap();
+        for a in &attempts[..attempts.len().saturating_sub(1)] {
+            if a["node"] == node && id != "make" {
+                let run = format!("{}@{node}", a["attempt"]);
+                if ended.get(id).is_some_and(|e| e.contains(&run)) {
+                    ran_out_of_sight.push(format!("{id} ({run})"));
+                }
+                given_up.push(t);
+            }
+        }
+    }
+    (given_up, ran_out_of_sight)
+}
+
 /// A runs two 12 s tasks and holds the only copy of `tmp://mid`, which four queued readers
 /// need, when every packet between it and the dispatcher's host is dropped for 30 s. The
 /// dispatcher gives A up after its heartbeat timeout (5 s here) and runs A's tasks again
@@ -76,29 +131,8 @@ fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back
         (&made["state"], &made["node"]),
         (&json!("succeeded"), &json!("A"))
     );
-    // The readers wait for a task on C, opened once A is given up; forty 2 s tasks keep every
-    // worker busy meanwhile.
     let gate = h.path("gate");
-    let mut hold = gated_task("hold", &gate);
-    hold["cmd"] = json!(recorded(hold["cmd"].as_str().unwrap(), &runs));
-    hold["hint"] = json!({"node": "C"});
-    let mut batch = vec![hold];
-    for i in 0..4 {
-        batch.push(
-            json!({"id": format!("use{i}"), "cmd": recorded("sha256sum < {inputs[0]}", &runs),
-                          "inputs": ["tmp://mid"], "after": ["hold"]}),
-        );
-    }
-    for i in 0..2 {
-        batch.push(
-            json!({"id": format!("long{i}"), "cmd": recorded("sleep 12", &runs),
-                          "hint": {"node": "A"}}),
-        );
-    }
-    for i in 0..40 {
-        batch.push(json!({"id": format!("w{i:02}"), "cmd": recorded("sleep 2", &runs)}));
-    }
-    h.submit(&batch);
+    h.submit(&cut_workload(&gate, &runs));
     // Their processes have started on A (the dispatcher counts a task running once sent).
     poll("A to run the two long tasks", || {
         let started = starts(&runs);
@@ -142,24 +176,7 @@ fn a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_taken_back
     let made = tasks.iter().find(|t| t["id"] == "make").unwrap();
     let remade = made["attempts"].as_array().map_or(0, |a| a.len()) > 1;
     let twice = started_twice(&runs);
-    // A's attempts the dispatcher gave up (a later attempt ran elsewhere), and those of them
-    // whose process ran to its end on A, out of sight.
-    let ended = ends(&runs);
-    let mut given_up_on_a = Vec::new();
-    let mut ran_out_of_sight = Vec::new();
-    for t in &tasks {
-        let id = t["id"].as_str().unwrap();
-        let attempts = t["attempts"].as_array().unwrap();
-        for a in &attempts[..attempts.len().saturating_sub(1)] {
-            if a["node"] == "A" && id != "make" {
-                let run = format!("{}@A", a["attempt"]);
-                if ended.get(id).is_some_and(|e| e.contains(&run)) {
-                    ran_out_of_sight.push(format!("{id} ({run})"));
-                }
-                given_up_on_a.push(t);
-            }
-        }
-    }
+    let (given_up_on_a, ran_out_of_sight) = given_up_on("A", &tasks, &runs);
     Figures {
         fault: "a worker cut off from the dispatcher for 30 s (heartbeat timeout 5 s)",
         tasks: tasks.len(),
