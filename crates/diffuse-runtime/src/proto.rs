@@ -7,6 +7,8 @@
 //! `Cached` for an object a task fetched is sent before that task's `Finished`) and a `Heartbeat`
 //! every `heartbeat_ms`. A worker silent for the dispatcher's heartbeat timeout is given up and
 //! its tasks are run again elsewhere; a late `Finished` from it is refused by attempt number.
+//! The welcome tells the worker that timeout, and the worker gives up a connection whose data
+//! stays unacknowledged as long (a network cut that neither side hears).
 
 use crate::spec::{Cmd, TaskDef, TaskMore};
 use serde::{Deserialize, Serialize};

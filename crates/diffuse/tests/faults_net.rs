@@ -403,6 +403,11 @@ fn loss_and_delay_on_every_link_slow_a_dataflow_run_and_change_no_byte() {
         assert!(t[1] >= 1, "the reduce read from peers: {r}");
     }
     assert!(dropped > 0, "the loss rules dropped packets");
+    let log = h.dispatcher_log();
+    assert!(
+        !log.contains("worker lost"),
+        "no worker missed its heartbeat timeout:\n{log}"
+    );
     assert!(twice.is_empty(), "no task ran twice: {twice:?}");
 }
 
@@ -568,13 +573,13 @@ fn a_cache_disk_filled_during_a_prefetch_evicts_and_fails_no_task() {
     poll("hold to run", || {
         h.get("/v1/tasks/hold").filter(|t| t["state"] == "running")
     });
-    h.submit(&(4..8).map(read).collect::<Vec<_>>());
     let settled = |s: &Value| {
         let p = &s["prefetch"];
         p["landed"].as_u64().unwrap_or(0) + p["failed"].as_u64().unwrap_or(0)
     };
     let issued = |s: &Value| s["prefetch"]["issued"].as_u64().unwrap_or(0);
     let before = h.get("/v1/status").unwrap();
+    h.submit(&(4..8).map(read).collect::<Vec<_>>());
     poll("a prefetch to W", || {
         h.get("/v1/status").filter(|s| issued(s) > issued(&before))
     });
