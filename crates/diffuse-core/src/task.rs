@@ -185,6 +185,11 @@ pub enum Outcome {
     /// again (its producer re-runs if no copy is left) and runs again. Each such loss counts
     /// toward the crash limit, like a lost node.
     InputLost(ObjectId),
+    /// The node could not run it for a reason of the node's own (its cache's disk full with
+    /// nothing left to evict): not the task's fault, so not a failure. It runs again, on another
+    /// node if one has room; each such attempt counts toward the crash limit, like a lost
+    /// node, so a task that no node can run fails in the end, with this reason.
+    NodeFault(String),
 }
 
 /// Where a task is in its life.

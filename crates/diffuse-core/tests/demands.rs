@@ -201,6 +201,60 @@ fn a_retry_takes_the_node_it_failed_on_when_no_other_has_room() {
     assert_eq!(env.finish(1), TaskState::Finished(Outcome::Succeeded));
 }
 
+/// A node that cannot run a task for a fault of its own (its cache disk full with nothing to
+/// evict) gives it back: not a failure, and no retry is spent. The task then waits for another
+/// node rather than go back to the faulty one, free as that one is.
+#[test]
+fn a_node_fault_gives_the_task_back_and_it_waits_for_another_node() {
+    let mut env = TestEnv::new(PolicyKind::Mcu);
+    env.node(1, 1).node(2, 1);
+    env.submit(spec(1, &[])).submit(spec(2, &[]));
+    let ds = env.take_dispatches();
+    let on = |node: u32| ds.iter().find(|d| d.node == n(node)).unwrap().task.0;
+    let (given_back, other) = (on(1), on(2));
+    assert_eq!(
+        env.finish_with(given_back, Outcome::NodeFault("no room".into())),
+        TaskState::Queued
+    );
+    assert!(
+        env.take_dispatches().is_empty(),
+        "node 1 is free, but the task waits for node 2"
+    );
+    assert_eq!(env.finish(other), TaskState::Finished(Outcome::Succeeded));
+    let d = env.take_one();
+    assert_eq!((d.task, d.node, d.attempt), (t(given_back), n(2), 2));
+    assert_eq!(
+        env.finish(given_back),
+        TaskState::Finished(Outcome::Succeeded)
+    );
+    let c = env.counts();
+    assert_eq!((c.failed, c.succeeded), (0, 2));
+}
+
+/// On a node alone, a task it gives back goes to it again, and fails with the reason once it
+/// has been given back as often as the crash limit allows.
+#[test]
+fn a_node_fault_on_the_only_node_fails_the_task_at_the_crash_limit() {
+    let mut env = TestEnv::new(PolicyKind::Mcu);
+    env.node(1, 1);
+    env.submit(spec(1, &[]));
+    let mut attempts = 0;
+    let end = loop {
+        let d = env.take_one();
+        attempts += 1;
+        assert_eq!((d.node, d.attempt), (n(1), attempts));
+        match env.finish_with(1, Outcome::NodeFault("no room".into())) {
+            TaskState::Queued => continue,
+            end => break end,
+        }
+    };
+    assert_eq!(attempts, 3, "the default crash limit");
+    assert_eq!(
+        end,
+        TaskState::Finished(Outcome::Failed("no room (3 times)".into()))
+    );
+}
+
 #[test]
 fn failures_that_would_repeat_are_not_retried_and_nor_are_cancelled_tasks() {
     let mut env = TestEnv::new(PolicyKind::Mcu);

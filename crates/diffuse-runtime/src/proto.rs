@@ -7,6 +7,8 @@
 //! `Cached` for an object a task fetched is sent before that task's `Finished`) and a `Heartbeat`
 //! every `heartbeat_ms`. A worker silent for the dispatcher's heartbeat timeout is given up and
 //! its tasks are run again elsewhere; a late `Finished` from it is refused by attempt number.
+//! The welcome tells the worker that timeout, and the worker gives up a connection whose data
+//! stays unacknowledged as long (a network cut that neither side hears).
 
 use crate::spec::{Cmd, TaskDef, TaskMore};
 use serde::{Deserialize, Serialize};
@@ -338,6 +340,11 @@ pub enum ToWorker {
         node: u32,
         /// Send a heartbeat this often.
         heartbeat_ms: u64,
+        /// The dispatcher gives up a worker silent this long: the worker gives up the
+        /// connection when what it sends goes unacknowledged this long (a network cut), so both
+        /// sides drop it at about the same time. Absent from older dispatchers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        heartbeat_timeout_ms: Option<u64>,
     },
     /// Run an attempt.
     Run(Box<Assignment>),
@@ -472,6 +479,10 @@ pub struct TaskReport {
     /// again, and runs again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_input: Option<String>,
+    /// An input could not be staged because the worker's cache disk is full with nothing left
+    /// to evict: the worker's fault, not the task's, so the task runs again elsewhere.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_room: bool,
     /// Set by the dispatcher, not the worker: whether the task's placement hint held (it ran
     /// on the worker it named). Absent for a task without a hint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -519,6 +530,7 @@ impl TaskReport {
             reused_from: None,
             reuse_failed: None,
             lost_input: None,
+            no_room: false,
             hint_held: None,
             traffic: Traffic::default(),
         }

@@ -806,6 +806,7 @@ impl Step<'_> {
             Outcome::Retryable(_) if !cancelled && t.retries_left > 0 => {
                 t.retries_left -= 1;
                 t.rare_mut().avoid = Some(node);
+                t.rare_mut().avoid_always = false;
                 self.counts.blocked -= 1;
                 self.requeue(task);
                 return Ok(TaskState::Queued);
@@ -816,6 +817,7 @@ impl Step<'_> {
                     // Its copy is gone from the index if the node said so; if the index still
                     // names a node that has not, that node is avoided next time.
                     t.rare_mut().avoid = Some(node);
+                    t.rare_mut().avoid_always = false;
                     self.counts.blocked -= 1;
                     self.requeue(task);
                     return Ok(TaskState::Queued);
@@ -826,11 +828,25 @@ impl Step<'_> {
                 );
                 TaskState::Finished(Outcome::Failed(name))
             }
+            Outcome::NodeFault(reason) if !cancelled => {
+                t.rare_mut().crashes += 1;
+                if t.rare().crashes < self.cfg.crash_limit {
+                    t.rare_mut().avoid = Some(node);
+                    t.rare_mut().avoid_always = true;
+                    self.counts.blocked -= 1;
+                    self.requeue(task);
+                    return Ok(TaskState::Queued);
+                }
+                let name = format!("{reason} ({} times)", t.rare().crashes);
+                TaskState::Finished(Outcome::Failed(name))
+            }
             _ if cancelled => TaskState::Cancelled,
             Outcome::Retryable(reason) | Outcome::Failed(reason) => {
                 TaskState::Finished(Outcome::Failed(reason))
             }
-            Outcome::Succeeded | Outcome::InputLost(_) => unreachable!("handled above"),
+            Outcome::Succeeded | Outcome::InputLost(_) | Outcome::NodeFault(_) => {
+                unreachable!("handled above")
+            }
         };
         if !self.task_ended_unsuccessfully(task) {
             match state {

@@ -61,8 +61,10 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                     any_declined = false;
                 }
                 while s.nodes.has_room(node, ready) && !s.queued.queue().is_empty() {
-                    // A retried task avoids the node it failed on while another has room.
+                    // A retried task avoids the node it failed on while another has room; one
+                    // that node failed for a fault of its own, while another node is there.
                     let elsewhere = s.nodes.free().len() > 1;
+                    let others = s.nodes.count() > 1;
                     let tasks = &*s.tasks;
                     let nodes = &*s.nodes;
                     let uniform = s.queued.uniform() && !s.hints.any_bound();
@@ -79,7 +81,8 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                             }
                             (e.resources.is_one_core()
                                 || e.resources.fits_in(&n.capacity.minus(&n.used)))
-                                && !(elsewhere && e.rare().avoid == Some(on))
+                                && !((elsewhere || others && e.rare().avoid_always)
+                                    && e.rare().avoid == Some(on))
                                 && e.rare()
                                     .walltime
                                     .is_none_or(|w| n.ends_at.is_none_or(|end| now + w <= end))

@@ -74,6 +74,9 @@ pub(super) struct TaskRare {
     pub(super) remakes: u32,
     /// The node of its last failed attempt: another node is preferred for the next one.
     pub(super) avoid: Option<NodeId>,
+    /// That node failed it for a fault of the node's own ([`crate::Outcome::NodeFault`]): the
+    /// task waits for another node rather than go back there, unless that node is alone.
+    pub(super) avoid_always: bool,
     /// The most time it runs, as stated: it goes only to a node that stays that long.
     pub(super) walltime: Option<Duration>,
     /// Dependencies it is waiting for (it is in each one's `dependents` list).
@@ -93,6 +96,7 @@ static NO_RARE: TaskRare = TaskRare {
     crashes: 0,
     remakes: 0,
     avoid: None,
+    avoid_always: false,
     walltime: None,
     waiting_on: Vec::new(),
     produces: Vec::new(),
@@ -168,6 +172,7 @@ impl TaskRare {
         self.crashes == 0
             && self.remakes == 0
             && self.avoid.is_none()
+            && !self.avoid_always
             && self.walltime.is_none()
             && self.waiting_on.is_empty()
             && self.produces.is_empty()

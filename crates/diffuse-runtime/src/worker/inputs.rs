@@ -120,6 +120,15 @@ pub(super) async fn read_uncached(
     Ok((Staged::Storage(d.info.size), true))
 }
 
+/// The end of the error of a fetch that found the disk full with nothing left to evict.
+const NO_ROOM: &str = "no space left on the cache's disk, and nothing left to evict";
+
+/// Whether a staging error is [`NO_ROOM`]: this worker, not the task, is at fault, and the task
+/// is given back to run elsewhere (`TaskReport::no_room`).
+pub(super) fn no_room(error: &str) -> bool {
+    error.ends_with(NO_ROOM)
+}
+
 /// How many times a fetch that found the disk full evicts and tries again. Between tries it
 /// waits (0.1 s, doubling): an evicted object still linked into a running task's directory
 /// frees its bytes only when that task ends.
@@ -151,10 +160,7 @@ async fn fetch(
                         .make_room(input.size.max(1 << 20));
                 ctx.report_evictions();
                 if !room {
-                    return Err(format!(
-                        "{}: no space left on the cache's disk, and nothing left to evict",
-                        crate::uri::redacted(&input.uri)
-                    ));
+                    return Err(format!("{}: {NO_ROOM}", crate::uri::redacted(&input.uri)));
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(100 << tries)).await;
                 tries += 1;

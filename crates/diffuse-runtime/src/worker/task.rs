@@ -218,7 +218,8 @@ async fn run_attempt(
 }
 
 /// Stage every input concurrently into its place in `paths`, and count in `report` where each
-/// came from. An intermediate object that cannot be staged is named in `lost_input`.
+/// came from. An intermediate object that cannot be staged is named in `lost_input`; an input
+/// that finds the disk full with nothing to evict sets `no_room`.
 async fn stage_inputs(
     ctx: &Arc<Ctx>,
     a: &Assignment,
@@ -249,7 +250,9 @@ async fn stage_inputs(
                 }
             }
             Err(e) => {
-                if is_tmp(&input.uri) {
+                if super::inputs::no_room(&e) {
+                    report.no_room = true;
+                } else if is_tmp(&input.uri) {
                     report.lost_input = Some(input.uri.clone());
                 }
                 return Err(e);

@@ -107,12 +107,32 @@ impl Hosts {
 
     /// A one-slot worker with `args` (which set its --cache-size).
     pub fn worker_with(&mut self, host: usize, name: &str, args: &[&str]) {
+        self.worker_cores(host, name, 1, args);
+    }
+
+    /// A worker of `cores` cores with `args` (which set its --cache-size).
+    pub fn worker_cores(&mut self, host: usize, name: &str, cores: u32, args: &[&str]) {
+        let cache = self.path(&format!("cache-{name}"));
+        self.worker_in(host, name, cores, &cache, args);
+    }
+
+    /// A worker of `cores` cores whose cache is `cache`, with `args` (which set its
+    /// --cache-size).
+    pub fn worker_in(
+        &mut self,
+        host: usize,
+        name: &str,
+        cores: u32,
+        cache: &std::path::Path,
+        args: &[&str],
+    ) {
         let mut w = self.bed.command(host, BIN);
-        w.args(["worker", "--dispatcher", &self.url, "--slots", "1"])
+        w.args(["worker", "--dispatcher", &self.url])
+            .args(["--cores", &cores.to_string()])
             .args(args)
             .args(["--name", name])
             .arg("--cache-dir")
-            .arg(self.path(&format!("cache-{name}")));
+            .arg(cache);
         self.env(&mut w);
         let log = self.path(&format!("worker-{name}.log"));
         self.procs.push(Proc::spawn(
@@ -173,6 +193,51 @@ impl Hosts {
                 ["succeeded", "failed"].contains(&t["state"].as_str().unwrap_or_default())
             })
         })
+    }
+}
+
+/// For the fault tests (tests/faults_net.rs): delays, the dispatcher's log, every task.
+impl Hosts {
+    /// Delay what `host` receives by `ms` milliseconds ([`Testbed::delay`]), until the end of
+    /// the test.
+    pub fn delay(&mut self, host: usize, ms: u32) {
+        let mut d = self.bed.delay(host, ms);
+        let log = self.path(&format!("delay-{host}.log"));
+        self.procs
+            .push(Proc::spawn(&format!("delay (host {host})"), &mut d, log));
+        poll("the delay to start", || {
+            std::fs::read_to_string(self.path(&format!("delay-{host}.log")))
+                .ok()
+                .filter(|l| l.contains("delaying"))
+        });
+    }
+
+    /// What the dispatcher has logged so far.
+    pub fn dispatcher_log(&self) -> String {
+        self.procs[0].log_text()
+    }
+
+    /// Every task as `GET /v1/tasks/{id}` shows it (with its attempts and outcome).
+    pub fn every_task(&self) -> Vec<Value> {
+        let mut ids = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut q = String::from("/v1/tasks?limit=10000");
+            if let Some(a) = &after {
+                q.push_str(&format!("&after={a}"));
+            }
+            let page = self.get(&q).expect("a page of tasks");
+            for t in page["tasks"].as_array().expect("tasks") {
+                ids.push(t["id"].as_str().expect("id").to_string());
+            }
+            match page["next"].as_str() {
+                Some(n) => after = Some(n.to_string()),
+                None => break,
+            }
+        }
+        ids.iter()
+            .map(|id| self.get(&format!("/v1/tasks/{id}")).expect("a task"))
+            .collect()
     }
 }
 

@@ -231,6 +231,120 @@ impl Testbed {
     }
 }
 
+/// What a switch or a flaky link does to packets: drop all of them between two hosts (a
+/// partition), lose a share of them, delay them. This kernel has no `sch_netem`, so these are
+/// netfilter rules (`iptables`) on what a host receives from its link: DROP for a cut, the
+/// `statistic` match for loss, NFQUEUE to a delaying process ([`Testbed::delay`]) for a delay.
+/// Dropped on receipt, a packet leaves its sender as usual and is never answered, as across a
+/// switch; a sender's own `iptables` DROP would instead fail its send at once (EPERM). The
+/// rules live in the host's namespace and go with it.
+impl Testbed {
+    /// Run `iptables args` on host `i`; it must succeed.
+    pub fn iptables(&self, i: usize, args: &[&str]) {
+        let st = self
+            .command(i, "iptables")
+            .args(args)
+            .status()
+            .unwrap_or_else(|e| {
+                panic!("iptables on host {i}: {e} (install Debian's iptables package)")
+            });
+        assert!(st.success(), "iptables {args:?} on host {i}: {st}");
+    }
+
+    /// Drop every packet between hosts `i` and `j`, both ways (each drops what comes from the
+    /// other); both still reach every other host. [`Testbed::heal`] undoes it.
+    pub fn cut(&self, i: usize, j: usize) {
+        for (at, from) in [(i, j), (j, i)] {
+            let from = self.addr(from);
+            self.iptables(at, &["-I", "INPUT", "1", "-s", &from, "-j", "DROP"]);
+        }
+    }
+
+    /// Undo [`Testbed::cut`] of `i` and `j`.
+    pub fn heal(&self, i: usize, j: usize) {
+        for (at, from) in [(i, j), (j, i)] {
+            let from = self.addr(from);
+            self.iptables(at, &["-D", "INPUT", "-s", &from, "-j", "DROP"]);
+        }
+    }
+
+    /// Lose `percent` % of the packets host `i` receives from its link, each packet alike.
+    /// Host `i` then sends one MTU-sized packet per buffer (`gso_max_segs 1`): a veth hands a
+    /// TCP segment of up to 64 KB to its peer whole, and losing one such would lose 44
+    /// packets at once. Apply it to every host for a loss rate per packet.
+    pub fn lose(&self, i: usize, percent: f64) {
+        let ok = ip(&[
+            "-n",
+            &self.ns(i),
+            "link",
+            "set",
+            "eth0",
+            "gso_max_segs",
+            "1",
+        ]);
+        assert!(ok, "gso_max_segs on host {i}");
+        let p = format!("{}", percent / 100.0);
+        self.iptables(
+            i,
+            &[
+                "-I",
+                "INPUT",
+                "1",
+                "-i",
+                "eth0",
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                &p,
+                "-j",
+                "DROP",
+            ],
+        );
+    }
+
+    /// Packets host `i`'s DROP rules have dropped so far (a cut's and a loss's).
+    pub fn dropped(&self, i: usize) -> u64 {
+        let out = self
+            .command(i, "iptables")
+            .args(["-L", "INPUT", "-v", "-n", "-x"])
+            .output()
+            .expect("iptables -L");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.split_whitespace().nth(2) == Some("DROP"))
+            .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Delay every packet host `i` receives from its link by `ms` milliseconds: a rule queues
+    /// them (NFQUEUE 0, after any loss rule) and the returned command, run on the host for as
+    /// long as the delay should last, lets each through `ms` later (`delay.py`, Python's
+    /// standard library). Until it runs, and after it stops, packets pass undelayed
+    /// (`--queue-bypass`).
+    pub fn delay(&self, i: usize, ms: u32) -> Command {
+        self.iptables(
+            i,
+            &[
+                "-A",
+                "INPUT",
+                "-i",
+                "eth0",
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                "0",
+                "--queue-bypass",
+            ],
+        );
+        let mut c = self.command(i, "python3");
+        c.args(["-c", include_str!("delay.py"), "0"])
+            .arg(format!("{}", f64::from(ms) / 1000.0));
+        c
+    }
+}
+
 impl Drop for Testbed {
     fn drop(&mut self) {
         for i in 0..self.hosts {

@@ -544,6 +544,7 @@ impl Scheduler {
             ToWorker::Welcome {
                 node: node.0,
                 heartbeat_ms: self.cfg.heartbeat.as_millis() as u64,
+                heartbeat_timeout_ms: Some(self.cfg.heartbeat_timeout.as_millis() as u64),
             },
         );
         if self.shutting_down {

@@ -130,6 +130,8 @@ pub fn outcome_of(report: &TaskReport, lost: Option<ObjectId>) -> Outcome {
         Outcome::Succeeded
     } else if let Some(o) = lost {
         Outcome::InputLost(o)
+    } else if report.no_room {
+        Outcome::NodeFault(report.failure())
     } else if report.retryable() {
         Outcome::Retryable(report.failure())
     } else {
