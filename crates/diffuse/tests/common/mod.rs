@@ -5,6 +5,7 @@ pub mod host;
 pub mod hosts;
 pub mod pki;
 pub mod slurm;
+pub mod slurm_hosts;
 pub mod testbed;
 
 use std::io::Read;
