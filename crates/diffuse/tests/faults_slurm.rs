@@ -162,7 +162,9 @@ fn outcomes(c: &Cluster, ids: &[String], runs: &Path) -> Outcomes {
     let listed = c.list_tasks(None);
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for t in &listed {
-        *seen.entry(t["id"].as_str().unwrap_or_default().into()).or_default() += 1;
+        *seen
+            .entry(t["id"].as_str().unwrap_or_default().into())
+            .or_default() += 1;
     }
     for id in ids {
         assert_eq!(seen.get(id), Some(&1), "{id} listed once: {seen:?}");
@@ -187,7 +189,8 @@ fn outcomes(c: &Cluster, ids: &[String], runs: &Path) -> Outcomes {
             .unwrap_or_default();
         for run in &r {
             if !attempts.contains(&u64::from(run.attempt)) {
-                o.unknown_runs.push(format!("{id}: run {run:?}, attempts {attempts:?}"));
+                o.unknown_runs
+                    .push(format!("{id}: run {run:?}, attempts {attempts:?}"));
             }
         }
         if r.iter().filter(|r| r.rc == Some(0)).count() > 1 {
@@ -208,7 +211,11 @@ fn figures(fault: &str, o: &Outcomes, faults: usize, why_again: &str, recovered:
         o.tasks,
         o.lost.len(),
         o.again.len(),
-        if o.again.is_empty() { "none" } else { why_again },
+        if o.again.is_empty() {
+            "none"
+        } else {
+            why_again
+        },
         o.completed_twice.len(),
         recovered.as_secs_f64()
     );
@@ -357,7 +364,14 @@ fn the_pool_grows_through_slurm_onto_several_hosts_whose_workers_fetch_from_each
     let first: Vec<Value> = files
         .iter()
         .enumerate()
-        .map(|(i, f)| logged_task(&format!("a{i}"), "sleep 2; wc -c < {inputs[0]}", &[f.clone()], &runs))
+        .map(|(i, f)| {
+            logged_task(
+                &format!("a{i}"),
+                "sleep 2; wc -c < {inputs[0]}",
+                &[f.clone()],
+                &runs,
+            )
+        })
         .collect();
     c.submit(&first);
     let mut all = ids(&first);
@@ -365,15 +379,27 @@ fn the_pool_grows_through_slurm_onto_several_hosts_whose_workers_fetch_from_each
         c.wait_done(id);
     }
     // Phase 2: every task reads all six files: what its worker lacks comes from its peers.
-    let every = "cat {inputs[0]} {inputs[1]} {inputs[2]} {inputs[3]} {inputs[4]} {inputs[5]} | sha256sum";
+    let every =
+        "cat {inputs[0]} {inputs[1]} {inputs[2]} {inputs[3]} {inputs[4]} {inputs[5]} | sha256sum";
     let second: Vec<Value> = (0..9)
-        .map(|i| logged_task(&format!("b{i}"), &format!("sleep 0.5; {every}"), &files, &runs))
+        .map(|i| {
+            logged_task(
+                &format!("b{i}"),
+                &format!("sleep 0.5; {every}"),
+                &files,
+                &runs,
+            )
+        })
         .collect();
     c.submit(&second);
     all.extend(ids(&second));
     let o = outcomes(&c, &all, &runs);
     assert!(o.lost.is_empty(), "lost: {:?}", o.lost);
-    assert!(o.again.is_empty(), "no fault, yet tasks ran again: {:?}", o.again);
+    assert!(
+        o.again.is_empty(),
+        "no fault, yet tasks ran again: {:?}",
+        o.again
+    );
     assert!(o.unknown_runs.is_empty(), "{:?}", o.unknown_runs);
 
     let want = {
@@ -395,7 +421,10 @@ fn the_pool_grows_through_slurm_onto_several_hosts_whose_workers_fetch_from_each
             .send()
             .and_then(|r| r.text())
             .unwrap_or_default();
-        assert!(stdout.starts_with(&want), "{id} read every byte right: {stdout:?}");
+        assert!(
+            stdout.starts_with(&want),
+            "{id} read every byte right: {stdout:?}"
+        );
         peer_bytes += traffic(&r["traffic"])[4];
     }
     // Where each worker ran (Slurm's view) and what it advertised (the dispatcher's).
@@ -403,9 +432,15 @@ fn the_pool_grows_through_slurm_onto_several_hosts_whose_workers_fetch_from_each
     let nodes: BTreeSet<&String> = on.values().collect();
     assert!(nodes.len() >= 2, "the pool stayed on one host: {on:?}");
     let peers = advertised_peers(&c);
-    assert!(!peers.is_empty(), "no worker joined:\n{}", dispatcher_logs(&c));
+    assert!(
+        !peers.is_empty(),
+        "no worker joined:\n{}",
+        dispatcher_logs(&c)
+    );
     for (worker, url) in &peers {
-        let node = on.get(worker).unwrap_or_else(|| panic!("{worker} in squeue: {on:?}"));
+        let node = on
+            .get(worker)
+            .unwrap_or_else(|| panic!("{worker} in squeue: {on:?}"));
         let host = s.host_at(url_host(url));
         assert_eq!(
             host.map(|h| &h.node),
@@ -419,7 +454,12 @@ fn the_pool_grows_through_slurm_onto_several_hosts_whose_workers_fetch_from_each
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|l| Some((l["from"].as_str()?.to_string(), l["to"].as_str()?.to_string())))
+        .filter_map(|l| {
+            Some((
+                l["from"].as_str()?.to_string(),
+                l["to"].as_str()?.to_string(),
+            ))
+        })
         .filter(|(f, t)| on.contains_key(f) && on.contains_key(t) && on[f] != on[t])
         .collect();
     assert!(peer_bytes > 0, "phase 2 read nothing from peers");
@@ -502,8 +542,8 @@ fn names_with_two_jobs(s: &SlurmHosts) -> BTreeMap<String, Vec<String>> {
 }
 
 #[test]
-fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs_and_loses_no_task(
-) {
+fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs_and_loses_no_task()
+{
     let _turn = one_at_a_time();
     let Some(s) = slurm_or_skip("fault 3", 4) else {
         return;
@@ -515,7 +555,14 @@ fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs
         &s,
         4,
         "diffuse-{request}",
-        &["--min-workers", "1", "--idle-release", "3s", "--handoff-time", "60s"],
+        &[
+            "--min-workers",
+            "1",
+            "--idle-release",
+            "3s",
+            "--handoff-time",
+            "60s",
+        ],
     );
     let mut c = head_dispatcher(&s, &strs(&args), &[("PATH", &path)]);
     let _dump = DumpWorkerLogs::of(&c);
@@ -632,11 +679,19 @@ fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs
     );
     assert!(o.lost.is_empty(), "lost: {:?}", o.lost);
     assert!(o.unknown_runs.is_empty(), "{:?}", o.unknown_runs);
-    assert!(max_jobs <= 4, "--max-workers 4, yet {max_jobs} jobs at once");
+    assert!(
+        max_jobs <= 4,
+        "--max-workers 4, yet {max_jobs} jobs at once"
+    );
     assert!(
         twice.is_empty() && submitted.len() == calls_made,
         "a request was submitted twice: {twice:?}\n{}",
         std::fs::read_to_string(&calls).unwrap_or_default()
+    );
+    eprintln!(
+        "TIMELINE\n{}\nRUNS\n{}",
+        dispatcher_logs(&c),
+        std::fs::read_to_string(&runs).unwrap()
     );
     stop_pool(&mut c, &s);
 }
@@ -674,10 +729,15 @@ fn fault4_half_the_worker_jobs_cancelled_during_a_peer_transfer_storm_fail_no_ta
     let list = c.path("list");
     std::fs::write(&list, files.join("\n")).unwrap();
     let out = common::run_diffuse(
-        &["stage", list.to_str().unwrap(), "--to", &format!("{w1},{w2}")]
-            .into_iter()
-            .chain(["--json", "--dispatcher", &c.url])
-            .collect::<Vec<_>>(),
+        &[
+            "stage",
+            list.to_str().unwrap(),
+            "--to",
+            &format!("{w1},{w2}"),
+        ]
+        .into_iter()
+        .chain(["--json", "--dispatcher", &c.url])
+        .collect::<Vec<_>>(),
         None,
         &[("DIFFUSE_CLIENT_TOKEN", &c.client_token)],
         Duration::from_secs(60),
@@ -737,10 +797,7 @@ fn fault4_half_the_worker_jobs_cancelled_during_a_peer_transfer_storm_fail_no_ta
             .unwrap()
     };
     let (gone_source, survivor) = (url_of(w1), url_of(w2));
-    let readers_logs: String = w
-        .values()
-        .map(|worker| worker_log(&c, worker))
-        .collect();
+    let readers_logs: String = w.values().map(|worker| worker_log(&c, worker)).collect();
     let moved: Vec<&str> = readers_logs
         .lines()
         .filter(|l| l.contains(&format!("{gone_source} ")) && l.contains("dropped"))
@@ -749,7 +806,9 @@ fn fault4_half_the_worker_jobs_cancelled_during_a_peer_transfer_storm_fail_no_ta
         "running on {w1} or {w3} when their jobs were cancelled ({} of them)",
         o.again
             .iter()
-            .filter(|(_, r)| r.first().is_some_and(|r| r.host == "node1" || r.host == "node3"))
+            .filter(|(_, r)| r
+                .first()
+                .is_some_and(|r| r.host == "node1" || r.host == "node3"))
             .count()
     );
     figures(
@@ -881,7 +940,12 @@ fn fault7_a_rebooted_worker_host_rejoins_with_its_verified_cache() {
     // Tasks reading node1's files there: three hits, the torn one read again from storage.
     let mut again: Vec<Value> = Vec::new();
     for (k, f) in files.iter().enumerate().take(4) {
-        let mut t = logged_task(&format!("d{k}"), "sha256sum < {inputs[0]}", &[f.clone()], &runs);
+        let mut t = logged_task(
+            &format!("d{k}"),
+            "sha256sum < {inputs[0]}",
+            &[f.clone()],
+            &runs,
+        );
         t["hint"] = on(&w3);
         again.push(t);
     }

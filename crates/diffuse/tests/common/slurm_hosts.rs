@@ -206,7 +206,14 @@ impl SlurmHosts {
     /// every transfer it serves.
     pub fn shape(&self, i: usize, rate: &str) {
         let ok = Command::new("ip")
-            .args(["netns", "exec", &self.host(i).netns, "tc", "qdisc", "replace"])
+            .args([
+                "netns",
+                "exec",
+                &self.host(i).netns,
+                "tc",
+                "qdisc",
+                "replace",
+            ])
             .args(["dev", "eth0", "root", "tbf", "rate", rate])
             .args(["burst", "256kb", "latency", "200ms"])
             .status()
@@ -317,7 +324,10 @@ pub fn crash_and_restart_dispatcher(c: &mut Cluster) -> Duration {
         c.extra.push(d);
     }
     let t = Instant::now();
-    assert!(spawn(c), "the dispatcher did not start again on its journal");
+    assert!(
+        spawn(c),
+        "the dispatcher did not start again on its journal"
+    );
     t.elapsed()
 }
 
@@ -385,7 +395,12 @@ pub fn advertised_peers(c: &Cluster) -> Vec<(String, String)> {
         .filter_map(|l| {
             let field = |key: &str| {
                 let rest = &l[l.find(key)? + key.len()..];
-                Some(rest.split_whitespace().next()?.trim_matches('"').to_string())
+                Some(
+                    rest.split_whitespace()
+                        .next()?
+                        .trim_matches('"')
+                        .to_string(),
+                )
             };
             Some((field("worker=")?, field("peer=")?))
         })
