@@ -761,8 +761,10 @@ fn fault4_half_the_worker_jobs_cancelled_during_a_peer_transfer_storm_fail_no_ta
     let _dump = DumpWorkerLogs::of(&c);
     let w = workers_by_host(&c, &s, 4);
     let (w1, w2, w3) = (&w["node1"], &w["node2"], &w["node3"]);
-    // Six objects of 16 MiB (read in chunks from every holder at once), on node1 and node2.
-    let files = data_files(&c, "s", 6, 16 << 20);
+    // On node1 and node2: four objects of 16 MiB (read in chunks from every holder at once) and
+    // four of 4 MiB (read whole from one holder).
+    let mut files = data_files(&c, "s", 4, 16 << 20);
+    files.extend(data_files(&c, "m", 4, 4 << 20));
     let list = c.path("list");
     std::fs::write(&list, files.join("\n")).unwrap();
     let out = common::run_diffuse(
@@ -780,17 +782,17 @@ fn fault4_half_the_worker_jobs_cancelled_during_a_peer_transfer_storm_fail_no_ta
         Duration::from_secs(60),
     );
     assert_eq!(out.code, Some(0), "stage: {}\n{}", out.stdout, out.stderr);
-    // Each host sends at 80 Mbit/s; the storm: 24 readers of the six, four at a time.
+    // Each host sends at 80 Mbit/s; the storm: 32 readers of the eight, four at a time.
     for i in 1..=4 {
         s.shape(i, "80mbit");
     }
     let runs = c.path("runs");
-    let storm: Vec<Value> = (0..24)
+    let storm: Vec<Value> = (0..32)
         .map(|k| {
             logged_task(
                 &format!("r{k}"),
                 "sleep 0.3; sha256sum < {inputs[0]}",
-                &[files[k % 6].clone()],
+                &[files[k % 8].clone()],
                 &runs,
             )
         })
@@ -839,6 +841,10 @@ fn fault4_half_the_worker_jobs_cancelled_during_a_peer_transfer_storm_fail_no_ta
         .lines()
         .filter(|l| l.contains(&format!("{gone_source} ")) && l.contains("dropped"))
         .collect();
+    let to_storage: Vec<&str> = readers_logs
+        .lines()
+        .filter(|l| l.contains("reading from storage"))
+        .collect();
     let why = format!(
         "running on {w1} or {w3} when their jobs were cancelled ({} of them)",
         o.again
@@ -857,10 +863,12 @@ fn fault4_half_the_worker_jobs_cancelled_during_a_peer_transfer_storm_fail_no_ta
     );
     eprintln!(
         "fault 4: {} MB read from storage after the cancel; {} transfer(s) dropped {gone_source} \
-         and read on from the others (e.g. {:?}); survivor {survivor}",
+         and read on from the others (e.g. {:?}); survivor {survivor}; {} peer read(s) fell back \
+         to storage: {to_storage:?}",
         storage >> 20,
         moved.len(),
-        moved.first()
+        moved.first(),
+        to_storage.len()
     );
     assert!(o.lost.is_empty(), "tasks failed or lost: {:?}", o.lost);
     assert!(o.unknown_runs.is_empty(), "{:?}", o.unknown_runs);
