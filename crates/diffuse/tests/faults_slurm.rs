@@ -20,16 +20,13 @@
 
 mod common;
 
-use common::cluster::{file_uri, poll, random_bytes, report, traffic, Cluster};
+use common::cluster::{poll, report, traffic, Cluster};
 use common::host::{is_root, skip};
-use common::slurm_hosts::{
-    advertised_peers, crash_and_restart_dispatcher, dispatcher_logs, head_dispatcher, url_host,
-    SlurmHosts,
-};
-use rustix::process::Signal;
+use common::slurm_hosts::*;
+use common::task_runs::*;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -84,298 +81,6 @@ fn pool_args(s: &SlurmHosts, max: u32, cache: &str, more: &[&str]) -> Vec<String
 
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-// ----- what each task did -----
-
-/// A task that logs its run to `runs` (`start|end <id> <attempt> <host> [rc]`), then runs
-/// `cmd` under `sh -c`.
-fn logged_task(id: &str, cmd: &str, inputs: &[String], runs: &Path) -> Value {
-    let runs = runs.display();
-    json!({
-        "id": id,
-        "cmd": format!(
-            "echo \"start $DIFFUSE_TASK_ID $DIFFUSE_ATTEMPT $(hostname)\" >> {runs}; {{ {cmd}; }}; \
-             rc=$?; echo \"end $DIFFUSE_TASK_ID $DIFFUSE_ATTEMPT $(hostname) $rc\" >> {runs}; exit $rc"
-        ),
-        "inputs": inputs,
-    })
-}
-
-/// One run of a task, from the runs log.
-#[derive(Clone, Debug)]
-struct Run {
-    attempt: u32,
-    host: String,
-    /// Its exit code, if it ended (a run killed with its worker has none).
-    rc: Option<i32>,
-}
-
-/// Each task's runs, in the order they started.
-fn runs_of(path: &Path) -> BTreeMap<String, Vec<Run>> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut runs: BTreeMap<String, Vec<Run>> = BTreeMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        match f[..] {
-            ["start", id, attempt, host] => runs.entry(id.into()).or_default().push(Run {
-                attempt: attempt.parse().unwrap_or(0),
-                host: host.into(),
-                rc: None,
-            }),
-            ["end", id, attempt, host, rc] => {
-                let run = runs.get_mut(id).and_then(|r| {
-                    r.iter_mut().rev().find(|r| {
-                        r.attempt.to_string() == attempt && r.host == host && r.rc.is_none()
-                    })
-                });
-                if let Some(run) = run {
-                    run.rc = rc.parse().ok();
-                }
-            }
-            _ => {}
-        }
-    }
-    runs
-}
-
-/// What became of the tasks `ids`.
-struct Outcomes {
-    /// Tasks acknowledged.
-    tasks: usize,
-    /// Tasks that did not succeed (each must have: lost, or failed).
-    lost: Vec<String>,
-    /// Tasks started more than once, with their runs.
-    again: Vec<(String, Vec<Run>)>,
-    /// Tasks whose process ran to its end more than once (a side effect done twice).
-    completed_twice: Vec<String>,
-    /// Runs of a task the dispatcher has no attempt for (a run outside its knowledge).
-    unknown_runs: Vec<String>,
-}
-
-/// Wait until every task of `ids` has ended, then set what the dispatcher recorded against
-/// what ran: each task listed once, succeeded, every run one of its attempts.
-fn outcomes(c: &Cluster, ids: &[String], runs: &Path) -> Outcomes {
-    for id in ids {
-        c.wait_done(id);
-    }
-    let listed = c.list_tasks(None);
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for t in &listed {
-        *seen
-            .entry(t["id"].as_str().unwrap_or_default().into())
-            .or_default() += 1;
-    }
-    for id in ids {
-        assert_eq!(seen.get(id), Some(&1), "{id} listed once: {seen:?}");
-    }
-    let all = runs_of(runs);
-    let mut o = Outcomes {
-        tasks: ids.len(),
-        lost: Vec::new(),
-        again: Vec::new(),
-        completed_twice: Vec::new(),
-        unknown_runs: Vec::new(),
-    };
-    for id in ids {
-        let t = c.task(id);
-        if t["state"] != "succeeded" {
-            o.lost.push(format!("{id}: {}", t["state"]));
-        }
-        let r = all.get(id).cloned().unwrap_or_default();
-        let attempts: BTreeSet<u64> = t["attempts"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|a| a["attempt"].as_u64()).collect())
-            .unwrap_or_default();
-        for run in &r {
-            if !attempts.contains(&u64::from(run.attempt)) {
-                o.unknown_runs
-                    .push(format!("{id}: run {run:?}, attempts {attempts:?}"));
-            }
-        }
-        if r.iter().filter(|r| r.rc == Some(0)).count() > 1 {
-            o.completed_twice.push(id.clone());
-        }
-        if r.len() > 1 {
-            o.again.push((id.clone(), r));
-        }
-    }
-    o
-}
-
-/// Print the figures line of a fault test, and each task run again with its runs.
-fn figures(fault: &str, o: &Outcomes, faults: usize, why_again: &str, recovered: Duration) {
-    for (id, runs) in &o.again {
-        let runs: Vec<String> = runs
-            .iter()
-            .map(|r| format!("{} on {} ({:?})", r.attempt, r.host, r.rc))
-            .collect();
-        eprintln!("  run again: {id}: {}", runs.join(", "));
-    }
-    eprintln!(
-        "FIGURES | {fault} | tasks {} | faults {faults} | lost {} | run more than once {} ({}) | \
-         completed twice {} | recovered in {:.1} s",
-        o.tasks,
-        o.lost.len(),
-        o.again.len(),
-        if o.again.is_empty() {
-            "none"
-        } else {
-            why_again
-        },
-        o.completed_twice.len(),
-        recovered.as_secs_f64()
-    );
-}
-
-// ----- the pool's jobs and workers -----
-
-/// Wrappers of sbatch, squeue and scancel, first on the returned PATH, that log each call to
-/// `dir/rm-calls` (`<program> start|end <unix time> <arguments>`) and run Slurm's own; `sbatch`
-/// first sleeps `sbatch_delay` seconds (a slow controller: a window to kill the dispatcher in).
-fn logged_slurm_commands(dir: &Path, sbatch_delay: f64) -> (String, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let bin = dir.join("logged-bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let log = dir.join("rm-calls");
-    let path = std::env::var("PATH").unwrap();
-    for prog in ["sbatch", "squeue", "scancel"] {
-        let real = std::env::split_paths(&path)
-            .map(|d| d.join(prog))
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| panic!("{prog} on PATH"));
-        let delay = if prog == "sbatch" { sbatch_delay } else { 0.0 };
-        let wrapper = bin.join(prog);
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\necho \"{prog} start $(date +%s.%N) $*\" >> {log}\nsleep {delay}\n\
-                 {real} \"$@\"\nrc=$?\necho \"{prog} end $(date +%s.%N) $*\" >> {log}\nexit $rc\n",
-                log = log.display(),
-                real = real.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    (format!("{}:{path}", bin.display()), log)
-}
-
-/// The `--job-name`s of the `sbatch` calls logged so far that `started` (or ended).
-fn sbatch_names(log: &Path, what: &str) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with(&format!("sbatch {what} ")))
-        .filter_map(|l| {
-            let rest = &l[l.find("--job-name ")? + "--job-name ".len()..];
-            Some(rest.split_whitespace().next()?.to_string())
-        })
-        .collect()
-}
-
-/// Connected workers by name, from status.
-fn connected(c: &Cluster) -> Vec<String> {
-    c.status()["worker_list"]
-        .as_array()
-        .map(|l| {
-            l.iter()
-                .filter(|w| w["state"] == "idle" || w["state"] == "running")
-                .filter_map(|w| w["name"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The host (node name) each pool job ran on, by job (request) name.
-fn hosts_of_jobs(s: &SlurmHosts) -> BTreeMap<String, String> {
-    s.jobs("dfs-")
-        .into_iter()
-        .filter(|j| !j.node.is_empty())
-        .map(|j| (j.name, j.node))
-        .collect()
-}
-
-/// SIGTERM the dispatcher, as a user stopping it would: it gives every worker job back. Then
-/// no job of the pool may be left.
-fn stop_pool(c: &mut Cluster, s: &SlurmHosts) {
-    let d = c.dispatcher.as_mut().expect("dispatcher");
-    common::send_signal(d.child.id(), false, Signal::TERM);
-    poll("the dispatcher to stop", || d.exited());
-    poll("the pool's jobs gone", || {
-        s.live_jobs("dfs-").is_empty().then_some(())
-    });
-}
-
-/// `n` files of `size` random bytes in the cluster's data directory (shared storage, which every
-/// host sees); their URIs.
-fn data_files(c: &Cluster, prefix: &str, n: usize, size: usize) -> Vec<String> {
-    (0..n)
-        .map(|i| file_uri(&c.data(&format!("{prefix}{i}"), &random_bytes(size))))
-        .collect()
-}
-
-fn ids(tasks: &[Value]) -> Vec<String> {
-    tasks
-        .iter()
-        .map(|t| t["id"].as_str().unwrap().to_string())
-        .collect()
-}
-
-/// A pool job's worker log (its job output in the pool directory).
-fn worker_log(c: &Cluster, request: &str) -> String {
-    std::fs::read_to_string(c.path(&format!("journal.sqlite.pool/{request}.out")))
-        .unwrap_or_default()
-}
-
-/// On failure (or with `FAULTS_SLURM_LOGS=1`), the dispatchers' logs and the tails of the pool's
-/// worker logs (the job outputs in its pool directory).
-struct DumpWorkerLogs(PathBuf);
-
-impl DumpWorkerLogs {
-    fn of(c: &Cluster) -> DumpWorkerLogs {
-        DumpWorkerLogs(c.dir.path().to_path_buf())
-    }
-}
-
-impl Drop for DumpWorkerLogs {
-    fn drop(&mut self) {
-        if !std::thread::panicking() && std::env::var_os("FAULTS_SLURM_LOGS").is_none() {
-            return;
-        }
-        let mut logs: Vec<PathBuf> = std::fs::read_dir(&self.0)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("dispatcher-"))
-            })
-            .collect();
-        logs.sort();
-        let pool = std::fs::read_dir(self.0.join("journal.sqlite.pool"));
-        let mut outs: Vec<PathBuf> = pool
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        outs.retain(|p| p.extension().is_some_and(|x| x == "out"));
-        outs.sort();
-        for (path, keep) in logs
-            .iter()
-            .map(|p| (p, 20_000))
-            .chain(outs.iter().map(|p| (p, 2500)))
-        {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            eprintln!(
-                "----- {} -----\n{}",
-                path.display(),
-                common::cluster::tail(&text, keep)
-            );
-        }
-    }
 }
 
 // ----- the tests -----
@@ -507,70 +212,33 @@ fn the_pool_grows_through_slurm_onto_several_hosts_whose_workers_fetch_from_each
     stop_pool(&mut c, &s);
 }
 
-/// Samples the number of the pool's live jobs every 200 ms on a thread until dropped; keeps
-/// the largest.
-struct JobSampler {
-    max: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl JobSampler {
-    fn start(conf: &Path) -> JobSampler {
-        use std::sync::atomic::Ordering;
-        let (max, stop) = (
-            std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        );
-        let (m, st, conf) = (max.clone(), stop.clone(), conf.to_path_buf());
-        let thread = std::thread::spawn(move || {
-            while !st.load(Ordering::Relaxed) {
-                let out = std::process::Command::new("squeue")
-                    .args(["-h", "-o", "%j %T"])
-                    .env("SLURM_CONF", &conf)
-                    .output();
-                let n = out.map_or(0, |o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .lines()
-                        .filter(|l| l.starts_with("dfs-"))
-                        .count()
-                });
-                m.fetch_max(n, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        });
-        JobSampler {
-            max,
-            stop,
-            thread: Some(thread),
-        }
+/// Fault 3's first phase: two tasks of four 4 MB files each grow the pool to two workers; once
+/// both are idle, one is released down to `--min-workers 1` and starts pushing its files to the
+/// other. The files, the tasks, and the dispatcher's line that says the hand-off began.
+fn two_workers_then_a_hand_off(c: &Cluster, runs: &Path) -> (Vec<String>, Vec<String>, String) {
+    let files = data_files(c, "h", 8, 4 << 20);
+    let first: Vec<Value> = (0..2)
+        .map(|k| {
+            logged_task(
+                &format!("p{k}"),
+                "sleep 3; cat {inputs[0]} {inputs[1]} {inputs[2]} {inputs[3]} | wc -c",
+                &files[k * 4..k * 4 + 4],
+                runs,
+            )
+        })
+        .collect();
+    c.submit(&first);
+    let all = ids(&first);
+    for id in &all {
+        c.wait_done(id);
     }
-
-    fn max(&self) -> usize {
-        self.max.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-impl Drop for JobSampler {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Names given to more than one job (each a request started twice), from `squeue -t all`.
-fn names_with_two_jobs(s: &SlurmHosts) -> BTreeMap<String, Vec<String>> {
-    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for j in s.jobs("dfs-") {
-        by_name
-            .entry(j.name)
-            .or_default()
-            .push(format!("{} {} {}", j.id, j.state, j.node));
-    }
-    by_name.retain(|_, jobs| jobs.len() > 1);
-    by_name
+    let handing = poll("a released worker handing its cache off", || {
+        dispatcher_logs(c)
+            .lines()
+            .find(|l| l.contains("handing its cache off before release"))
+            .map(String::from)
+    });
+    (files, all, handing)
 }
 
 #[test]
@@ -604,30 +272,7 @@ fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs
         s.shape(i, "16mbit");
     }
     let runs = c.path("runs");
-    let files = data_files(&c, "h", 8, 4 << 20);
-    // Two workers, each caching four files.
-    let first: Vec<Value> = (0..2)
-        .map(|k| {
-            logged_task(
-                &format!("p{k}"),
-                "sleep 3; cat {inputs[0]} {inputs[1]} {inputs[2]} {inputs[3]} | wc -c",
-                &files[k * 4..k * 4 + 4],
-                &runs,
-            )
-        })
-        .collect();
-    c.submit(&first);
-    let mut all = ids(&first);
-    for id in &all {
-        c.wait_done(id);
-    }
-    // Idle for 3 s: one is released down to --min-workers 1 and pushes its files to the other.
-    let handing = poll("a released worker handing its cache off", || {
-        dispatcher_logs(&c)
-            .lines()
-            .find(|l| l.contains("handing its cache off before release"))
-            .map(String::from)
-    });
+    let (files, mut all, handing) = two_workers_then_a_hand_off(&c, &runs);
     // Meanwhile the queue grows the pool again, and the dispatcher dies inside its sbatch.
     let second: Vec<Value> = (0..6)
         .map(|k| {
@@ -731,18 +376,6 @@ fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs
         std::fs::read_to_string(&calls).unwrap_or_default()
     );
     stop_pool(&mut c, &s);
-}
-
-/// The connected workers by the host their job runs on (node name -> worker), waiting for `n`.
-fn workers_by_host(c: &Cluster, s: &SlurmHosts, n: usize) -> BTreeMap<String, String> {
-    poll(&format!("{n} workers connected"), || {
-        (connected(c).len() == n).then_some(())
-    });
-    let on = hosts_of_jobs(s);
-    connected(c)
-        .into_iter()
-        .map(|w| (on.get(&w).cloned().unwrap_or_default(), w))
-        .collect()
 }
 
 #[test]

@@ -6,6 +6,7 @@ pub mod hosts;
 pub mod pki;
 pub mod slurm;
 pub mod slurm_hosts;
+pub mod task_runs;
 pub mod testbed;
 
 use std::io::Read;

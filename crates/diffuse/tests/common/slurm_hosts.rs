@@ -9,11 +9,17 @@
 //! stops the daemons and every job, kills what is left on the hosts, and removes the namespaces,
 //! the bridge and its directory. Not root: no cluster, the test skips. A host can crash (its
 //! link cut, every process on it killed, its namespace gone; its disk kept) and boot again.
+//!
+//! Below, what the tests of a pool on it share: its jobs by name and host, the workers
+//! connected, `sbatch`/`squeue`/`scancel` wrapped to log every call, the live jobs sampled, and
+//! the logs dumped when a test fails.
 
 #![allow(dead_code)] // each test crate uses a different part
 
 use super::cluster::{free_port, poll, Cluster, Proc, DEADLINE};
 use super::BIN;
+use rustix::process::Signal;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -411,4 +417,217 @@ pub fn advertised_peers(c: &Cluster) -> Vec<(String, String)> {
 pub fn url_host(url: &str) -> &str {
     let rest = url.split("://").nth(1).unwrap_or(url);
     rest.rsplit_once(':').map_or(rest, |(h, _)| h)
+}
+
+// ----- the pool on it: its jobs and workers -----
+
+/// Wrappers of sbatch, squeue and scancel, first on the returned PATH, that log each call to
+/// `dir/rm-calls` (`<program> start|end <unix time> <arguments>`) and run Slurm's own; `sbatch`
+/// first sleeps `sbatch_delay` seconds (a slow controller: a window to kill the dispatcher in).
+pub fn logged_slurm_commands(dir: &Path, sbatch_delay: f64) -> (String, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("logged-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = dir.join("rm-calls");
+    let path = std::env::var("PATH").unwrap();
+    for prog in ["sbatch", "squeue", "scancel"] {
+        let real = std::env::split_paths(&path)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("{prog} on PATH"));
+        let delay = if prog == "sbatch" { sbatch_delay } else { 0.0 };
+        let wrapper = bin.join(prog);
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\necho \"{prog} start $(date +%s.%N) $*\" >> {log}\nsleep {delay}\n\
+                 {real} \"$@\"\nrc=$?\necho \"{prog} end $(date +%s.%N) $*\" >> {log}\nexit $rc\n",
+                log = log.display(),
+                real = real.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (format!("{}:{path}", bin.display()), log)
+}
+
+/// The `--job-name`s of the `sbatch` calls logged so far that `started` (or ended).
+pub fn sbatch_names(log: &Path, what: &str) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(&format!("sbatch {what} ")))
+        .filter_map(|l| {
+            let rest = &l[l.find("--job-name ")? + "--job-name ".len()..];
+            Some(rest.split_whitespace().next()?.to_string())
+        })
+        .collect()
+}
+
+/// Connected workers by name, from status.
+pub fn connected(c: &Cluster) -> Vec<String> {
+    c.status()["worker_list"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter(|w| w["state"] == "idle" || w["state"] == "running")
+                .filter_map(|w| w["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The host (node name) each pool job ran on, by job (request) name.
+pub fn hosts_of_jobs(s: &SlurmHosts) -> BTreeMap<String, String> {
+    s.jobs("dfs-")
+        .into_iter()
+        .filter(|j| !j.node.is_empty())
+        .map(|j| (j.name, j.node))
+        .collect()
+}
+
+/// SIGTERM the dispatcher, as a user stopping it would: it gives every worker job back. Then
+/// no job of the pool may be left.
+pub fn stop_pool(c: &mut Cluster, s: &SlurmHosts) {
+    let d = c.dispatcher.as_mut().expect("dispatcher");
+    super::send_signal(d.child.id(), false, Signal::TERM);
+    poll("the dispatcher to stop", || d.exited());
+    poll("the pool's jobs gone", || {
+        s.live_jobs("dfs-").is_empty().then_some(())
+    });
+}
+
+/// A pool job's worker log (its job output in the pool directory).
+pub fn worker_log(c: &Cluster, request: &str) -> String {
+    std::fs::read_to_string(c.path(&format!("journal.sqlite.pool/{request}.out")))
+        .unwrap_or_default()
+}
+
+/// On failure (or with `FAULTS_SLURM_LOGS=1`), the dispatchers' logs and the tails of the pool's
+/// worker logs (the job outputs in its pool directory).
+pub struct DumpWorkerLogs(PathBuf);
+
+impl DumpWorkerLogs {
+    pub fn of(c: &Cluster) -> DumpWorkerLogs {
+        DumpWorkerLogs(c.dir.path().to_path_buf())
+    }
+}
+
+impl Drop for DumpWorkerLogs {
+    fn drop(&mut self) {
+        if !std::thread::panicking() && std::env::var_os("FAULTS_SLURM_LOGS").is_none() {
+            return;
+        }
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(&self.0)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("dispatcher-"))
+            })
+            .collect();
+        logs.sort();
+        let pool = std::fs::read_dir(self.0.join("journal.sqlite.pool"));
+        let mut outs: Vec<PathBuf> = pool
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        outs.retain(|p| p.extension().is_some_and(|x| x == "out"));
+        outs.sort();
+        for (path, keep) in logs
+            .iter()
+            .map(|p| (p, 20_000))
+            .chain(outs.iter().map(|p| (p, 2500)))
+        {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            eprintln!(
+                "----- {} -----\n{}",
+                path.display(),
+                super::cluster::tail(&text, keep)
+            );
+        }
+    }
+}
+
+/// Samples the number of the pool's live jobs every 200 ms on a thread until dropped; keeps
+/// the largest.
+pub struct JobSampler {
+    max: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl JobSampler {
+    pub fn start(conf: &Path) -> JobSampler {
+        use std::sync::atomic::Ordering;
+        let (max, stop) = (
+            std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let (m, st, conf) = (max.clone(), stop.clone(), conf.to_path_buf());
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                let out = std::process::Command::new("squeue")
+                    .args(["-h", "-o", "%j %T"])
+                    .env("SLURM_CONF", &conf)
+                    .output();
+                let n = out.map_or(0, |o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .filter(|l| l.starts_with("dfs-"))
+                        .count()
+                });
+                m.fetch_max(n, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        JobSampler {
+            max,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn max(&self) -> usize {
+        self.max.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for JobSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Names given to more than one job (each a request started twice), from `squeue -t all`.
+pub fn names_with_two_jobs(s: &SlurmHosts) -> BTreeMap<String, Vec<String>> {
+    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for j in s.jobs("dfs-") {
+        by_name
+            .entry(j.name)
+            .or_default()
+            .push(format!("{} {} {}", j.id, j.state, j.node));
+    }
+    by_name.retain(|_, jobs| jobs.len() > 1);
+    by_name
+}
+
+/// The connected workers by the host their job runs on (node name -> worker), waiting for `n`.
+pub fn workers_by_host(c: &Cluster, s: &SlurmHosts, n: usize) -> BTreeMap<String, String> {
+    poll(&format!("{n} workers connected"), || {
+        (connected(c).len() == n).then_some(())
+    });
+    let on = hosts_of_jobs(s);
+    connected(c)
+        .into_iter()
+        .map(|w| (on.get(&w).cloned().unwrap_or_default(), w))
+        .collect()
 }
