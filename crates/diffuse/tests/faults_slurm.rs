@@ -105,7 +105,7 @@ fn the_pool_grows_through_slurm_onto_several_hosts_whose_workers_fetch_from_each
             logged_task(
                 &format!("a{i}"),
                 "sleep 2; wc -c < {inputs[0]}",
-                &[f.clone()],
+                std::slice::from_ref(f),
                 &runs,
             )
         })
@@ -567,7 +567,12 @@ fn fault7_a_rebooted_worker_host_rejoins_with_its_verified_cache() {
     // node1 caches k0-k3, node2 k4-k7.
     let mut first: Vec<Value> = Vec::new();
     for (k, f) in files.iter().enumerate() {
-        let mut t = logged_task(&format!("c{k}"), "wc -c < {inputs[0]}", &[f.clone()], &runs);
+        let mut t = logged_task(
+            &format!("c{k}"),
+            "wc -c < {inputs[0]}",
+            std::slice::from_ref(f),
+            &runs,
+        );
         t["hint"] = on(if k < 4 { &w1 } else { &w2 });
         first.push(t);
     }
@@ -621,7 +626,7 @@ fn fault7_a_rebooted_worker_host_rejoins_with_its_verified_cache() {
         let mut t = logged_task(
             &format!("d{k}"),
             "sha256sum < {inputs[0]}",
-            &[f.clone()],
+            std::slice::from_ref(f),
             &runs,
         );
         t["hint"] = on(&w3);

@@ -313,6 +313,11 @@ struct Request {
     stopping: Option<(Instant, bool)>,
     /// Listings in a row that did not show its job (gone at the second; [`Listing::Named`]).
     missed: u8,
+    /// Whether it stands for one of the workers the scheduler asked for (`wanted`): one the
+    /// pool submitted does; an adopted one does once it is taken off `wanted`, at adoption or,
+    /// for an earlier run's (adopted before anything was asked), when its worker joins, as the
+    /// core counts every joining worker as one it asked for.
+    counted: bool,
 }
 
 /// The pool's state, owned by its task.
@@ -478,10 +483,14 @@ impl Pool {
                     {
                         self.next = self.next.max(n + 1);
                     }
+                    let counted = self.wanted > 0;
                     self.wanted = self.wanted.saturating_sub(1);
                     let message = format!("adopted worker job {job} ({name}) {whose}");
                     tracing::warn!(request = name, job, "{message}");
                     self.set(&name, Some(job.clone()), state);
+                    if let Some(r) = self.requests.get_mut(&name) {
+                        r.counted = counted;
+                    }
                     self.extra(job, name, true, message);
                 }
                 reconcile::Extra::Cancel { job, name, why } => {
@@ -533,6 +542,10 @@ impl Pool {
                     }
                     req.joined_ever = true;
                     req.stopping = None;
+                    if !req.counted {
+                        req.counted = true;
+                        self.wanted = self.wanted.saturating_sub(1);
+                    }
                     if req.state != RequestState::Releasing {
                         self.set_state(&r, RequestState::Joined);
                     }
@@ -598,6 +611,7 @@ impl Pool {
                 self.set(request, None, RequestState::Requested);
                 if let Some(r) = self.requests.get_mut(request) {
                     r.asked = Some(Instant::now());
+                    r.counted = true;
                 }
             }
             if let Err(e) = self.ledger.submitting(&requests) {
@@ -853,6 +867,7 @@ impl Pool {
             asked: None,
             stopping: None,
             missed: 0,
+            counted: false,
         });
         if job.is_some() {
             r.job = job;
