@@ -370,6 +370,13 @@ fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs
         max_jobs <= 4,
         "--max-workers 4, yet {max_jobs} jobs at once"
     );
+    // Two workers for the first tasks, the one the kill interrupted, one more: the pool at
+    // --max-workers until the queue is empty. More would be a worker asked for twice.
+    assert!(
+        calls_made <= 4,
+        "{calls_made} sbatch calls:\n{}",
+        std::fs::read_to_string(&calls).unwrap_or_default()
+    );
     assert!(
         twice.is_empty() && submitted.len() == calls_made,
         "a request was submitted twice: {twice:?}\n{}",
