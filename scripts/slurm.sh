@@ -31,12 +31,13 @@ live_pids() {
     done <"$dir/pids"
 }
 
-# The slurmstepds of DIR's slurmd (one per job step, each in a session of its own with the
-# job's processes): they keep slurmd's log open.
+# The slurmstepds of DIR's slurmds (one per job step, each in a session of its own with the
+# job's processes): they keep their slurmd's log open (slurmd.log, or slurmd-<node>.log with
+# several hosts).
 stepds() {
     local dir=$1 p
     for p in $(pgrep -x slurmstepd); do
-        ls -l "/proc/$p/fd" 2>/dev/null | grep -qF -- "-> $dir/log/slurmd.log" && echo "$p"
+        ls -l "/proc/$p/fd" 2>/dev/null | grep -qF -- "-> $dir/log/slurmd" && echo "$p"
     done
     return 0
 }
@@ -261,6 +262,9 @@ EOF
     log "up in $DIR: ${cpus} CPUs, ports $port-$((port + 1)), pids $(live_pids "$DIR" | tr '\n' ' ')"
     echo "export SLURM_CONF=$conf"
 }
+
+# Sourced (scripts/slurm-hosts.sh does, for the functions above): define, do nothing.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
 [ $# -ge 2 ] || usage
 DIR=$(realpath -m -- "$2")

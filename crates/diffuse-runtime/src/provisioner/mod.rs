@@ -29,6 +29,7 @@
 //! | [`job`] | what a worker's job runs ([`Launch`]), where it stands ([`RmState`]), a job as listed ([`Job`]) |
 //! | [`rm`] | running a resource-manager command: time limit, retries |
 //! | [`reconcile`] | what to do with a job under the pool's names that no request owns |
+//! | [`ledger`] | requests written ahead of their submission: never a name twice, nothing new while an earlier run's submission is in doubt |
 //! | [`local`], [`slurm`], [`command`] | the backends: processes here, Slurm batch jobs, a user's commands |
 //! | `tests` | the pool's decisions per kind of [`Listing`], on a scripted backend |
 //!
@@ -40,6 +41,7 @@
 pub mod backend;
 pub mod command;
 pub mod job;
+pub mod ledger;
 pub mod local;
 pub mod reconcile;
 pub mod rm;
@@ -311,6 +313,11 @@ struct Request {
     stopping: Option<(Instant, bool)>,
     /// Listings in a row that did not show its job (gone at the second; [`Listing::Named`]).
     missed: u8,
+    /// Whether it stands for one of the workers the scheduler asked for (`wanted`): one the
+    /// pool submitted does; an adopted one does once it is taken off `wanted`, at adoption or,
+    /// for an earlier run's (adopted before anything was asked), when its worker joins, as the
+    /// core counts every joining worker as one it asked for.
+    counted: bool,
 }
 
 /// The pool's state, owned by its task.
@@ -331,6 +338,13 @@ pub struct Pool {
     /// Extra jobs already cancelled (cleared of those the listing no longer shows), so that
     /// each is cancelled and counted once.
     cancelled: std::collections::BTreeSet<String>,
+    /// Every request written down before it is submitted.
+    ledger: ledger::Ledger,
+    /// Requests an earlier run was submitting when it stopped, not yet seen as jobs: nothing new
+    /// is submitted until each shows up or the time (`until`) has passed.
+    in_doubt: Vec<String>,
+    /// See `in_doubt`.
+    doubt_until: Option<Instant>,
 }
 
 impl Pool {
@@ -347,7 +361,6 @@ impl Pool {
     /// A pool on a backend already built (`cfg.backend` only names it).
     fn with_backend(cfg: PoolConfig, rm: Box<dyn ResourceManager>, events: EventSink) -> Pool {
         Pool {
-            cfg,
             rm,
             requests: BTreeMap::new(),
             wanted: 0,
@@ -358,6 +371,10 @@ impl Pool {
             last_poll: None,
             adopted: false,
             cancelled: Default::default(),
+            ledger: ledger::Ledger::new(&cfg.state_dir),
+            in_doubt: Vec::new(),
+            doubt_until: None,
+            cfg,
         }
     }
 
@@ -385,27 +402,77 @@ impl Pool {
 
     /// Jobs of this dispatcher left by an earlier run of it (a [`Listing::Named`] backend
     /// shows them): counted and followed, their workers welcome (one job per name: a second is
-    /// cancelled).
+    /// cancelled). Requests are numbered after the highest the earlier runs wrote down; one
+    /// they were submitting when they stopped and that has no job yet is waited for
+    /// ([`ledger`]).
     async fn adopt(&mut self) {
+        let window = self.cfg.rm.timeout + slurm::SETTLE;
+        let earlier = self.ledger.earlier(&self.cfg.prefix, window);
+        self.next = self.next.max(earlier.next);
         if !matches!(self.rm.listing(), Listing::Named { .. }) {
             return;
         }
-        match self.rm.list().await {
+        let listed: Option<Vec<String>> = match self.rm.list().await {
             Ok(jobs) => {
                 self.adopted = true;
+                let names = jobs.iter().map(|j| j.name.clone()).collect();
                 let extras = reconcile::reconcile(&BTreeMap::new(), &jobs, u32::MAX);
                 self.carry_out(extras, "of an earlier run").await;
+                Some(names)
             }
             Err(e) => {
                 tracing::warn!("cannot look for the worker jobs of an earlier run yet: {e}");
                 self.error(Some(format!("cannot follow worker jobs: {e}")));
+                None
             }
+        };
+        let mut wait = Duration::ZERO;
+        for (request, ago) in earlier.recent {
+            if listed.as_ref().is_some_and(|l| l.contains(&request)) {
+                continue;
+            }
+            wait = wait.max(window.saturating_sub(ago));
+            self.in_doubt.push(request);
         }
+        if !self.in_doubt.is_empty() {
+            tracing::warn!(
+                requests = ?self.in_doubt,
+                "the earlier run was submitting these when it stopped and no job shows them yet: \
+                 nothing new is submitted until they show up or {wait:?} have passed"
+            );
+            self.doubt_until = Some(Instant::now() + wait);
+        }
+    }
+
+    /// Whether a submission of an earlier run is still in doubt (see [`ledger`]): those that
+    /// showed up as requests are no longer; past the time, none is.
+    fn in_doubt(&mut self) -> bool {
+        let Some(until) = self.doubt_until else {
+            return false;
+        };
+        let requests = &self.requests;
+        self.in_doubt.retain(|r| !requests.contains_key(r));
+        if self.in_doubt.is_empty() || Instant::now() >= until {
+            if !self.in_doubt.is_empty() {
+                tracing::info!(
+                    requests = ?self.in_doubt,
+                    "no job showed up for the earlier run's last submissions: given up"
+                );
+            }
+            self.in_doubt.clear();
+            self.doubt_until = None;
+            return false;
+        }
+        true
     }
 
     /// Adopt or cancel extra jobs, saying so in the log and to the scheduler (`diffuse status`).
     async fn carry_out(&mut self, extras: Vec<reconcile::Extra>, whose: &str) {
         for extra in extras {
+            // An earlier run's submission in doubt has shown up.
+            let (reconcile::Extra::Adopt { name, .. } | reconcile::Extra::Cancel { name, .. }) =
+                &extra;
+            self.in_doubt.retain(|r| r != name);
             match extra {
                 reconcile::Extra::Adopt { job, name, state } => {
                     let state = RequestState::of_live_job(&state);
@@ -416,10 +483,14 @@ impl Pool {
                     {
                         self.next = self.next.max(n + 1);
                     }
+                    let counted = self.wanted > 0;
                     self.wanted = self.wanted.saturating_sub(1);
                     let message = format!("adopted worker job {job} ({name}) {whose}");
                     tracing::warn!(request = name, job, "{message}");
                     self.set(&name, Some(job.clone()), state);
+                    if let Some(r) = self.requests.get_mut(&name) {
+                        r.counted = counted;
+                    }
                     self.extra(job, name, true, message);
                 }
                 reconcile::Extra::Cancel { job, name, why } => {
@@ -471,6 +542,10 @@ impl Pool {
                     }
                     req.joined_ever = true;
                     req.stopping = None;
+                    if !req.counted {
+                        req.counted = true;
+                        self.wanted = self.wanted.saturating_sub(1);
+                    }
                     if req.state != RequestState::Releasing {
                         self.set_state(&r, RequestState::Joined);
                     }
@@ -513,6 +588,9 @@ impl Pool {
     /// Submit what is wanted while the limits allow and no failure asks for quiet: one request
     /// per call, or up to the backend's group size in one (a Slurm job array).
     async fn submit_what_fits(&mut self) {
+        if self.in_doubt() {
+            return;
+        }
         while self.wanted > 0
             && self.alive() < self.cfg.max_workers
             && self.pending() < self.cfg.max_pending
@@ -533,7 +611,11 @@ impl Pool {
                 self.set(request, None, RequestState::Requested);
                 if let Some(r) = self.requests.get_mut(request) {
                     r.asked = Some(Instant::now());
+                    r.counted = true;
                 }
+            }
+            if let Err(e) = self.ledger.submitting(&requests) {
+                tracing::warn!("cannot write the requests down before submitting them: {e}");
             }
             let answer = if let [request] = &requests[..] {
                 let launch = self.cfg.launch(request);
@@ -785,6 +867,7 @@ impl Pool {
             asked: None,
             stopping: None,
             missed: 0,
+            counted: false,
         });
         if job.is_some() {
             r.job = job;

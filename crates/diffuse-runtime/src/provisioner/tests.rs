@@ -245,6 +245,36 @@ async fn a_named_listing_gives_a_job_up_only_when_two_listings_in_a_row_miss_it(
 }
 
 #[tokio::test]
+async fn an_earlier_runs_worker_that_joins_stands_for_one_worker_asked_for() {
+    let mut b = Bench::new(NAMED, RmState::Pending, HOUR);
+    b.lists(&[
+        ("7", "pfx-1", RmState::Running),
+        ("8", "pfx-2", RmState::Running),
+    ]);
+    b.pool.adopt().await;
+    // A restarted dispatcher asks before the earlier run's workers are back: 4 for its queue,
+    // room for 2 (at most 4).
+    b.pool.on_cmd(PoolCmd::Acquire(4)).await;
+    assert_eq!(b.calls(), ["list", "submit pfx-3", "submit pfx-4"]);
+    // They come back: the core counts them as 2 of the 4, so nothing is left to ask for.
+    for r in ["pfx-1", "pfx-2"] {
+        b.pool.on_cmd(PoolCmd::Joined(r.into())).await;
+    }
+    // One of their jobs ends: room, and no stale want to fill it with.
+    for _ in 0..2 {
+        b.lists(&[
+            ("7", "pfx-1", RmState::Ended("COMPLETED".into())),
+            ("8", "pfx-2", RmState::Running),
+            ("1", "pfx-3", RmState::Pending),
+            ("2", "pfx-4", RmState::Pending),
+        ]);
+        b.pool.tick().await;
+    }
+    assert_eq!(b.state("pfx-1"), None);
+    assert_eq!(b.calls(), ["list", "list"], "nothing submitted");
+}
+
+#[tokio::test]
 async fn a_named_listings_jobs_of_no_request_are_adopted_at_start_and_cancelled_once_later() {
     let mut b = Bench::new(NAMED, RmState::Pending, HOUR);
     b.lists(&[("7", "pfx-3", RmState::Running)]);

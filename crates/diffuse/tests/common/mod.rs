@@ -5,6 +5,8 @@ pub mod host;
 pub mod hosts;
 pub mod pki;
 pub mod slurm;
+pub mod slurm_hosts;
+pub mod task_runs;
 pub mod testbed;
 
 use std::io::Read;

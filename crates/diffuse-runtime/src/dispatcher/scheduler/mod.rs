@@ -636,8 +636,9 @@ impl Scheduler {
         };
         self.comm.detach(node);
         self.lookups.node_lost(node);
-        if let Some(p) = &self.pool {
+        if let Some(p) = &mut self.pool {
             p.disconnected(&session, &mut *self.comm);
+            p.target_left(node, &mut *self.comm);
         }
         self.batches.node_left(node, &mut shared!(self));
         let sh = &mut shared!(self);
@@ -720,7 +721,10 @@ impl Scheduler {
         self.batches.node_left(node, &mut shared!(self));
         let sh = &mut shared!(self);
         match self.pool.as_mut() {
-            Some(p) => p.release(node, s, handoff, sh),
+            Some(p) => {
+                p.target_left(node, sh.comm);
+                p.release(node, s, handoff, sh)
+            }
             None => pool::finish_release(sh.comm, false, node, s),
         }
     }

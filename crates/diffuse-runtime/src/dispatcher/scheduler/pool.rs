@@ -197,6 +197,15 @@ impl PoolLink {
         self.finish_handoffs(comm);
     }
 
+    /// Worker `node` left (released, or lost): copies it was to receive will not be reported,
+    /// so no hand-off waits for them (it would hold its worker's job until `--handoff-time`).
+    pub fn target_left(&mut self, node: NodeId, comm: &mut dyn Comm) {
+        for h in &mut self.handing {
+            h.waiting.retain(|(to, _, _)| *to != node);
+        }
+        self.finish_handoffs(comm);
+    }
+
     /// Release the workers whose hand-off is complete or out of time.
     pub fn finish_handoffs(&mut self, comm: &mut dyn Comm) {
         let now = Instant::now();
