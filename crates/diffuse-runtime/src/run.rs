@@ -822,6 +822,9 @@ fn elastic_pool(
         poll_interval: Duration::from_secs(1),
         start_timeout: Duration::from_secs(60),
         release_grace: Duration::from_secs(10),
+        // A local worker that lost its connection to a dispatcher on the same machine is hung
+        // or gone; no partition heals.
+        lost_grace: Duration::from_secs(10),
     };
     (core, pool)
 }

@@ -21,78 +21,23 @@
 mod common;
 
 use common::cluster::{poll, report, traffic, Cluster};
-use common::host::{is_root, skip};
 use common::slurm_hosts::*;
 use common::task_runs::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// The tests take turns: each runs a Slurm of its own and a pool of workers on a 2-core machine.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A Slurm of `hosts` one-CPU hosts (one worker job per host at a time), or None (SKIPPED).
-fn slurm_or_skip(test: &str, hosts: usize) -> Option<SlurmHosts> {
-    if !is_root() {
-        skip(&format!(
-            "{test}: needs root (Slurm's daemons, network namespaces)"
-        ));
-        return None;
-    }
-    SlurmHosts::start(hosts, 1)
-}
-
-/// A Slurm pool of at most `max` one-core workers, each caching in `cache` on its own host's
-/// disk (a path under [`SlurmHosts::local`]), squeue asked every second, workers given up after
-/// 5 s of silence.
-fn pool_args(s: &SlurmHosts, max: u32, cache: &str, more: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "--provisioner",
-        "slurm",
-        "--max-workers",
-        &max.to_string(),
-        "--worker-cores",
-        "1",
-        "--worker-cache-size",
-        "400MB",
-        "--worker-cache-dir",
-        &s.local().join(cache).display().to_string(),
-        "--slurm-time",
-        "30",
-        "--rm-poll",
-        "1s",
-        "--release-grace",
-        "5s",
-        "--heartbeat-timeout",
-        "5",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    a.extend(more.iter().map(|m| m.to_string()));
-    a
-}
-
-fn strs(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
-}
 
 // ----- the tests -----
 
 #[test]
 fn the_pool_grows_through_slurm_onto_several_hosts_whose_workers_fetch_from_each_other() {
     let _turn = one_at_a_time();
-    let Some(s) = slurm_or_skip("pool across hosts", 3) else {
+    let Some(s) = slurm_or_skip("pool across hosts", 3, 1) else {
         return;
     };
     let t0 = Instant::now();
-    let args = pool_args(&s, 3, "diffuse-{request}", &["--idle-release", "20s"]);
+    let args = pool_args(&s, 3, 1, "diffuse-{request}", &["--idle-release", "20s"]);
     let mut c = head_dispatcher(&s, &strs(&args), &[]);
     let _dump = DumpWorkerLogs::of(&c);
     let runs = c.path("runs");
@@ -245,7 +190,7 @@ fn two_workers_then_a_hand_off(c: &Cluster, runs: &Path) -> (Vec<String>, Vec<St
 fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs_and_loses_no_task()
 {
     let _turn = one_at_a_time();
-    let Some(s) = slurm_or_skip("fault 3", 4) else {
+    let Some(s) = slurm_or_skip("fault 3", 4, 1) else {
         return;
     };
     let wrappers = tempfile::tempdir().unwrap();
@@ -254,6 +199,7 @@ fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs
     let args = pool_args(
         &s,
         4,
+        1,
         "diffuse-{request}",
         &[
             "--min-workers",
@@ -388,12 +334,13 @@ fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs
 #[test]
 fn fault4_half_the_worker_jobs_cancelled_during_a_peer_transfer_storm_fail_no_task() {
     let _turn = one_at_a_time();
-    let Some(s) = slurm_or_skip("fault 4", 4) else {
+    let Some(s) = slurm_or_skip("fault 4", 4, 1) else {
         return;
     };
     let args = pool_args(
         &s,
         4,
+        1,
         "diffuse-{request}",
         &["--min-workers", "4", "--idle-release", "60s"],
     );
@@ -554,15 +501,23 @@ fn tear_cached_copy(cache: &Path, uri: &str) {
 #[test]
 fn fault7_a_rebooted_worker_host_rejoins_with_its_verified_cache() {
     let _turn = one_at_a_time();
-    let Some(s) = slurm_or_skip("fault 7", 2) else {
+    let Some(s) = slurm_or_skip("fault 7", 2, 1) else {
         return;
     };
     // One cache directory per host (not per job), as on a cluster's local disk.
     let args = pool_args(
         &s,
         2,
+        1,
         "cache",
-        &["--min-workers", "2", "--idle-release", "60s"],
+        &[
+            "--min-workers",
+            "2",
+            "--idle-release",
+            "60s",
+            "--lost-grace",
+            "5s",
+        ],
     );
     let mut c = head_dispatcher(&s, &strs(&args), &[]);
     let _dump = DumpWorkerLogs::of(&c);

@@ -161,8 +161,12 @@ pub struct PoolConfig {
     pub poll_interval: Duration,
     /// A job running this long without its worker connecting is cancelled.
     pub start_timeout: Duration,
-    /// A released (or disconnected) worker's job is cancelled if still there after this.
+    /// A released worker's job is cancelled if still there after this.
     pub release_grace: Duration,
+    /// A disconnected worker's job is kept this long for it to connect again (a network that
+    /// heals, a dispatcher back from a restart), then cancelled. It counts as one of the pool's
+    /// workers meanwhile, and its cache is not lost to a brief partition.
+    pub lost_grace: Duration,
 }
 
 impl PoolConfig {
@@ -668,6 +672,9 @@ impl Pool {
             let overdue = match (r.state, r.stopping) {
                 (RequestState::Starting, _) => {
                     now.duration_since(r.since) >= self.cfg.start_timeout
+                }
+                (RequestState::Lost, Some((t, false))) => {
+                    now.duration_since(t) >= self.cfg.lost_grace
                 }
                 (RequestState::Releasing | RequestState::Lost, Some((t, killed))) => {
                     now.duration_since(t) >= self.cfg.release_grace * (1 + killed as u32)

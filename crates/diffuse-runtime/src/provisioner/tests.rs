@@ -115,8 +115,23 @@ impl Bench {
         Bench::grouped(listing, fresh, start_timeout, 1)
     }
 
+    /// The same, with a disconnected worker's job kept `lost_grace` for it to come back.
+    fn losing(listing: Listing, fresh: RmState, lost_grace: Duration) -> Bench {
+        Bench::with(listing, fresh, HOUR, 1, lost_grace)
+    }
+
     /// The same, on a backend that submits up to `group` requests in one call.
     fn grouped(listing: Listing, fresh: RmState, start_timeout: Duration, group: u32) -> Bench {
+        Bench::with(listing, fresh, start_timeout, group, HOUR)
+    }
+
+    fn with(
+        listing: Listing,
+        fresh: RmState,
+        start_timeout: Duration,
+        group: u32,
+        lost_grace: Duration,
+    ) -> Bench {
         let fail_group = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let answers = Arc::new(Mutex::new(VecDeque::new()));
         let calls = Arc::new(Mutex::new(Vec::new()));
@@ -149,6 +164,7 @@ impl Bench {
             poll_interval: Duration::ZERO,
             start_timeout,
             release_grace: Duration::from_secs(3600),
+            lost_grace,
         };
         let pool = Pool::with_backend(
             cfg,
@@ -391,4 +407,41 @@ async fn a_grouped_backend_gets_the_requests_that_fit_in_one_call_each() {
     b.pool.on_cmd(PoolCmd::Acquire(4)).await;
     assert!((1..=4).all(|k| b.state(&format!("pfx-{k}")).is_none()));
     assert_eq!(b.never_joined().len(), 4, "each said why");
+}
+
+#[tokio::test]
+async fn a_disconnected_workers_job_is_kept_for_the_lost_grace_then_cancelled() {
+    let grace = Duration::from_millis(300);
+    let mut b = Bench::losing(NAMED, RmState::Running, grace);
+    b.pool.adopt().await;
+    b.pool.on_cmd(PoolCmd::Acquire(2)).await;
+    for r in ["pfx-1", "pfx-2"] {
+        b.pool.on_cmd(PoolCmd::Joined(r.into())).await;
+    }
+    let live = [
+        ("1", "pfx-1", RmState::Running),
+        ("2", "pfx-2", RmState::Running),
+    ];
+    b.lists(&live);
+    b.pool.tick().await;
+    b.calls();
+    // Both lose their connections; one comes back within the grace, the other does not.
+    for r in ["pfx-1", "pfx-2"] {
+        b.pool.on_cmd(PoolCmd::Disconnected(r.into())).await;
+    }
+    assert_eq!(b.state("pfx-1"), Some(RequestState::Lost));
+    b.lists(&live);
+    b.pool.tick().await;
+    assert_eq!(b.calls(), ["list"], "nothing cancelled within the grace");
+    b.pool.on_cmd(PoolCmd::Joined("pfx-1".into())).await;
+    assert_eq!(b.state("pfx-1"), Some(RequestState::Joined));
+    tokio::time::sleep(grace + Duration::from_millis(50)).await;
+    b.lists(&live);
+    b.pool.tick().await;
+    assert_eq!(
+        b.calls(),
+        ["list", "cancel pfx-2 2"],
+        "only the one still away"
+    );
+    assert_eq!(b.state("pfx-1"), Some(RequestState::Joined));
 }

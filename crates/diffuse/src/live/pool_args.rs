@@ -81,9 +81,13 @@ pub struct PoolArgs {
     /// A worker whose job runs this long without it connecting is cancelled and counted failed.
     #[arg(long, default_value = "2m", value_parser = seconds, allow_hyphen_values = true)]
     pub start_timeout: Duration,
-    /// How long a released (or disconnected) worker has to leave before its job is cancelled.
+    /// How long a released worker has to leave before its job is cancelled.
     #[arg(long, default_value = "10s", value_parser = seconds, allow_hyphen_values = true)]
     pub release_grace: Duration,
+    /// How long a disconnected worker's job is kept for it to connect again (a network that
+    /// heals) before it is cancelled; it counts as one of the pool's workers meanwhile.
+    #[arg(long, default_value = "2m", value_parser = seconds, allow_hyphen_values = true)]
+    pub lost_grace: Duration,
     /// How often squeue is asked how the worker jobs stand.
     #[arg(long, default_value = "5s", value_parser = seconds, allow_hyphen_values = true)]
     pub rm_poll: Duration,
@@ -271,6 +275,7 @@ impl PoolArgs {
             poll_interval: self.rm_poll,
             start_timeout: self.start_timeout,
             release_grace: self.release_grace,
+            lost_grace: self.lost_grace,
         };
         let dynamic = DynamicConfig {
             step: self.step,

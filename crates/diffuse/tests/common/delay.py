@@ -1,5 +1,5 @@
 # Hold every packet of NFQUEUE queue Q for D seconds, then let it through: netem's delay for a
-# kernel without sch_netem (tests/common/testbed.rs, `Testbed::delay_rule`). Packets leave in
+# kernel without sch_netem (tests/common/netfault.rs, `NetHost::delay`). Packets leave in
 # the order they came (one delay for all), so a verdict for the newest one due accepts every
 # earlier one (NFQNL_MSG_VERDICT_BATCH). Speaks nfnetlink_queue directly: Python's standard
 # library only. Usage: python3 delay.py Q D

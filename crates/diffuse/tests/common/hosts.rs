@@ -196,22 +196,8 @@ impl Hosts {
     }
 }
 
-/// For the fault tests (tests/faults_net.rs): delays, the dispatcher's log, every task.
+/// For the fault tests (tests/faults_net.rs): the dispatcher's log, every task.
 impl Hosts {
-    /// Delay what `host` receives by `ms` milliseconds ([`Testbed::delay`]), until the end of
-    /// the test.
-    pub fn delay(&mut self, host: usize, ms: u32) {
-        let mut d = self.bed.delay(host, ms);
-        let log = self.path(&format!("delay-{host}.log"));
-        self.procs
-            .push(Proc::spawn(&format!("delay (host {host})"), &mut d, log));
-        poll("the delay to start", || {
-            std::fs::read_to_string(self.path(&format!("delay-{host}.log")))
-                .ok()
-                .filter(|l| l.contains("delaying"))
-        });
-    }
-
     /// What the dispatcher has logged so far.
     pub fn dispatcher_log(&self) -> String {
         self.procs[0].log_text()

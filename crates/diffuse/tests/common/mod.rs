@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod host;
 pub mod hosts;
+pub mod netfault;
 pub mod pki;
 pub mod slurm;
 pub mod slurm_hosts;

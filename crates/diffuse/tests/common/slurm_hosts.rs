@@ -17,11 +17,14 @@
 #![allow(dead_code)] // each test crate uses a different part
 
 use super::cluster::{free_port, poll, Cluster, Proc, DEADLINE};
+use super::host::{is_root, skip};
+use super::netfault::NetHost;
 use super::BIN;
 use rustix::process::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// One compute host.
@@ -43,6 +46,11 @@ pub struct SlurmHosts {
     pub conf: PathBuf,
     /// The head's address (the bridge's, in the root namespace): slurmctld, and the dispatcher.
     pub head: String,
+    /// The bridge every host is linked to, which the head's address is on.
+    pub bridge: String,
+    /// The head's network faults ([`SlurmHosts::head_net`]), once one is made: removed with
+    /// the cluster.
+    head_net: OnceLock<NetHost>,
     /// Host `i` is `hosts[i - 1]`, Slurm's `node<i>`.
     pub hosts: Vec<Host>,
     /// Holds `dir`; removed after the cluster is down.
@@ -83,11 +91,12 @@ impl SlurmHosts {
         }
         let net = std::fs::read_to_string(dir.join("net")).expect("DIR/net");
         let mut head = String::new();
+        let mut bridge = String::new();
         let mut hosts = Vec::new();
         for line in net.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             match f[..] {
-                ["head", addr, _] => head = addr.to_string(),
+                ["head", addr, br] => (head, bridge) = (addr.into(), br.into()),
                 ["host", node, addr, netns] => hosts.push(Host {
                     node: node.into(),
                     addr: addr.into(),
@@ -104,6 +113,8 @@ impl SlurmHosts {
             conf: dir.join("slurm.conf"),
             dir,
             head,
+            bridge,
+            head_net: OnceLock::new(),
             hosts,
             _root: root,
         })
@@ -227,6 +238,18 @@ impl SlurmHosts {
         assert!(ok, "tc on node{i}");
     }
 
+    /// Host `i`'s network, to break ([`NetHost`]): what it receives on its link.
+    pub fn net(&self, i: usize) -> NetHost {
+        NetHost::namespace(&self.host(i).netns)
+    }
+
+    /// The head's network, to break: what the machine receives from the bridge, in a chain of
+    /// the cluster's own that goes when it does.
+    pub fn head_net(&self) -> &NetHost {
+        self.head_net
+            .get_or_init(|| NetHost::machine(&self.bridge, &format!("dfs-{}", self.bridge)))
+    }
+
     /// Wait until node `i` is in a state starting with `state` (`down`, `idle`, ...).
     pub fn wait_node(&self, i: usize, state: &str) -> Duration {
         let t = Instant::now();
@@ -241,6 +264,9 @@ impl Drop for SlurmHosts {
     /// `scripts/slurm-hosts.sh down`: the daemons, jobs, namespaces and bridge are gone when
     /// this returns (then the directory).
     fn drop(&mut self) {
+        if let Some(net) = self.head_net.get() {
+            net.remove_chain();
+        }
         match Command::new(script()).arg("down").arg(&self.dir).output() {
             Ok(out) if out.status.success() => {}
             Ok(out) => eprintln!(
@@ -630,4 +656,59 @@ pub fn workers_by_host(c: &Cluster, s: &SlurmHosts, n: usize) -> BTreeMap<String
         .into_iter()
         .map(|w| (on.get(&w).cloned().unwrap_or_default(), w))
         .collect()
+}
+
+// ----- what the pool tests share -----
+
+/// The tests take turns: each runs a Slurm of its own and a pool of workers on a 2-core machine.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A Slurm of `hosts` hosts of `cpus` CPUs, or None (SKIPPED) when not root.
+pub fn slurm_or_skip(test: &str, hosts: usize, cpus: u32) -> Option<SlurmHosts> {
+    if !is_root() {
+        skip(&format!(
+            "{test}: needs root (Slurm's daemons, network namespaces)"
+        ));
+        return None;
+    }
+    SlurmHosts::start(hosts, cpus)
+}
+
+/// A Slurm pool of at most `max` workers of `cores` cores, each caching in `cache` on its own host's
+/// disk (a path under [`SlurmHosts::local`]), squeue asked every second, workers given up after
+/// 5 s of silence.
+pub fn pool_args(s: &SlurmHosts, max: u32, cores: u32, cache: &str, more: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--provisioner",
+        "slurm",
+        "--max-workers",
+        &max.to_string(),
+        "--worker-cores",
+        &cores.to_string(),
+        "--worker-cache-size",
+        "400MB",
+        "--worker-cache-dir",
+        &s.local().join(cache).display().to_string(),
+        "--slurm-time",
+        "30",
+        "--rm-poll",
+        "1s",
+        "--release-grace",
+        "5s",
+        "--heartbeat-timeout",
+        "5",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    a.extend(more.iter().map(|m| m.to_string()));
+    a
+}
+
+pub fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
 }

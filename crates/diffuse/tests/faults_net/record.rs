@@ -45,11 +45,6 @@ pub fn starts(runs: &Path) -> BTreeMap<String, Vec<String>> {
     marked(runs, "start")
 }
 
-/// Each task's process ends (by itself, not killed), as `attempt@worker`, from `runs`.
-pub fn ends(runs: &Path) -> BTreeMap<String, Vec<String>> {
-    marked(runs, "end")
-}
-
 /// The tasks whose process started more than once, each with its starts.
 pub fn started_twice(runs: &Path) -> Vec<String> {
     starts(runs)

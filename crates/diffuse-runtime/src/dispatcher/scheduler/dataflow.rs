@@ -216,7 +216,9 @@ pub fn abandoned_why(
             }
         }
         Abandoned::InputLost { object, producer } => format!(
-            "input {}: every copy was lost, and its producer '{}' could not make it again (it ran {} times)",
+            "input {}: every copy was lost, and its producer '{}' could not make it again \
+             (it was made --crash-limit + 1 = {} times already, its own input is lost, or its \
+             strict hint names a worker that left)",
             objects.uri(object),
             name(producer),
             crash_limit + 1
