@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
-# The network faults of tests/faults_net.rs (a cut, loss, a delay) are netfilter rules.
+# The network faults of tests/faults_slurm_net.rs (a cut, loss, a delay) are netfilter rules.
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 { command -v setpriv && command -v prlimit && command -v mount; } >/dev/null 2>&1 || missing+=(util-linux mount)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)

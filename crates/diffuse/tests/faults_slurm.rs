@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::cluster::{poll, report, traffic, Cluster};
+use common::cluster::{poll, report, traffic};
 use common::slurm_hosts::*;
 use common::task_runs::*;
 use serde_json::{json, Value};
@@ -155,35 +155,6 @@ fn the_pool_grows_through_slurm_onto_several_hosts_whose_workers_fetch_from_each
         t0.elapsed().as_secs_f64()
     );
     stop_pool(&mut c, &s);
-}
-
-/// Fault 3's first phase: two tasks of four 4 MB files each grow the pool to two workers; once
-/// both are idle, one is released down to `--min-workers 1` and starts pushing its files to the
-/// other. The files, the tasks, and the dispatcher's line that says the hand-off began.
-fn two_workers_then_a_hand_off(c: &Cluster, runs: &Path) -> (Vec<String>, Vec<String>, String) {
-    let files = data_files(c, "h", 8, 4 << 20);
-    let first: Vec<Value> = (0..2)
-        .map(|k| {
-            logged_task(
-                &format!("p{k}"),
-                "sleep 3; cat {inputs[0]} {inputs[1]} {inputs[2]} {inputs[3]} | wc -c",
-                &files[k * 4..k * 4 + 4],
-                runs,
-            )
-        })
-        .collect();
-    c.submit(&first);
-    let all = ids(&first);
-    for id in &all {
-        c.wait_done(id);
-    }
-    let handing = poll("a released worker handing its cache off", || {
-        dispatcher_logs(c)
-            .lines()
-            .find(|l| l.contains("handing its cache off before release"))
-            .map(String::from)
-    });
-    (files, all, handing)
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //!
 //! - fault 1: a worker cut off from the dispatcher for 30 s while it runs tasks and holds the
 //!   only copy of an intermediate, then healed;
-//! - fault 2: 5% loss and 50 ms delay on every link (the head's too) for a whole dataflow run.
+//! - fault 2: 5% loss and 50 ms delay on every link (the head's too) for a whole dataflow run;
+//! - fault 5: a peer that slows to 1 Mbit/s in the middle of a multi-source read.
 //!
 //! Every task logs each run (start and end, attempt, host) to a shared file, so a run the
 //! dispatcher does not know of, or a task run twice, is seen. Each test prints one line of
@@ -355,16 +356,8 @@ fn fault2_loss_and_delay_on_every_link_slow_a_dataflow_run_and_change_no_byte() 
     std::fs::create_dir_all(&store).unwrap();
     std::fs::write(store.join("input.txt"), &text).unwrap();
     // An HTTP store on the head: every read of the input crosses a link.
-    let port = common::cluster::free_port().to_string();
-    let mut serve = Command::new("python3");
-    serve
-        .args(["-m", "http.server", "--bind", &s.head, &port, "--directory"])
-        .arg(&store);
-    let _store = Proc::spawn("http store", &mut serve, c.path("store.log"));
-    let input = format!("http://{}:{port}/input.txt", s.head);
-    poll("the HTTP store to answer", || {
-        std::net::TcpStream::connect(format!("{}:{port}", s.head)).ok()
-    });
+    let (_store, url) = head_store(&s, &c, &store);
+    let input = format!("{url}/input.txt");
     let parts = 12;
     let run = |p: &str| {
         let out = file_uri(&c.path(&format!("{p}result.txt")));
@@ -434,6 +427,141 @@ fn fault2_loss_and_delay_on_every_link_slow_a_dataflow_run_and_change_no_byte() 
     assert!(
         !log.contains("worker lost"),
         "no worker missed its heartbeat timeout:\n{log}"
+    );
+    stop_pool(&mut c, &s);
+}
+
+// ----- fault 5: a peer slowed to 1 Mbit/s mid-transfer -----
+
+/// The share of a multi-source read that the source at `addr` sent, in MB, from the reader's
+/// log line `read N MB from K peers in S s (URL M MB; ...)`.
+fn share_from(log: &str, addr: &str) -> Option<u64> {
+    let line = log.lines().rev().find(|l| l.contains(" peers in "))?;
+    let shares = line.split('(').nth(1)?;
+    let mine = shares
+        .split(';')
+        .find(|s| s.contains(&format!("//{addr}:")))?;
+    mine.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Five one-core workers, one per host. A, B and C (nodes 1-3) hold a 128 MiB object and each
+/// host sends at 100 Mbit/s. E (node 5) reads it from all three (the measured time of three
+/// fast sources), then its job is cancelled, so that D (node 4) has the same three. A second
+/// into D's read C's link drops to 1 Mbit/s. D's other sources take C's chunks, the last one
+/// read again, so D ends near the time of two fast sources, not C's (its third at 1 Mbit/s
+/// would take minutes).
+#[test]
+fn fault5_a_peer_slowed_to_1_mbit_mid_transfer_is_outrun_by_the_other_sources() {
+    let _turn = one_at_a_time();
+    let Some(s) = slurm_or_skip("fault 5", 5, 1) else {
+        return;
+    };
+    let args = pool_args(
+        &s,
+        5,
+        1,
+        "diffuse-{request}",
+        &[
+            "--min-workers",
+            "5",
+            "--idle-release",
+            "60s",
+            "--worker-cache-size",
+            "1GB",
+        ],
+    );
+    let mut c = head_dispatcher(&s, &strs(&args), &[]);
+    let _dump = DumpWorkerLogs::of(&c);
+    let w = workers_by_host(&c, &s, 5);
+    let runs = c.path("runs");
+    let sums = c.path("sums");
+    std::fs::create_dir_all(&sums).unwrap();
+    let size = 128usize << 20;
+    let x = c.data("x.bin", &random_bytes(size));
+    let want = sha256sum_of(&format!("cat '{}'", x.display()));
+    let uri = file_uri(&x);
+    let read = |id: &str, node: &str| {
+        let mut t = logged_task(
+            id,
+            "sha256sum < {inputs[0]} > {outputs[0]}",
+            std::slice::from_ref(&uri),
+            &runs,
+        );
+        t["outputs"] = json!([file_uri(&sums.join(id))]);
+        t["hint"] = json!({"node": w[node], "strict": true});
+        t
+    };
+    let staging = |id: &str| {
+        let t = c.wait_done(id);
+        assert_eq!(t["state"], "succeeded", "{t}");
+        let got = std::fs::read_to_string(sums.join(id)).unwrap();
+        assert_eq!(got, want, "{id} read every byte right");
+        let r = report(&t);
+        r["staged_at"].as_f64().unwrap() - r["started_at"].as_f64().unwrap()
+    };
+    let mut all = Vec::new();
+    for (id, node) in [("a", "node1"), ("b", "node2"), ("c", "node3")] {
+        c.submit(&[read(id, node)]);
+        staging(id);
+        all.push(id.to_string());
+    }
+    for host in 1..=5 {
+        s.shape(host, "100mbit");
+    }
+    c.submit(&[read("e", "node5")]);
+    let three = staging("e");
+    all.push("e".into());
+    // E's job ends (cancelled), so that D reads from A, B and C only. The pool asks for a
+    // worker in its place, which holds nothing.
+    let e_job = s
+        .jobs("dfs-")
+        .into_iter()
+        .find(|j| j.name == w["node5"])
+        .expect("E's job");
+    s.cmd("scancel", &[&e_job.id]);
+    poll("E to leave", || {
+        (!connected(&c).contains(&w["node5"])).then_some(())
+    });
+    c.submit(&[read("d", "node4")]);
+    all.push("d".into());
+    c.wait_state("d", "running");
+    std::thread::sleep(Duration::from_secs(1));
+    s.shape(3, "1mbit");
+    let slowed = Instant::now();
+    let secs = staging("d");
+    let ended_after = slowed.elapsed();
+    let d_log = worker_log(&c, &w["node4"]);
+    let c_mb = share_from(&d_log, &s.host(3).addr);
+    let o = outcomes(&c, &all, &runs);
+    // What the two fast links alone carry the object in, from E's measured three; and what C's
+    // third would have taken at 1 Mbit/s.
+    let two_fast = three * 1.5;
+    let c_third = (size as f64 / 3.0) / (1e6 / 8.0);
+    figures(
+        "fault 5: a peer slowed from 100 to 1 Mbit/s a second into a 128 MiB read from 3 holders",
+        &o,
+        1,
+        "",
+        ended_after,
+    );
+    eprintln!(
+        "fault 5: D read in {secs:.1} s; three fast sources {three:.1} s, two {two_fast:.1} s; \
+         C sent {} MB, its third at 1 Mbit/s would take {c_third:.0} s",
+        c_mb.map_or("?".into(), |m| m.to_string())
+    );
+    assert!(o.lost.is_empty(), "lost: {:?}", o.lost);
+    assert!(o.again.is_empty(), "no task ran twice: {:?}", o.again);
+    assert!(
+        d_log.contains("from 3 peers"),
+        "D read from A, B and C:\n{d_log}"
+    );
+    assert!(
+        secs < 1.25 * two_fast,
+        "D's read took {secs:.1} s: near two fast sources' {two_fast:.1} s, not C's {c_third:.0} s"
+    );
+    assert!(
+        c_mb.is_some_and(|mb| (mb as usize) < (size >> 20) / 3),
+        "C sent less than its third: {c_mb:?}\n{d_log}"
     );
     stop_pool(&mut c, &s);
 }

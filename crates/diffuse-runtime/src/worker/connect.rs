@@ -196,7 +196,7 @@ fn tcp_of(ws: &Ws) -> Option<&tokio::net::TcpStream> {
 /// it up: it stops its tasks, whose attempts are being run again elsewhere, and connects again.
 /// Without it the connection would wait out TCP's retries, backed off to minutes: the worker
 /// ran its given-up tasks to their end, and rejoined only when a retry happened to cross the
-/// healed network (2.6 to 23.6 s after a 30 s cut healed, tests/faults_net.rs).
+/// healed network (2.6 to 23.6 s after a 30 s cut healed, tests/faults_slurm_net.rs).
 fn give_up_unacknowledged(tcp: &tokio::net::TcpStream, after: Duration) {
     if let Err(e) = socket2::SockRef::from(tcp).set_tcp_user_timeout(Some(after)) {
         tracing::debug!("TCP_USER_TIMEOUT on the dispatcher's connection: {e}");

@@ -107,28 +107,9 @@ impl Hosts {
 
     /// A one-slot worker with `args` (which set its --cache-size).
     pub fn worker_with(&mut self, host: usize, name: &str, args: &[&str]) {
-        self.worker_cores(host, name, 1, args);
-    }
-
-    /// A worker of `cores` cores with `args` (which set its --cache-size).
-    pub fn worker_cores(&mut self, host: usize, name: &str, cores: u32, args: &[&str]) {
         let cache = self.path(&format!("cache-{name}"));
-        self.worker_in(host, name, cores, &cache, args);
-    }
-
-    /// A worker of `cores` cores whose cache is `cache`, with `args` (which set its
-    /// --cache-size).
-    pub fn worker_in(
-        &mut self,
-        host: usize,
-        name: &str,
-        cores: u32,
-        cache: &std::path::Path,
-        args: &[&str],
-    ) {
         let mut w = self.bed.command(host, BIN);
-        w.args(["worker", "--dispatcher", &self.url])
-            .args(["--cores", &cores.to_string()])
+        w.args(["worker", "--dispatcher", &self.url, "--cores", "1"])
             .args(args)
             .args(["--name", name])
             .arg("--cache-dir")
@@ -193,37 +174,6 @@ impl Hosts {
                 ["succeeded", "failed"].contains(&t["state"].as_str().unwrap_or_default())
             })
         })
-    }
-}
-
-/// For the fault tests (tests/faults_net.rs): the dispatcher's log, every task.
-impl Hosts {
-    /// What the dispatcher has logged so far.
-    pub fn dispatcher_log(&self) -> String {
-        self.procs[0].log_text()
-    }
-
-    /// Every task as `GET /v1/tasks/{id}` shows it (with its attempts and outcome).
-    pub fn every_task(&self) -> Vec<Value> {
-        let mut ids = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let mut q = String::from("/v1/tasks?limit=10000");
-            if let Some(a) = &after {
-                q.push_str(&format!("&after={a}"));
-            }
-            let page = self.get(&q).expect("a page of tasks");
-            for t in page["tasks"].as_array().expect("tasks") {
-                ids.push(t["id"].as_str().expect("id").to_string());
-            }
-            match page["next"].as_str() {
-                Some(n) => after = Some(n.to_string()),
-                None => break,
-            }
-        }
-        ids.iter()
-            .map(|id| self.get(&format!("/v1/tasks/{id}")).expect("a task"))
-            .collect()
     }
 }
 

@@ -19,8 +19,10 @@
 use super::cluster::{free_port, poll, Cluster, Proc, DEADLINE};
 use super::host::{is_root, skip};
 use super::netfault::NetHost;
+use super::task_runs::{data_files, ids, logged_task};
 use super::BIN;
 use rustix::process::Signal;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -236,6 +238,85 @@ impl SlurmHosts {
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "tc on node{i}");
+    }
+
+    /// A command that runs `program` in host `i`'s mount namespace (its slurmd's), where
+    /// [`SlurmHosts::local`] is its own disk.
+    pub fn on_disk_of(&self, i: usize, program: &str) -> Command {
+        let pids = std::fs::read_to_string(self.dir.join("pids")).expect("DIR/pids");
+        let pid = pids
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("slurmd-node{i} ")))
+            .unwrap_or_else(|| panic!("no slurmd of node{i} in DIR/pids"))
+            .trim()
+            .to_string();
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--mount=/proc/{pid}/ns/mnt")).arg(program);
+        c
+    }
+
+    /// Give host `i` a small disk: a tmpfs of `mb` MiB at `small` under its
+    /// [`SlurmHosts::local`] (seen by that host only; it goes with the host's namespaces).
+    /// Returns the path, as the host sees it.
+    pub fn small_disk(&self, i: usize, mb: u64) -> PathBuf {
+        let dir = self.local().join("small");
+        let ok = self
+            .on_disk_of(i, "sh")
+            .arg("-c")
+            .arg(format!(
+                "mkdir -p '{0}' && mount -t tmpfs -o size={mb}m tmpfs '{0}'",
+                dir.display()
+            ))
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "a {mb} MiB tmpfs on node{i}");
+        dir
+    }
+
+    /// Another program fills host `i`'s small disk ([`SlurmHosts::small_disk`]) to `leave`
+    /// bytes free; the bytes it wrote.
+    pub fn fill_small_disk(&self, i: usize, leave: u64) -> u64 {
+        let dir = self.local().join("small");
+        let out = self
+            .on_disk_of(i, "stat")
+            .args(["-f", "-c", "%a %S"])
+            .arg(&dir)
+            .output()
+            .expect("stat -f");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let free: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let fill = (free[0] * free[1]).saturating_sub(leave);
+        let ok = self
+            .on_disk_of(i, "fallocate")
+            .args(["-l", &fill.to_string()])
+            .arg(dir.join("filler"))
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "fill node{i}'s small disk");
+        fill
+    }
+
+    /// Shape what the head sends to the hosts to `rate` (its end of the bridge): a store on
+    /// the head serves at that rate.
+    pub fn shape_head(&self, rate: &str) {
+        let ok = Command::new("tc")
+            .args([
+                "qdisc",
+                "replace",
+                "dev",
+                &self.bridge,
+                "root",
+                "tbf",
+                "rate",
+                rate,
+            ])
+            .args(["burst", "256kb", "latency", "200ms"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "tc on the bridge");
     }
 
     /// Host `i`'s network, to break ([`NetHost`]): what it receives on its link.
@@ -680,35 +761,74 @@ pub fn slurm_or_skip(test: &str, hosts: usize, cpus: u32) -> Option<SlurmHosts> 
 
 /// A Slurm pool of at most `max` workers of `cores` cores, each caching in `cache` on its own host's
 /// disk (a path under [`SlurmHosts::local`]), squeue asked every second, workers given up after
-/// 5 s of silence.
+/// 5 s of silence; a flag in `more` stands instead of its default here.
 pub fn pool_args(s: &SlurmHosts, max: u32, cores: u32, cache: &str, more: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "--provisioner",
-        "slurm",
-        "--max-workers",
-        &max.to_string(),
-        "--worker-cores",
-        &cores.to_string(),
-        "--worker-cache-size",
-        "400MB",
-        "--worker-cache-dir",
-        &s.local().join(cache).display().to_string(),
-        "--slurm-time",
-        "30",
-        "--rm-poll",
-        "1s",
-        "--release-grace",
-        "5s",
-        "--heartbeat-timeout",
-        "5",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
+    let cache = s.local().join(cache).display().to_string();
+    let defaults = [
+        ("--provisioner", "slurm"),
+        ("--max-workers", &max.to_string()),
+        ("--worker-cores", &cores.to_string()),
+        ("--worker-cache-size", "400MB"),
+        ("--worker-cache-dir", &cache),
+        ("--slurm-time", "30"),
+        ("--rm-poll", "1s"),
+        ("--release-grace", "5s"),
+        ("--heartbeat-timeout", "5"),
+    ];
+    let mut a: Vec<String> = Vec::new();
+    for (flag, value) in defaults {
+        if !more.contains(&flag) {
+            a.extend([flag.to_string(), value.to_string()]);
+        }
+    }
     a.extend(more.iter().map(|m| m.to_string()));
     a
 }
 
 pub fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
+}
+
+/// Two tasks of four 4 MB files each grow the pool to two workers; once
+/// both are idle, one is released down to `--min-workers 1` and starts pushing its files to the
+/// other. The files, the tasks, and the dispatcher's line that says the hand-off began.
+pub fn two_workers_then_a_hand_off(c: &Cluster, runs: &Path) -> (Vec<String>, Vec<String>, String) {
+    let files = data_files(c, "h", 8, 4 << 20);
+    let first: Vec<Value> = (0..2)
+        .map(|k| {
+            logged_task(
+                &format!("p{k}"),
+                "sleep 3; cat {inputs[0]} {inputs[1]} {inputs[2]} {inputs[3]} | wc -c",
+                &files[k * 4..k * 4 + 4],
+                runs,
+            )
+        })
+        .collect();
+    c.submit(&first);
+    let all = ids(&first);
+    for id in &all {
+        c.wait_done(id);
+    }
+    let handing = poll("a released worker handing its cache off", || {
+        dispatcher_logs(c)
+            .lines()
+            .find(|l| l.contains("handing its cache off before release"))
+            .map(String::from)
+    });
+    (files, all, handing)
+}
+
+/// An HTTP store on the head serving `dir` (`python3 -m http.server`): every read of it
+/// crosses a link. The server (stopped when dropped) and its URL.
+pub fn head_store(s: &SlurmHosts, c: &Cluster, dir: &Path) -> (Proc, String) {
+    let port = free_port().to_string();
+    let mut serve = Command::new("python3");
+    serve
+        .args(["-m", "http.server", "--bind", &s.head, &port, "--directory"])
+        .arg(dir);
+    let p = Proc::spawn("http store", &mut serve, c.path("store.log"));
+    poll("the HTTP store to answer", || {
+        std::net::TcpStream::connect(format!("{}:{port}", s.head)).ok()
+    });
+    (p, format!("http://{}:{port}", s.head))
 }
