@@ -171,7 +171,8 @@ pub enum InputSource {
         /// Peer base URL.
         url: String,
         /// Other peers holding it: a large object is fetched in chunks from all of them at
-        /// once (GDS's multi-source transfer; `worker::multi`).
+        /// once (GDS's multi-source transfer; `worker::multi`); a small one from the next of
+        /// them when a read from `url` fails, before shared storage.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         also: Vec<String>,
     },

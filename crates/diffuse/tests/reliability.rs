@@ -417,6 +417,56 @@ fn a_corrupted_cached_object_is_caught_at_local_use_and_at_a_peer_fetch_and_its_
     c.wait_succeeded("busy");
 }
 
+/// Two 1 MiB objects, each cached on A and on B, and one copy of each rotten (x on A, y on B,
+/// size and time kept). C reads both: whichever holder it is sent to first, one of its two
+/// reads meets a rotten copy, refuses it, and reads that object from the other holder, not
+/// from storage. (Before, an object under the multi-source size fell back to storage at the
+/// first failed peer read.)
+#[test]
+fn a_small_object_whose_peer_copy_fails_is_read_from_another_holder_not_from_storage() {
+    let mut c = Cluster::start(&[]);
+    for w in ["A", "B"] {
+        c.worker(w, 1, "100MB");
+    }
+    c.wait_workers(2);
+    let size = 1 << 20;
+    let (x, y) = (
+        c.data("x.bin", &random_bytes(size)),
+        c.data("y.bin", &random_bytes(size)),
+    );
+    let (ux, uy) = (file_uri(&x), file_uri(&y));
+    for w in ["A", "B"] {
+        let id = format!("cache-{w}");
+        c.submit(&[
+            json!({"id": id, "cmd": "cat {inputs[0]} {inputs[1]} > /dev/null",
+                          "inputs": [ux, uy], "hint": {"node": w, "strict": true}}),
+        ]);
+        c.wait_succeeded(&id);
+    }
+    flip(&cached_file(&c, "A", &ux), 1000, true);
+    flip(&cached_file(&c, "B", &uy), 1000, true);
+    c.worker("C", 1, "100MB");
+    c.wait_workers(3);
+    c.submit(&[
+        json!({"id": "read", "cmd": "cat {inputs[0]} {inputs[1]} > /dev/null",
+                      "inputs": [ux, uy], "hint": {"node": "C", "strict": true}}),
+    ]);
+    let (_, r) = c.wait_succeeded("read");
+    let [local, peer, storage, ..] = traffic(&r["traffic"]);
+    assert_eq!(
+        (local, peer, storage),
+        (0, 2, 0),
+        "both read from peers, a rotten copy refused: {r}"
+    );
+    assert_eq!(md5_file(&cached_file(&c, "C", &ux)), md5_file(&x));
+    assert_eq!(md5_file(&cached_file(&c, "C", &uy)), md5_file(&y));
+    let log = c.workers[2].log_text();
+    assert!(
+        log.contains("peer fetch from"),
+        "C met a rotten copy first:\n{log}"
+    );
+}
+
 #[test]
 fn a_serving_peer_killed_mid_transfer_leaves_no_partial_object() {
     let mut c = Cluster::start(&[]);

@@ -288,7 +288,19 @@ async fn fetch_peers(
     // A large object goes through `multi` even from one peer: its chunks are then relayed to
     // other readers as they land.
     if ctx.fetch_sources < 2 || input.size < super::multi::MIN_SIZE {
-        return fetch_peer(ctx, url, input, temp).await;
+        // One holder at a time: a read that fails (its holder gone mid-read) goes on to the
+        // next before the caller falls back to storage.
+        let mut tried = Vec::new();
+        for source in std::iter::once(url).chain(also.iter().map(String::as_str)) {
+            match fetch_peer(ctx, source, input, temp).await {
+                Err(Failed::Other(e)) if !also.is_empty() => {
+                    tracing::warn!(uri = %crate::uri::redacted(&input.uri), "peer fetch from {source} failed ({e})");
+                    tried.push(format!("{source}: {e}"));
+                }
+                done => return done,
+            }
+        }
+        return Err(Failed::Other(tried.join("; ")));
     }
     let sources: Vec<&str> = std::iter::once(url)
         .chain(also.iter().map(String::as_str))

@@ -31,18 +31,17 @@ impl Shared<'_> {
         }
     }
 
-    /// The holders of `o` other than `from` that worker `to` may read it from at the same
-    /// time, fastest predicted first, when it is large enough to be read in chunks
-    /// (`worker::multi`): their peer URLs.
+    /// The holders of `o` other than `from` that worker `to` may read it from, fastest
+    /// predicted first, as peer URLs: up to 15 to read from at the same time when it is large
+    /// enough to be read in chunks (`worker::multi`), else up to 2 to read from in turn if a
+    /// read fails (a holder gone mid-read), before storage or a remake.
     pub fn other_holders(&self, o: ObjectId, size: u64, from: NodeId, to: NodeId) -> Vec<String> {
-        if size < MULTI_SOURCE_MIN {
-            return Vec::new();
-        }
+        let most = if size < MULTI_SOURCE_MIN { 2 } else { 15 };
         self.core
             .holders_by_rate(o, to, &[from, to])
             .iter()
             .filter_map(|h| self.sessions.get(h).map(|s| s.peer_url.clone()))
-            .take(15)
+            .take(most)
             .collect()
     }
 
