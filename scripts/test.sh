@@ -9,7 +9,7 @@
 # mount) and run as root; as another user they say SKIPPED and pass. The elastic pool's Slurm
 # tests run a real one-node Slurm (scripts/slurm.sh installs munge and slurm-wlm's daemons from
 # Debian when missing, and starts and stops them per test); the faults across hosts
-# (tests/faults_slurm.rs) a Slurm whose nodes are network namespaces (scripts/slurm-hosts.sh). The Python client's tests
+# (tests/faults_slurm*.rs) a Slurm whose nodes are network namespaces (scripts/slurm-hosts.sh). The Python client's tests
 # (scripts/test-python.sh) run last, against the release binary, in a virtualenv under target/
 # with pytest, parsl and mypy from PyPI. `/metrics` is checked by promtool (Debian's prometheus
 # package) and the web dashboard in a headless Chromium (Debian's chromium), both installed when

@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::cluster::{file_uri, gated_task, poll, random_bytes, report, traffic, Proc};
+use common::cluster::{file_uri, gated_task, poll, random_bytes, report, traffic, Cluster, Proc};
 use common::slurm_hosts::*;
 use common::task_runs::*;
 use serde_json::{json, Value};
@@ -81,6 +81,38 @@ fn cut_workload(a: &str, c: &str, gate: &Path, runs: &Path, sums: &Path) -> Vec<
     batch
 }
 
+/// Drop every packet between host 1 (worker `a`) and the dispatcher's port, both ways, on
+/// receipt, for 30 s; open `gate` 2 s after `a` is given up. How long until it was given up,
+/// how long after the heal it was back, and the packets dropped.
+fn cut_for_30_s(s: &SlurmHosts, c: &Cluster, a: &str, gate: &Path) -> (Duration, Duration, u64) {
+    let port = port_of(&c.url);
+    let a_addr = s.host(1).addr.clone();
+    let rules = |undo: bool| {
+        s.head_net()
+            .drop_from(&a_addr, &["-p", "tcp", "--dport", &port], undo);
+        s.net(1)
+            .drop_from(&s.head, &["-p", "tcp", "--sport", &port], undo);
+    };
+    let cut = Instant::now();
+    rules(false);
+    poll("A to be given up", || {
+        (!connected(c).iter().any(|w| w == a)).then_some(())
+    });
+    let given_up = cut.elapsed();
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(gate, b"").unwrap();
+    while cut.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let dropped = s.head_net().dropped() + s.net(1).dropped();
+    rules(true);
+    let healed = Instant::now();
+    poll("A to join again", || {
+        connected(c).iter().any(|w| w == a).then_some(())
+    });
+    (given_up, healed.elapsed(), dropped)
+}
+
 /// Three two-core workers, one per host (a fourth host free for a replacement job). A runs two
 /// 12 s tasks and holds the only copy of `tmp://mid`, which four queued readers need, when every
 /// packet between it and the dispatcher is dropped for 30 s (Slurm's own traffic, which has a
@@ -136,33 +168,7 @@ fn fault1_a_worker_cut_off_from_the_dispatcher_for_30_s_loses_nothing_and_is_tak
         (on_a("long0") && on_a("long1")).then_some(())
     });
 
-    // Every packet between A's host and the dispatcher's port, both ways, dropped on receipt.
-    let port = port_of(&c.url);
-    let a_addr = s.host(1).addr.clone();
-    let cut = Instant::now();
-    s.head_net()
-        .drop_from(&a_addr, &["-p", "tcp", "--dport", &port], false);
-    s.net(1)
-        .drop_from(&s.head, &["-p", "tcp", "--sport", &port], false);
-    poll("A to be given up", || {
-        (!connected(&c).contains(&a)).then_some(())
-    });
-    let given_up = cut.elapsed();
-    std::thread::sleep(Duration::from_secs(2));
-    std::fs::write(&gate, b"").unwrap();
-    while cut.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let dropped = s.head_net().dropped() + s.net(1).dropped();
-    s.head_net()
-        .drop_from(&a_addr, &["-p", "tcp", "--dport", &port], true);
-    s.net(1)
-        .drop_from(&s.head, &["-p", "tcp", "--sport", &port], true);
-    let healed = Instant::now();
-    poll("A to join again", || {
-        connected(&c).contains(&a).then_some(())
-    });
-    let rejoined = healed.elapsed();
+    let (given_up, rejoined, dropped) = cut_for_30_s(&s, &c, &a, &gate);
     // A takes tasks again: four that would rather run on it.
     let back: Vec<Value> = (0..4)
         .map(|i| {
