@@ -148,12 +148,9 @@ up() {
     command -v ip >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 ||
         { log "needs ip (iproute2) and nsenter, unshare (util-linux)"; exit 1; }
     [ ! -f "$DIR/net" ] || teardown
-    rm -rf "$DIR/state" "$DIR/spool" "$DIR/munge" "$DIR/log" "$DIR/net"
-    mkdir -p "$DIR/state" "$DIR/spool" "$DIR/munge" "$DIR/log" "$DIR/run" "$DIR/local" "$DIR/disk"
-    chmod 755 "$DIR"
-    chmod 711 "$DIR/munge"
-    [ -s "$DIR/munge.key" ] || mungekey -c -k "$DIR/munge.key" >&2
-    chmod 600 "$DIR/munge.key"
+    rm -f "$DIR/net"
+    fresh_state
+    mkdir -p "$DIR/local" "$DIR/disk"
     : >"$DIR/pids"
 
     subnet=$(free_subnet)
@@ -176,38 +173,9 @@ up() {
     port=$(free_ports "$DIR")
     conf=$DIR/slurm.conf
     {
-        cat <<EOF
-# Written by scripts/slurm-hosts.sh: a head and $n hosts on bridge $(bridge) ($subnet.0/24).
-ClusterName=diffusehosts
-SlurmctldHost=$(hostname -s)($subnet.1)
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$DIR/munge/munge.socket
-StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool/%n
-SlurmctldPidFile=$DIR/run/slurmctld.pid
-SlurmdPidFile=$DIR/run/slurmd-%n.pid
-SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmdParameters=config_overrides
-SchedulerParameters=batch_sched_delay=0
-ReturnToService=2
-KillWait=5
-SlurmdTimeout=10
-MailProg=/bin/true
-EOF
+        echo "# Written by scripts/slurm-hosts.sh: a head and $n hosts on bridge $(bridge) ($subnet.0/24)."
+        conf_common diffusehosts "$(hostname -s)($subnet.1)" "$port" "-%n"
+        echo "SlurmdTimeout=10"
         for ((i = 1; i <= n; i++)); do
             echo "NodeName=node$i NodeAddr=$subnet.$((10 + i)) CPUs=$cpus RealMemory=4096 State=UNKNOWN"
         done
@@ -217,14 +185,7 @@ EOF
     cd "$DIR"
     deadline=$((SECONDS + 60))
 
-    setsid munged -F --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge.key" \
-        --log-file="$DIR/log/munged.log" --pid-file="$DIR/run/munged.pid" \
-        --seed-file="$DIR/munge/munge.seed" </dev/null >"$DIR/log/munged.out" 2>&1 &
-    echo "munged $!" >>"$DIR/pids"
-    until munge -S "$DIR/munge/munge.socket" -n </dev/null >/dev/null 2>&1; do
-        ((SECONDS < deadline)) || fail "munged did not answer"
-        sleep 0.1
-    done
+    start_munged
     setsid slurmctld -D -f "$conf" </dev/null >"$DIR/log/slurmctld.out" 2>&1 &
     echo "slurmctld $!" >>"$DIR/pids"
     for ((i = 1; i <= n; i++)); do

@@ -156,30 +156,25 @@ fail() {
     exit 1
 }
 
-up() {
-    local cpus=$1 node port conf deadline state job i
-    [[ $cpus =~ ^[1-9][0-9]*$ ]] || usage
-    install_packages
-    if [ "$(id -u)" != 0 ]; then
-        log "a test Slurm runs its daemons as root (SlurmUser=root, slurmd launches jobs): not root"
-        exit 3
-    fi
-    stop "$DIR"
-    # Fresh state every time: a stale node state (drain) or job list would leak into the test.
+# Fresh state every time (a stale node state, drain, or job list would leak into the test):
+# DIR's state, spool, munge, log and run directories, and the munge key.
+fresh_state() {
     rm -rf "$DIR/state" "$DIR/spool" "$DIR/munge" "$DIR/log"
     mkdir -p "$DIR/state" "$DIR/spool" "$DIR/munge" "$DIR/log" "$DIR/run"
     chmod 755 "$DIR"
     chmod 711 "$DIR/munge"                      # munged refuses a more open socket directory
     [ -s "$DIR/munge.key" ] || mungekey -c -k "$DIR/munge.key" >&2
     chmod 600 "$DIR/munge.key"
+}
 
-    node=$(hostname -s)
-    port=$(free_ports "$DIR")
-    conf=$DIR/slurm.conf
-    cat >"$conf" <<EOF
-# Written by scripts/slurm.sh: a one-node test cluster.
-ClusterName=diffusetest
-SlurmctldHost=$node(127.0.0.1)
+# The slurm.conf lines every test cluster shares: cluster NAME, slurmctld at CTLD
+# (`host(addr)`), ports PORT and PORT+1; PER_NODE "-%n" gives each slurmd its own spool, pid
+# and log file (several on one machine), "" one slurmd's.
+conf_common() {
+    local name=$1 ctld=$2 port=$3 per_node=$4
+    cat <<EOF
+ClusterName=$name
+SlurmctldHost=$ctld
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 SlurmUser=root
@@ -188,11 +183,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$DIR/munge/munge.socket
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool${per_node:+/%n}
 SlurmctldPidFile=$DIR/run/slurmctld.pid
-SlurmdPidFile=$DIR/run/slurmd.pid
+SlurmdPidFile=$DIR/run/slurmd$per_node.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
+SlurmdLogFile=$DIR/log/slurmd$per_node.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
@@ -206,16 +201,12 @@ SchedulerParameters=batch_sched_delay=0
 ReturnToService=2
 KillWait=5
 MailProg=/bin/true
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=4096 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
-    export SLURM_CONF=$conf
-    cd "$DIR"                                   # the daemons' working directory
-    deadline=$((SECONDS + 60))
+}
 
-    # Each daemon in the foreground, in its own session, its output in a file (never the caller's
-    # pipes); setsid execs in place, so $! is the daemon's pid.
-    : >"$DIR/pids"
+# munged in the foreground in its own session (its pid in DIR/pids), until it answers or
+# $deadline passes.
+start_munged() {
     setsid munged -F --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge.key" \
         --log-file="$DIR/log/munged.log" --pid-file="$DIR/run/munged.pid" \
         --seed-file="$DIR/munge/munge.seed" </dev/null >"$DIR/log/munged.out" 2>&1 &
@@ -224,6 +215,36 @@ EOF
         ((SECONDS < deadline)) || fail "munged did not answer"
         sleep 0.1
     done
+}
+
+up() {
+    local cpus=$1 node port conf deadline state job i
+    [[ $cpus =~ ^[1-9][0-9]*$ ]] || usage
+    install_packages
+    if [ "$(id -u)" != 0 ]; then
+        log "a test Slurm runs its daemons as root (SlurmUser=root, slurmd launches jobs): not root"
+        exit 3
+    fi
+    stop "$DIR"
+    fresh_state
+
+    node=$(hostname -s)
+    port=$(free_ports "$DIR")
+    conf=$DIR/slurm.conf
+    {
+        echo "# Written by scripts/slurm.sh: a one-node test cluster."
+        conf_common diffusetest "$node(127.0.0.1)" "$port" ""
+        echo "NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=4096 State=UNKNOWN"
+        echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+    } >"$conf"
+    export SLURM_CONF=$conf
+    cd "$DIR"                                   # the daemons' working directory
+    deadline=$((SECONDS + 60))
+
+    # Each daemon in the foreground, in its own session, its output in a file (never the caller's
+    # pipes); setsid execs in place, so $! is the daemon's pid.
+    : >"$DIR/pids"
+    start_munged
 
     setsid slurmctld -D -f "$conf" </dev/null >"$DIR/log/slurmctld.out" 2>&1 &
     echo "slurmctld $!" >>"$DIR/pids"

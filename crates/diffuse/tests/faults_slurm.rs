@@ -167,20 +167,7 @@ fn fault3_a_dispatcher_killed_inside_an_sbatch_during_a_hand_off_adopts_its_jobs
     let wrappers = tempfile::tempdir().unwrap();
     // Each sbatch takes 2 s longer than Slurm's: a kill inside one is certain, not lucky.
     let (path, calls) = logged_slurm_commands(wrappers.path(), 2.0);
-    let args = pool_args(
-        &s,
-        4,
-        1,
-        "diffuse-{request}",
-        &[
-            "--min-workers",
-            "1",
-            "--idle-release",
-            "3s",
-            "--handoff-time",
-            "60s",
-        ],
-    );
+    let args = pool_args(&s, 4, 1, "diffuse-{request}", &HANDOFF_POOL);
     let mut c = head_dispatcher(&s, &strs(&args), &[("PATH", &path)]);
     let _dump = DumpWorkerLogs::of(&c);
     let jobs_sampled = JobSampler::start(&s.conf);

@@ -182,15 +182,7 @@ fn fault6_a_cache_disk_filled_during_a_prefetch_evicts_and_fails_no_task() {
 #[test]
 fn fault6_a_cache_disk_filled_during_a_hand_off_evicts_or_declines_and_fails_no_task() {
     let _turn = one_at_a_time();
-    let more = [
-        "--min-workers",
-        "1",
-        "--idle-release",
-        "3s",
-        "--handoff-time",
-        "60s",
-    ];
-    let Some((s, mut c)) = small_disk_pool("fault 6 (hand-off)", 2, &more) else {
+    let Some((s, mut c)) = small_disk_pool("fault 6 (hand-off)", 2, &HANDOFF_POOL) else {
         return;
     };
     let _dump = DumpWorkerLogs::of(&c);

@@ -789,6 +789,17 @@ pub fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
+/// The pool flags of [`two_workers_then_a_hand_off`]: one worker kept, an idle one released
+/// after 3 s, a hand-off given a minute.
+pub const HANDOFF_POOL: [&str; 6] = [
+    "--min-workers",
+    "1",
+    "--idle-release",
+    "3s",
+    "--handoff-time",
+    "60s",
+];
+
 /// Two tasks of four 4 MB files each grow the pool to two workers; once
 /// both are idle, one is released down to `--min-workers 1` and starts pushing its files to the
 /// other. The files, the tasks, and the dispatcher's line that says the hand-off began.
