@@ -31,27 +31,7 @@ impl Slurm {
     /// Starts one (via `scripts/slurm.sh up`) or returns None when not root (tests then print
     /// SKIPPED). Anything left running in `dir` by an earlier start is stopped first.
     pub fn start(dir: &Path, cpus: u32) -> Option<Slurm> {
-        let out = Command::new(script())
-            .arg("up")
-            .arg(dir)
-            .arg(cpus.to_string())
-            .output()
-            .expect("run scripts/slurm.sh");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        match out.status.code() {
-            Some(0) => {}
-            // Not root (and so Slurm can neither be installed nor run): the script says why.
-            Some(3) => {
-                eprintln!("{}", stderr.trim_end());
-                return None;
-            }
-            _ => panic!(
-                "scripts/slurm.sh up {} failed ({}):\n{stderr}",
-                dir.display(),
-                out.status
-            ),
-        }
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stdout = script_up(&script(), dir, &[cpus.to_string()])?;
         let conf = PathBuf::from(
             stdout
                 .trim()
@@ -65,18 +45,7 @@ impl Slurm {
     /// Runs a client command (`squeue`, `scancel`, ...) with `SLURM_CONF` set; returns stdout.
     /// Panics, with its stderr, if it fails.
     pub fn cmd(&self, prog: &str, args: &[&str]) -> String {
-        let out = Command::new(prog)
-            .args(args)
-            .env("SLURM_CONF", &self.conf)
-            .output()
-            .unwrap_or_else(|e| panic!("run {prog}: {e}"));
-        assert!(
-            out.status.success(),
-            "{prog} {args:?} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        slurm_cmd(&self.conf, prog, args)
     }
 
     /// The pid of one of its daemons (`munged`, `slurmctld`, `slurmd`), as `up` recorded it.
@@ -117,15 +86,64 @@ impl Slurm {
 impl Drop for Slurm {
     /// `scripts/slurm.sh down`: the daemons and any job still running are gone when this returns.
     fn drop(&mut self) {
-        match Command::new(script()).arg("down").arg(&self.dir).output() {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "scripts/slurm.sh down {} failed ({}):\n{}",
-                self.dir.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => eprintln!("run scripts/slurm.sh down: {e}"),
-        }
+        script_down(&script(), &self.dir);
     }
+}
+
+/// `SCRIPT up DIR ARGS...` (`scripts/slurm.sh`, `scripts/slurm-hosts.sh`): its stdout, or None
+/// when it says it cannot run here (exit 3: not root; its reason printed, the test skips).
+/// Panics with its stderr on any other failure.
+pub fn script_up(script: &Path, dir: &Path, args: &[String]) -> Option<String> {
+    let out = Command::new(script)
+        .arg("up")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => Some(String::from_utf8_lossy(&out.stdout).into_owned()),
+        Some(3) => {
+            eprintln!("{}", stderr.trim_end());
+            None
+        }
+        _ => panic!(
+            "{} up {} failed ({}):\n{stderr}",
+            script.display(),
+            dir.display(),
+            out.status
+        ),
+    }
+}
+
+/// `SCRIPT down DIR`; a failure is printed (it runs from `Drop`).
+pub fn script_down(script: &Path, dir: &Path) {
+    match Command::new(script).arg("down").arg(dir).output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => eprintln!(
+            "{} down {} failed ({}):\n{}",
+            script.display(),
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("run {} down: {e}", script.display()),
+    }
+}
+
+/// Run a client command (`squeue`, `scancel`, ...) with `SLURM_CONF=conf`; its stdout. Panics,
+/// with its stderr, if it fails.
+pub fn slurm_cmd(conf: &Path, prog: &str, args: &[&str]) -> String {
+    let out = Command::new(prog)
+        .args(args)
+        .env("SLURM_CONF", conf)
+        .output()
+        .unwrap_or_else(|e| panic!("run {prog}: {e}"));
+    assert!(
+        out.status.success(),
+        "{prog} {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -19,6 +19,7 @@
 use super::cluster::{free_port, poll, Cluster, Proc, DEADLINE};
 use super::host::{is_root, skip};
 use super::netfault::NetHost;
+use super::slurm::{script_down, script_up, slurm_cmd};
 use super::task_runs::{data_files, ids, logged_task};
 use super::BIN;
 use rustix::process::Signal;
@@ -71,26 +72,7 @@ impl SlurmHosts {
         let root = tempfile::tempdir().expect("tempdir");
         let dir = root.path().join("slurm");
         let t = Instant::now();
-        let out = Command::new(script())
-            .arg("up")
-            .arg(&dir)
-            .arg(n.to_string())
-            .arg(cpus.to_string())
-            .output()
-            .expect("run scripts/slurm-hosts.sh");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        match out.status.code() {
-            Some(0) => {}
-            Some(3) => {
-                eprintln!("{}", stderr.trim_end());
-                return None;
-            }
-            _ => panic!(
-                "scripts/slurm-hosts.sh up {} failed ({}):\n{stderr}",
-                dir.display(),
-                out.status
-            ),
-        }
+        script_up(&script(), &dir, &[n.to_string(), cpus.to_string()])?;
         let net = std::fs::read_to_string(dir.join("net")).expect("DIR/net");
         let mut head = String::new();
         let mut bridge = String::new();
@@ -146,18 +128,7 @@ impl SlurmHosts {
     /// Run a client command (`squeue`, `scancel`, ...) with `SLURM_CONF`; its stdout. Panics,
     /// with its stderr, if it fails.
     pub fn cmd(&self, prog: &str, args: &[&str]) -> String {
-        let out = Command::new(prog)
-            .args(args)
-            .env("SLURM_CONF", &self.conf)
-            .output()
-            .unwrap_or_else(|e| panic!("run {prog}: {e}"));
-        assert!(
-            out.status.success(),
-            "{prog} {args:?} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        slurm_cmd(&self.conf, prog, args)
     }
 
     /// Every job `squeue -t all` shows (pending, running, and those ended in the last 5
@@ -348,16 +319,7 @@ impl Drop for SlurmHosts {
         if let Some(net) = self.head_net.get() {
             net.remove_chain();
         }
-        match Command::new(script()).arg("down").arg(&self.dir).output() {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "scripts/slurm-hosts.sh down {} failed ({}):\n{}",
-                self.dir.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => eprintln!("run scripts/slurm-hosts.sh down: {e}"),
-        }
+        script_down(&script(), &self.dir);
         if std::thread::panicking() {
             let log = self.dir.join("log/slurmctld.log");
             let text = std::fs::read_to_string(&log).unwrap_or_default();
