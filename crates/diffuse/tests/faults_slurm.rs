@@ -21,6 +21,7 @@
 mod common;
 
 use common::cluster::{poll, report, traffic};
+use common::slurm::logged_slurm_commands;
 use common::slurm_hosts::*;
 use common::task_runs::*;
 use serde_json::{json, Value};

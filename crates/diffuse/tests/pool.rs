@@ -652,40 +652,12 @@ fn a_frozen_controller_leaves_no_second_job_for_one_request() {
     stop_dispatcher(&mut c);
 }
 
-/// Wrappers of sbatch, squeue and scancel, first on the returned PATH, that log each call
-/// (`<program> <unix time>`) to `dir/rm-calls` and run Slurm's own.
-fn counted_slurm_commands(dir: &std::path::Path) -> (String, std::path::PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let bin = dir.join("counted-bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let log = dir.join("rm-calls");
-    let path = std::env::var("PATH").unwrap();
-    for prog in ["sbatch", "squeue", "scancel"] {
-        let real = std::env::split_paths(&path)
-            .map(|d| d.join(prog))
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| panic!("{prog} on PATH"));
-        let wrapper = bin.join(prog);
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\necho \"{prog} $(date +%s.%N)\" >> {}\nexec {} \"$@\"\n",
-                log.display(),
-                real.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    (format!("{}:{path}", bin.display()), log)
-}
-
 #[test]
 fn one_sbatch_starts_a_job_array_of_workers_and_calls_stay_under_the_cap() {
     let Some((dir, slurm)) = slurm_or_skip("job array", 8) else {
         return;
     };
-    let (path, calls) = counted_slurm_commands(dir.path());
+    let (path, calls) = common::slurm::logged_slurm_commands(dir.path(), 0.0);
     // squeue every second would be 60 calls a minute: the cap of 12 paces it. With a time limit
     // given, the workers do not ask squeue for it (their calls would be logged too).
     let mut c = slurm_dispatcher(
@@ -737,15 +709,20 @@ fn one_sbatch_starts_a_job_array_of_workers_and_calls_stay_under_the_cap() {
     });
 
     let log = std::fs::read_to_string(&calls).unwrap();
-    let count = |prog: &str| log.lines().filter(|l| l.starts_with(prog)).count();
-    assert_eq!(count("sbatch "), 1, "one sbatch for six workers:\n{log}");
+    let count = |prog: &str| {
+        log.lines()
+            .filter(|l| l.starts_with(&format!("{prog} start ")))
+            .count()
+    };
+    assert_eq!(count("sbatch"), 1, "one sbatch for six workers:\n{log}");
     assert!(
-        count("scancel ") <= 1,
+        count("scancel") <= 1,
         "the shutdown cancelled the jobs left in one call:\n{log}"
     );
     let times: Vec<f64> = log
         .lines()
-        .filter_map(|l| l.split(' ').nth(1)?.parse().ok())
+        .filter(|l| l.split(' ').nth(1) == Some("start"))
+        .filter_map(|l| l.split(' ').nth(2)?.parse().ok())
         .collect();
     for (i, t) in times.iter().enumerate() {
         let in_minute = times[i..].iter().filter(|u| **u - t < 59.9).count();
@@ -754,7 +731,7 @@ fn one_sbatch_starts_a_job_array_of_workers_and_calls_stay_under_the_cap() {
             "{in_minute} resource-manager calls within a minute of call {i}:\n{log}"
         );
     }
-    assert!(count("squeue ") >= 2, "the jobs were followed:\n{log}");
+    assert!(count("squeue") >= 2, "the jobs were followed:\n{log}");
 }
 
 #[test]

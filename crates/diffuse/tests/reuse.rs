@@ -105,28 +105,8 @@ impl Pipeline {
 /// `diffuse run` of `tasks` in `dir` (run directory `run-<n>`, caches in `dir/cache`, reuse
 /// on): the lines of `dir/ran.log`, sorted, and the results.
 fn run_tasks(dir: &Path, tasks: &[Value], n: u32) -> (Vec<String>, Vec<Value>) {
-    let file = dir.join(format!("tasks-{n}.jsonl"));
-    let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
-    std::fs::write(&file, text).unwrap();
-    let run_dir = dir.join(format!("run-{n}"));
-    let cache = dir.join("cache");
-    let out = common::run_diffuse(
-        &[
-            "run",
-            file.to_str().unwrap(),
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--workers",
-            "2",
-            "--reuse",
-            "on",
-        ],
-        None,
-        &[],
-        DEADLINE,
-    );
+    let flags = ["--workers", "2", "--reuse", "on"];
+    let (out, results) = run_named(dir, &format!("-{n}"), tasks, &flags);
     assert_eq!(
         out.code,
         Some(0),
@@ -137,7 +117,7 @@ fn run_tasks(dir: &Path, tasks: &[Value], n: u32) -> (Vec<String>, Vec<Value>) {
     let ran = std::fs::read_to_string(dir.join("ran.log")).unwrap_or_default();
     let mut ran: Vec<String> = ran.lines().map(str::to_string).collect();
     ran.sort();
-    (ran, results(&run_dir))
+    (ran, results)
 }
 
 fn reused_from(result: &Value) -> Option<String> {

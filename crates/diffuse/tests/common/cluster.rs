@@ -732,10 +732,21 @@ pub fn moto_server(dir: &Path) -> (Proc, u16) {
 /// `diffuse run` of `tasks` (a task file written in `dir`) with `flags`, its run directory and
 /// caches under `dir`: its output, and its results (none if it wrote no results file).
 pub fn run_in(dir: &Path, tasks: &[Value], flags: &[&str]) -> (Output, Vec<Value>) {
-    let file = dir.join("tasks.jsonl");
+    run_named(dir, "", tasks, flags)
+}
+
+/// [`run_in`], the task file `tasks<suffix>.jsonl` and the run directory `run<suffix>`: one of
+/// several runs on the same caches.
+pub fn run_named(
+    dir: &Path,
+    suffix: &str,
+    tasks: &[Value],
+    flags: &[&str],
+) -> (Output, Vec<Value>) {
+    let file = dir.join(format!("tasks{suffix}.jsonl"));
     let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
     std::fs::write(&file, text).unwrap();
-    let run_dir = dir.join("run");
+    let run_dir = dir.join(format!("run{suffix}"));
     let cache = dir.join("cache");
     let mut args = vec![
         "run",

@@ -147,3 +147,34 @@ pub fn slurm_cmd(conf: &Path, prog: &str, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Wrappers of sbatch, squeue and scancel, first on the returned PATH, that log each call to
+/// `dir/rm-calls` (`<program> start|end <unix time> <arguments>`) and run Slurm's own; `sbatch`
+/// first sleeps `sbatch_delay` seconds (a slow controller: a window to kill the dispatcher in).
+pub fn logged_slurm_commands(dir: &Path, sbatch_delay: f64) -> (String, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("logged-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = dir.join("rm-calls");
+    let path = std::env::var("PATH").unwrap();
+    for prog in ["sbatch", "squeue", "scancel"] {
+        let real = std::env::split_paths(&path)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("{prog} on PATH"));
+        let delay = if prog == "sbatch" { sbatch_delay } else { 0.0 };
+        let wrapper = bin.join(prog);
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\necho \"{prog} start $(date +%s.%N) $*\" >> {log}\nsleep {delay}\n\
+                 {real} \"$@\"\nrc=$?\necho \"{prog} end $(date +%s.%N) $*\" >> {log}\nexit $rc\n",
+                log = log.display(),
+                real = real.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (format!("{}:{path}", bin.display()), log)
+}

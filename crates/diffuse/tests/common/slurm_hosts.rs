@@ -490,37 +490,6 @@ pub fn url_host(url: &str) -> &str {
 
 // ----- the pool on it: its jobs and workers -----
 
-/// Wrappers of sbatch, squeue and scancel, first on the returned PATH, that log each call to
-/// `dir/rm-calls` (`<program> start|end <unix time> <arguments>`) and run Slurm's own; `sbatch`
-/// first sleeps `sbatch_delay` seconds (a slow controller: a window to kill the dispatcher in).
-pub fn logged_slurm_commands(dir: &Path, sbatch_delay: f64) -> (String, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let bin = dir.join("logged-bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let log = dir.join("rm-calls");
-    let path = std::env::var("PATH").unwrap();
-    for prog in ["sbatch", "squeue", "scancel"] {
-        let real = std::env::split_paths(&path)
-            .map(|d| d.join(prog))
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| panic!("{prog} on PATH"));
-        let delay = if prog == "sbatch" { sbatch_delay } else { 0.0 };
-        let wrapper = bin.join(prog);
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\necho \"{prog} start $(date +%s.%N) $*\" >> {log}\nsleep {delay}\n\
-                 {real} \"$@\"\nrc=$?\necho \"{prog} end $(date +%s.%N) $*\" >> {log}\nexit $rc\n",
-                log = log.display(),
-                real = real.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    (format!("{}:{path}", bin.display()), log)
-}
-
 /// The `--job-name`s of the `sbatch` calls logged so far that `started` (or ended).
 pub fn sbatch_names(log: &Path, what: &str) -> Vec<String> {
     std::fs::read_to_string(log)
