@@ -18,7 +18,6 @@ error names that log, diffuse's reason (exit code, ``timed out after N s``, an i
 found...) and the end of its stderr.
 """
 
-from __future__ import annotations
 
 import json
 import math
@@ -50,7 +49,10 @@ MAX_ENV_INPUTS = 24 * 1024
 
 @dataclass
 class ExecutorSettings(ExecutorSettingsBase):
-    """``--diffuse-<name>`` on the command line, ``diffuse-<name>:`` in a profile."""
+    """``--diffuse-<name>`` on the command line, ``diffuse-<name>:`` in a profile.
+
+    (This module does not use ``from __future__ import annotations``: Snakemake reads these
+    fields' types at run time to build its command line.)"""
 
     url: Optional[str] = field(
         default=None,
@@ -95,11 +97,21 @@ class ExecutorSettings(ExecutorSettingsBase):
             "required": False,
         },
     )
-    declare_inputs: bool = field(
-        default=True,
+    inputs_in_place: bool = field(
+        default=False,
         metadata={
-            "help": "Declare the job's input files served by the diffuse storage plugin as task "
-            "inputs (placement by cache, reads from the worker's cache).",
+            "help": "Do not declare the jobs' input files as task inputs: the jobs read them from "
+            "the shared file system, and the dispatcher does not place them by cache.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    poll: float = field(
+        default=0.5,
+        metadata={
+            "help": "Seconds between status checks (each one request for all active jobs), "
+            "instead of Snakemake's --seconds-between-status-checks (10 s by default, for "
+            "executors that query a batch scheduler per job).",
             "env_var": False,
             "required": False,
         },
@@ -214,12 +226,13 @@ class Executor(RemoteExecutor):
         self.workdir = os.getcwd()
         self.log_dir = Path(self.workdir) / ".snakemake" / "diffuse_logs"
         self.polls = 0
+        self.next_seconds_between_status_checks = self.settings.poll
         # The jobs read cached copies only when they make their own local copies of storage
         # files (storage-local-copies not on the shared file system); otherwise the main
         # process makes them on the shared file system and the jobs read those.
         usage = self.workflow.storage_settings.shared_fs_usage
         self.cached_inputs = (
-            self.settings.declare_inputs and SharedFSUsage.STORAGE_LOCAL_COPIES not in usage
+            not self.settings.inputs_in_place and SharedFSUsage.STORAGE_LOCAL_COPIES not in usage
         )
         self.logger.info(
             f"diffuse: dispatcher {self.client.url}, job {self.diffuse_job}"
