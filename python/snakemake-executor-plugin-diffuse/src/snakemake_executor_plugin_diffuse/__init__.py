@@ -106,6 +106,16 @@ class ExecutorSettings(ExecutorSettingsBase):
             "required": False,
         },
     )
+    max_cores: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "The most cores a task asks for (default: the largest connected worker's); "
+            "a job or group job with more threads runs with this many (its Snakemake gets "
+            "--cores N), instead of waiting for a worker that large.",
+            "env_var": False,
+            "required": False,
+        },
+    )
     poll: float = field(
         default=0.5,
         metadata={
@@ -226,6 +236,10 @@ class Executor(RemoteExecutor):
         self.workdir = os.getcwd()
         self.log_dir = Path(self.workdir) / ".snakemake" / "diffuse_logs"
         self.polls = 0
+        self._job_cores: Optional[int] = None
+        self.max_cores = self.settings.max_cores or max(
+            (int((w.get("slots") or [0])[0]) for w in self.client.workers()), default=0
+        )
         self.next_seconds_between_status_checks = self.settings.poll
         # The jobs read cached copies only when they make their own local copies of storage
         # files (storage-local-copies not on the shared file system); otherwise the main
@@ -239,6 +253,14 @@ class Executor(RemoteExecutor):
         )
 
     # ------------------------------------------------------------------ submitting
+
+    @property
+    def cores(self) -> Any:
+        """``--cores`` of the job's Snakemake: the cores its task holds (while its command is
+        made), so that a group job runs its jobs within them."""
+        if self._job_cores is not None:
+            return self._job_cores
+        return super().cores
 
     def task_for(self, job: JobExecutorInterface) -> Tuple[Task, Dict[str, Any]]:
         """The diffuse task that runs ``job``, and what the executor remembers of it."""
@@ -256,8 +278,17 @@ class Executor(RemoteExecutor):
                 env[ENV_INPUTS_FILE] = str(path)
         log_base = self.log_dir / name / str(job.jobid)
         log_base.parent.mkdir(parents=True, exist_ok=True)
+        fields = task_resources(job.threads, job.resources, self.settings.enforce_memory)
+        if self.max_cores and fields["cores"] > self.max_cores:
+            # A group job asks for the threads of its jobs added up; no worker may be that large.
+            fields["cores"] = self.max_cores
         staged = f'export {ENV_STAGED}="$(pwd)/inputs" && ' if self.cached_inputs else ""
-        cmd = f"{staged}cd {shlex.quote(self.workdir)} && {self.format_job_exec(job)}"
+        self._job_cores = fields["cores"]
+        try:
+            exec_job = self.format_job_exec(job)
+        finally:
+            self._job_cores = None
+        cmd = f"{staged}cd {shlex.quote(self.workdir)} && {exec_job}"
         task = Task(
             id=task_id,
             cmd=cmd,
@@ -269,7 +300,7 @@ class Executor(RemoteExecutor):
             stdout=log_base.with_suffix(".out").as_uri(),
             stderr=log_base.with_suffix(".log").as_uri(),
             priority=self.settings.priority or None,
-            **task_resources(job.threads, job.resources, self.settings.enforce_memory),
+            **fields,
         )
         return task, {"log": str(log_base.with_suffix(".log")), "inputs": len(inputs)}
 
