@@ -65,6 +65,14 @@ class TestWorkflows(TestWorkflowsLocalStorageBase):
 
 # ---------------------------------------------------------------- helpers
 
+#: The quick start's profile (python/snakemake-executor-plugin-diffuse/README.md, README.md).
+QUICK_START = """executor: diffuse
+jobs: 500
+default-storage-provider: diffuse
+shared-fs-usage: [persistence, software-deployment, sources, source-cache]
+diffuse-job: {job}
+"""
+
 
 def run_snakemake(
     cluster: Cluster,
@@ -72,12 +80,15 @@ def run_snakemake(
     *args: str,
     check: bool = True,
     timeout: float = 300,
+    defaults: bool = True,
 ) -> "subprocess.CompletedProcess[str]":
-    """``python -m snakemake --executor diffuse`` in ``workdir`` against ``cluster``."""
+    """``python -m snakemake --executor diffuse --jobs 8 ARGS`` in ``workdir`` against
+    ``cluster`` (without ``defaults``, ``python -m snakemake ARGS``)."""
     env = dict(os.environ)
     env["DIFFUSE_DISPATCHER"] = cluster.url
     env["DIFFUSE_CLIENT_TOKEN"] = cluster.client_token
-    cmd = [sys.executable, "-m", "snakemake", "--executor", "diffuse", "--jobs", "8", "--nocolor", *args]
+    base = ["--executor", "diffuse", "--jobs", "8"] if defaults else []
+    cmd = [sys.executable, "-m", "snakemake", *base, "--nocolor", *args]
     p = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
         pytest.fail(f"snakemake failed ({p.returncode}):\n{p.stderr[-6000:]}\n" + cluster.dump_logs())
@@ -135,9 +146,14 @@ def test_inputs_are_read_from_the_workers_caches(cluster: Cluster, tmp_path: Pat
     n, readers, size = 4, 4, 1_000_000
     inputs = write_inputs(tmp_path / "data", n, size)
     (tmp_path / "Snakefile").write_text(LOCALITY.format(n=n, readers=readers))
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    job = unique("smk-quick-start")
+    (profile / "config.yaml").write_text(QUICK_START.format(job=job))
     before = client.status().traffic
-    run_snakemake(cluster, tmp_path, *CACHED)
+    run_snakemake(cluster, tmp_path, "--profile", str(profile), defaults=False)
     after = client.status().traffic
+    assert client.job(job).succeeded == n * readers
     storage = after.bytes_storage - before.bytes_storage
     cached = (after.bytes_local - before.bytes_local) + (after.bytes_peer - before.bytes_peer)
     # 16 job reads of 1 MB and 12 of the small out/*_0.txt files

@@ -225,6 +225,11 @@ class Executor(RemoteExecutor):
         s = self.workflow.executor_settings
         assert s is None or isinstance(s, ExecutorSettings)
         self.settings: ExecutorSettings = s if s is not None else ExecutorSettings()
+        if self.workflow.remote_execution_settings.immediate_submit:
+            raise WorkflowError(
+                "diffuse: --immediate-submit is not supported (the tasks would not wait for "
+                "the jobs they depend on)"
+            )
         try:
             self.client = Client(self.settings.url, token_file=self.settings.token_file)
             self.client.status()
