@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List
 
 import pytest
 
@@ -96,7 +96,8 @@ def run_snakemake(
 
 
 def rules_run(client: Client, since: int) -> List[str]:
-    """``rule:jobid`` of the snakemake tasks submitted after the listing cursor ``since``."""
+    """The rule of each Snakemake job's task submitted after the listing cursor ``since``
+    (task ids are ``smk-<run>-<jobid>-<rule>-a<attempt>``)."""
     out = []
     for t in client.iter_tasks(after=since):
         m = re.match(r"smk-[0-9a-f]+-\d+-(.+)-a\d+$", t.id)
@@ -156,6 +157,7 @@ def test_inputs_are_read_from_the_workers_caches(cluster: Cluster, tmp_path: Pat
     assert client.job(job).succeeded == n * readers
     storage = after.bytes_storage - before.bytes_storage
     cached = (after.bytes_local - before.bytes_local) + (after.bytes_peer - before.bytes_peer)
+    print(f"shared storage served {storage} B, the workers' caches {cached} B")
     # 16 job reads of 1 MB and 12 of the small out/*_0.txt files
     assert n * size <= storage < 2 * n * size, (storage, cached)
     assert cached >= (n * readers - 2 * n) * size, (storage, cached)

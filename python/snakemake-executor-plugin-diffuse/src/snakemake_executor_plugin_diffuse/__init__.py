@@ -253,9 +253,18 @@ class Executor(RemoteExecutor):
         self.cached_inputs = (
             not self.settings.inputs_in_place and SharedFSUsage.STORAGE_LOCAL_COPIES not in usage
         )
-        self.logger.info(
-            f"diffuse: dispatcher {self.client.url}, job {self.diffuse_job}"
-        )
+        self.logger.info(f"diffuse: dispatcher {self.client.url}, job {self.diffuse_job}")
+        provider = getattr(self.workflow.storage_settings, "default_storage_provider", None)
+        if provider != "diffuse":
+            self.logger.info(
+                "diffuse: jobs read their inputs on the shared file system and are not placed "
+                "by cache (no --default-storage-provider diffuse; see docs/snakemake.md)"
+            )
+        elif not self.cached_inputs and not self.settings.inputs_in_place:
+            self.logger.warning(
+                "diffuse: --shared-fs-usage includes storage-local-copies: the main process "
+                "copies inputs to the shared file system and jobs read those, not the caches"
+            )
 
     # ------------------------------------------------------------------ submitting
 
