@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,6 +62,27 @@ class TestWorkflows(TestWorkflowsLocalStorageBase):
 
     def get_executor_settings(self) -> ExecutorSettings:
         return ExecutorSettings(url=self.cluster.url, job=unique("smk-base"))
+
+
+@pytest.mark.parametrize("case", ["simple", "groups"])
+def test_snakemakes_testcases_with_the_diffuse_storage(cluster: Cluster, tmp_path: Path, case: str) -> None:
+    """The same two workflows of Snakemake's test base, run with the quick start's storage
+    settings (inputs through the ``diffuse`` provider, local copies made in the tasks), which the
+    base class cannot set (its ``shared-fs-usage`` is all or nothing)."""
+    import snakemake.common.tests as base
+
+    work = tmp_path / case
+    shutil.copytree(Path(base.__file__).parent / "testcases" / case, work)
+    run_snakemake(cluster, work, *CACHED)
+    expected = ["test3.out"] + (
+        ["test1.out", "test2.out", "a.log", "b.log", "c.log", "res/somedir1.out", "res/somedir2/subdir.out"]
+        if case == "simple"
+        else [f"test{k}.{s}.out" for k in (1, 2) for s in (1, 2, 3)]
+    )
+    missing = [f for f in expected if not (work / f).exists()]
+    assert not missing, missing
+    p = run_snakemake(cluster, work, *CACHED, "-n")
+    assert "Nothing to be done" in p.stdout + p.stderr
 
 
 # ---------------------------------------------------------------- helpers
