@@ -4,7 +4,9 @@
 #   - a virtualenv in target/python-venv (made once, reused), with ./python[test] installed
 #     from PyPI's pytest, parsl and mypy (python3-venv is installed from Debian if missing)
 #   - mypy --strict on the diffuse_client package
-#   - pytest python/tests: the client API, DiffuseExecutor (1,000 tasks), the Parsl executor
+#   - pytest python/tests: the client API, DiffuseExecutor (1,000 tasks), the Parsl executor,
+#     Snakemake on diffuse (python/snakemake-executor-plugin-diffuse, with Snakemake 9.27 and
+#     its plugin interfaces pinned below; Python 3.11 or newer, else those tests are skipped)
 #   - with PARSL_SUITE=1, then Parsl's own test suite (scripts/parsl-suite.sh)
 # The tests run the diffuse binary at $DIFFUSE_BIN, else target/release/diffuse (build it first:
 # cargo build --release). PYTHON picks the interpreter (default python3; 3.9 or newer).
@@ -41,9 +43,24 @@ echo "== installing ./python[test] into $VENV =="
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade --force-reinstall --no-deps ./python
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check './python[test]'
+if "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "== installing ./python/snakemake-executor-plugin-diffuse and Snakemake 9.27 =="
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade --force-reinstall --no-deps ./python/snakemake-executor-plugin-diffuse
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        snakemake==9.27.0 snakemake-interface-common==1.23.0 \
+        snakemake-interface-executor-plugins==9.4.0 snakemake-interface-storage-plugins==4.4.1
+    SNAKEMAKE_PLUGIN=1
+else
+    SNAKEMAKE_PLUGIN=0
+fi
 
 echo "== mypy --strict (diffuse_client) =="
 (cd python && MYPY_CACHE_DIR=../target/mypy-cache "../$VENV/bin/python" -m mypy --strict src/diffuse_client)
+if [ "$SNAKEMAKE_PLUGIN" = 1 ]; then
+    echo "== mypy (the Snakemake plugins; strict, see their pyproject.toml) =="
+    (cd python/snakemake-executor-plugin-diffuse && MYPY_CACHE_DIR=../../target/mypy-cache \
+        "../../$VENV/bin/python" -m mypy src)  # strict, as its pyproject.toml says
+fi
 
 echo "== pytest python/tests =="
 (cd python && "../$VENV/bin/python" -m pytest -p no:cacheprovider -q tests "$@")

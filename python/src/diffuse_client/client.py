@@ -651,6 +651,23 @@ class Client:
         """The dispatcher's counters: tasks by state, workers, slots, traffic by source."""
         return Status.from_json(self._http.request("GET", "/v1/status").json())
 
+    def workers(self) -> List[Dict[str, Any]]:
+        """Every connected worker as the dispatcher lists it (``GET /v1/workers``, a page of
+        1,000 at a time, in name order): ``name``, ``state``, ``slots`` (``[cores, in use]``),
+        ``cache`` and the other fields of docs/runtime.md, as received."""
+        out: List[Dict[str, Any]] = []
+        after: Optional[str] = None
+        while True:
+            q: Dict[str, Union[str, int]] = {"limit": 1000}
+            if after is not None:
+                q["after"] = after
+            o = self._http.request("GET", "/v1/workers", query=q).json()
+            out.extend(w for w in o.get("workers") or [] if isinstance(w, dict))
+            nxt = o.get("next")
+            if not nxt:
+                return out
+            after = str(nxt)
+
     def results(self) -> ResultsInfo:
         """The kept results' counts (``GET /v1/results``)."""
         return ResultsInfo.from_json(self._http.request("GET", "/v1/results").json())

@@ -1,0 +1,406 @@
+"""Snakemake executor plugin ``diffuse``: each Snakemake job is a diffuse task.
+
+The task's command is the one Snakemake gives every remote executor (``format_job_exec``: a
+Snakemake process that runs the one job), run in the workflow's working directory on a worker.
+Its resources become the task's fields (:func:`task_resources`). Its input files that the
+``diffuse`` storage plugin serves (``--default-storage-provider diffuse``) are declared as the
+task's inputs, so the dispatcher places it on a worker that already caches them and the worker
+stages them before the job starts; the storage plugin then hard-links the staged copies where
+the job reads them (``snakemake_storage_plugin_diffuse``). Without that storage provider the
+job reads its inputs from the shared file system, as under Slurm, and none is declared.
+
+Status is read in one request per poll for every active job: a page of the dispatcher's task
+listing from the oldest active job's submission on (``GET /v1/tasks?after=C&limit=10000``).
+Ready jobs are submitted in one request (``run_jobs``). Ctrl-C cancels the run's diffuse job.
+Each job's stdout and stderr are copied by the worker to
+``.snakemake/diffuse_logs/<rule>/<jobid>.{out,log}`` in the working directory; a failed job's
+error names that log, diffuse's reason (exit code, ``timed out after N s``, an input not
+found...) and the end of its stderr.
+"""
+
+
+import json
+import math
+import os
+import re
+import shlex
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from diffuse_client import Client, DiffuseError, Task
+from diffuse_client.client import ENDED_STATES, MAX_PAGE, TaskInfo
+from snakemake_interface_common.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
+from snakemake_interface_executor_plugins.settings import (
+    CommonSettings,
+    ExecutorSettingsBase,
+    SharedFSUsage,
+)
+
+from snakemake_storage_plugin_diffuse import ENV_INPUTS, ENV_INPUTS_FILE, ENV_STAGED
+
+#: The longest input list passed in the task's environment; a longer one goes in a file.
+MAX_ENV_INPUTS = 24 * 1024
+
+
+@dataclass
+class ExecutorSettings(ExecutorSettingsBase):
+    """``--diffuse-<name>`` on the command line, ``diffuse-<name>:`` in a profile.
+
+    (This module does not use ``from __future__ import annotations``: Snakemake reads these
+    fields' types at run time to build its command line.)"""
+
+    url: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "The dispatcher's URL (default $DIFFUSE_DISPATCHER, else http://127.0.0.1:8700).",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    token_file: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "A file holding the client token (default $DIFFUSE_CLIENT_TOKEN).",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    job: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "The diffuse job the tasks belong to (default snakemake-<run id>, one per run); "
+            "Ctrl-C cancels it.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    reuse: bool = field(
+        default=False,
+        metadata={
+            "help": "Let diffuse reuse a kept result for an identical task (default no: Snakemake "
+            "decides what runs; see docs/snakemake.md).",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    enforce_memory: bool = field(
+        default=False,
+        metadata={
+            "help": "Make mem_mb a limit the worker enforces (a memory cgroup), as Slurm's "
+            "--mem does; by default it is a request the dispatcher packs jobs by.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    inputs_in_place: bool = field(
+        default=False,
+        metadata={
+            "help": "Do not declare the jobs' input files as task inputs: the jobs read them from "
+            "the shared file system, and the dispatcher does not place them by cache.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    max_cores: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "The most cores a task asks for (default: the largest connected worker's); "
+            "a job or group job with more threads runs with this many (its Snakemake gets "
+            "--cores N), instead of waiting for a worker that large.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    poll: float = field(
+        default=0.5,
+        metadata={
+            "help": "Seconds between status checks (each one request for all active jobs), "
+            "instead of Snakemake's --seconds-between-status-checks (10 s by default, for "
+            "executors that query a batch scheduler per job).",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    priority: int = field(
+        default=0,
+        metadata={"help": "The tasks' diffuse priority.", "env_var": False, "required": False},
+    )
+
+
+common_settings = CommonSettings(
+    non_local_exec=True,
+    implies_no_shared_fs=False,
+    job_deploy_sources=False,
+    pass_default_storage_provider_args=True,
+    pass_default_resources_args=True,
+    pass_envvar_declarations_to_cmd=True,
+    auto_deploy_default_storage_provider=False,
+    init_seconds_before_status_checks=0,
+)
+
+
+def task_resources(
+    threads: int, resources: Mapping[str, Any], enforce_memory: bool = False
+) -> Dict[str, Any]:
+    """A job's threads and resources as diffuse task fields.
+
+    ``threads`` -> ``cores``; ``mem_mb`` (or ``mem_mib``) -> ``memory`` in MB (MiB), a request
+    unless ``enforce_memory``; ``runtime`` (minutes) -> ``timeout_s`` and ``walltime_s``;
+    ``gpu`` (or ``gpus``) -> ``gpus``. Other resources are Snakemake's own (it counts them
+    against ``--resources``) and are not sent.
+    """
+    out: Dict[str, Any] = {"cores": max(1, int(threads))}
+    if resources.get("mem_mb") not in (None, ""):
+        out["memory"] = f"{int(resources['mem_mb'])}MB"
+    elif resources.get("mem_mib") not in (None, ""):
+        out["memory"] = f"{int(resources['mem_mib'])}MiB"
+    if "memory" in out and not enforce_memory:
+        out["memory_limit"] = "none"
+    runtime = resources.get("runtime")
+    if isinstance(runtime, (int, float)) and runtime > 0:
+        out["timeout_s"] = float(runtime) * 60.0
+        out["walltime_s"] = float(runtime) * 60.0
+    gpus = resources.get("gpu", resources.get("gpus"))
+    if isinstance(gpus, (int, float)) and gpus > 0:
+        out["gpus"] = int(math.ceil(gpus))
+    return out
+
+
+def _is_diffuse_storage(f: Any) -> bool:
+    obj = getattr(f, "storage_object", None) if getattr(f, "is_storage", False) else None
+    return obj is not None and type(obj).__module__.startswith("snakemake_storage_plugin_diffuse")
+
+
+def declared_inputs(job: JobExecutorInterface) -> List[str]:
+    """The absolute paths of the job's input files that the diffuse storage plugin serves and
+    that exist as regular files now (an input another job of the same group will write does
+    not, nor does a directory: the job copies those from the shared path)."""
+    out: List[str] = []
+    seen = set()
+    for f in job.input:
+        if not _is_diffuse_storage(f):
+            continue
+        p = os.path.abspath(str(f.storage_object.query))
+        if p not in seen and os.path.isfile(p):
+            seen.add(p)
+            out.append(p)
+    return out
+
+
+def read_states(
+    client: Client, active: Sequence[Tuple[str, int]]
+) -> Tuple[Dict[str, TaskInfo], int]:
+    """The tasks ``active`` (id, listing floor) as the dispatcher lists them, and the number of
+    requests made: one page of the listing from the oldest one's submission on; more pages only
+    when over 10,000 tasks were submitted since (the dispatcher has no lookup of many tasks by
+    id, so this reads the listing, which carries each task's state and outcome)."""
+    wanted = {tid for tid, _ in active}
+    oldest = min((floor for _, floor in active), default=0)
+    after: Optional[int] = oldest - 1 if oldest > 0 else None
+    found: Dict[str, TaskInfo] = {}
+    requests = 0
+    while wanted:
+        page, after = client.list_tasks(None, MAX_PAGE, after)
+        requests += 1
+        for t in page:
+            if t.id in wanted:
+                found[t.id] = t
+        if after is None or len(found) == len(wanted):
+            break
+    return found, requests
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class Executor(RemoteExecutor):
+    """Runs each Snakemake job (or group job) as one diffuse task."""
+
+    def __post_init__(self) -> None:
+        s = self.workflow.executor_settings
+        assert s is None or isinstance(s, ExecutorSettings)
+        self.settings: ExecutorSettings = s if s is not None else ExecutorSettings()
+        if self.workflow.remote_execution_settings.immediate_submit:
+            raise WorkflowError(
+                "diffuse: --immediate-submit is not supported (the tasks would not wait for "
+                "the jobs they depend on)"
+            )
+        try:
+            self.client = Client(self.settings.url, token_file=self.settings.token_file)
+            self.client.status()
+        except (DiffuseError, OSError) as e:
+            raise WorkflowError(f"diffuse: cannot reach the dispatcher: {e}") from e
+        self.run_id = uuid.uuid4().hex[:10]
+        self.own_job = self.settings.job is None
+        self.diffuse_job = self.settings.job or f"snakemake-{self.run_id}"
+        self.workdir = os.getcwd()
+        self.log_dir = Path(self.workdir) / ".snakemake" / "diffuse_logs"
+        self.polls = 0
+        self._job_cores: Optional[int] = None
+        self.max_cores = self.settings.max_cores or max(
+            (int((w.get("slots") or [0])[0]) for w in self.client.workers()), default=0
+        )
+        self.next_seconds_between_status_checks = self.settings.poll
+        # The jobs read cached copies only when they make their own local copies of storage
+        # files (storage-local-copies not on the shared file system); otherwise the main
+        # process makes them on the shared file system and the jobs read those.
+        usage = self.workflow.storage_settings.shared_fs_usage
+        self.cached_inputs = (
+            not self.settings.inputs_in_place and SharedFSUsage.STORAGE_LOCAL_COPIES not in usage
+        )
+        self.logger.info(f"diffuse: dispatcher {self.client.url}, job {self.diffuse_job}")
+        provider = getattr(self.workflow.storage_settings, "default_storage_provider", None)
+        if provider != "diffuse":
+            self.logger.info(
+                "diffuse: jobs read their inputs on the shared file system and are not placed "
+                "by cache (no --default-storage-provider diffuse; see docs/snakemake.md)"
+            )
+        elif not self.cached_inputs and not self.settings.inputs_in_place:
+            self.logger.warning(
+                "diffuse: --shared-fs-usage includes storage-local-copies: the main process "
+                "copies inputs to the shared file system and jobs read those, not the caches"
+            )
+
+    # ------------------------------------------------------------------ submitting
+
+    @property
+    def cores(self) -> Any:
+        """``--cores`` of the job's Snakemake: the cores its task holds (while its command is
+        made), so that a group job runs its jobs within them."""
+        if self._job_cores is not None:
+            return self._job_cores
+        return super().cores
+
+    def task_for(self, job: JobExecutorInterface) -> Tuple[Task, Dict[str, Any]]:
+        """The diffuse task that runs ``job``, and what the executor remembers of it."""
+        name = _UNSAFE.sub("_", str(job.name))
+        task_id = f"smk-{self.run_id}-{job.jobid}-{name}-a{job.attempt}"
+        env: Dict[str, str] = {}
+        inputs = declared_inputs(job) if self.cached_inputs else []
+        if inputs:
+            listed = json.dumps(inputs)
+            if len(listed) <= MAX_ENV_INPUTS:
+                env[ENV_INPUTS] = listed
+            else:
+                path = Path(self.tmpdir) / f"{task_id}.inputs.json"
+                path.write_text(listed, encoding="utf-8")
+                env[ENV_INPUTS_FILE] = str(path)
+        log_base = self.log_dir / name / str(job.jobid)
+        log_base.parent.mkdir(parents=True, exist_ok=True)
+        fields = task_resources(job.threads, job.resources, self.settings.enforce_memory)
+        if self.max_cores and fields["cores"] > self.max_cores:
+            # A group job asks for the threads of its jobs added up; no worker may be that large.
+            fields["cores"] = self.max_cores
+        staged = f'export {ENV_STAGED}="$(pwd)/inputs" && ' if self.cached_inputs else ""
+        self._job_cores = fields["cores"]
+        try:
+            exec_job = self.format_job_exec(job)
+        finally:
+            self._job_cores = None
+        cmd = f"{staged}cd {shlex.quote(self.workdir)} && {exec_job}"
+        task = Task(
+            id=task_id,
+            cmd=cmd,
+            inputs=inputs,
+            env=env or None,
+            job=self.diffuse_job,
+            retries=0,  # Snakemake retries (--retries), with a new attempt number
+            reuse=True if self.settings.reuse else False,
+            stdout=log_base.with_suffix(".out").as_uri(),
+            stderr=log_base.with_suffix(".log").as_uri(),
+            priority=self.settings.priority or None,
+            **fields,
+        )
+        return task, {"log": str(log_base.with_suffix(".log")), "inputs": len(inputs)}
+
+    def run_jobs(self, jobs: List[JobExecutorInterface]) -> None:
+        """Submits every ready job in one request (one batch), then reports each."""
+        if not jobs:
+            return
+        made: List[Tuple[JobExecutorInterface, Task, Dict[str, Any]]] = []
+        for job in jobs:
+            self.run_job_pre(job)
+            task, aux = self.task_for(job)
+            made.append((job, task, aux))
+        try:
+            subs = self.client.submit_many([t for _, t, _ in made], base_dir=self.workdir)
+        except DiffuseError as e:
+            raise WorkflowError(f"diffuse: submitting {len(made)} job(s) failed: {e}") from e
+        floor = min((s.floor for s in subs if s.floor is not None), default=0)
+        for job, task, aux in made:
+            aux["floor"] = floor
+            self.report_job_submission(SubmittedJobInfo(job, external_jobid=task.id, aux=aux))
+
+    def run_job(self, job: JobExecutorInterface) -> None:
+        """One job (Snakemake calls ``run_jobs``; this is for callers that do not)."""
+        self.run_jobs([job])
+
+    # ------------------------------------------------------------------ status
+
+    async def check_active_jobs(
+        self, active_jobs: List[SubmittedJobInfo]
+    ) -> AsyncGenerator[SubmittedJobInfo, None]:
+        if not active_jobs:
+            return
+        async with self.status_rate_limiter:
+            try:
+                states, requests = read_states(
+                    self.client,
+                    [(str(j.external_jobid), int((j.aux or {}).get("floor", 0))) for j in active_jobs],
+                )
+                self.polls += requests
+            except DiffuseError as e:
+                self.logger.warning(f"diffuse: status check failed ({e}); trying again")
+                for j in active_jobs:
+                    yield j
+                return
+        for j in active_jobs:
+            info = states.get(str(j.external_jobid))
+            if info is None or info.state not in ENDED_STATES:
+                yield j
+            elif info.state == "succeeded":
+                self.report_job_success(j)
+            else:
+                self.report_job_error(j, msg=self.failure_message(j, info), aux_logs=[(j.aux or {}).get("log")])
+
+    def failure_message(self, j: SubmittedJobInfo, info: TaskInfo) -> str:
+        """diffuse's reason for a failed or cancelled task, and the end of its stderr."""
+        oc = info.outcome
+        parts = [f"diffuse task {info.id} {info.state}"]
+        if oc is not None:
+            if oc.node:
+                parts.append(f"on {oc.node}")
+            if oc.exit_code is not None:
+                parts.append(f"exit code {oc.exit_code}")
+            if oc.error:
+                parts.append(oc.error)
+        msg = ", ".join(parts) + f"; log: {(j.aux or {}).get('log')}\n"
+        tail = oc.stderr_tail if oc is not None else ""
+        if tail:
+            lines = tail.rstrip().splitlines()[-20:]
+            msg += "end of its stderr:\n" + "\n".join(lines) + "\n"
+        return msg
+
+    # ------------------------------------------------------------------ cancelling
+
+    def cancel_jobs(self, active_jobs: List[SubmittedJobInfo]) -> None:
+        """Ctrl-C: cancels the run's diffuse job (one request), or each task if the job name
+        was given (it may hold other runs' tasks)."""
+        if not active_jobs:
+            return
+        try:
+            if self.own_job:
+                self.client.cancel_job(self.diffuse_job)
+                return
+            for j in active_jobs:
+                try:
+                    self.client.cancel(str(j.external_jobid))
+                except DiffuseError:
+                    pass  # already ended
+        except DiffuseError as e:
+            self.logger.warning(f"diffuse: cancelling failed: {e}")
