@@ -3,7 +3,8 @@
 
     python3 scripts/structure.py [--files N] [--functions N] [--list-functions N] [DIR...]
 
-Prints, for the Rust and Python sources under DIR (default: crates/ and python/src/):
+Prints, for the Rust and Python sources under DIR (default: crates/, python/src/ and the
+Snakemake plugins' python/snakemake-executor-plugin-diffuse/src/):
 
 - every file over `--files` lines (default 1,000);
 - every function over `--functions` lines (default 150), counted from its `fn`/`def` line to
@@ -338,7 +339,7 @@ def circles(edges):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("dirs", nargs="*", default=["crates", "python/src"])
+    ap.add_argument("dirs", nargs="*", default=["crates", "python/src", "python/snakemake-executor-plugin-diffuse/src"])
     ap.add_argument("--files", type=int, default=1000, help="most lines a file may have")
     ap.add_argument("--functions", type=int, default=150, help="most lines a function may have")
     ap.add_argument("--list-functions", type=int, default=0, metavar="N",
