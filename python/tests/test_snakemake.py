@@ -344,9 +344,15 @@ def test_ctrl_c_cancels_the_running_tasks(cluster: Cluster, tmp_path: Path) -> N
                 return False
 
         wait_until(running, 60, "three running jobs")
-        time.sleep(2)  # the sleeps have started (a cancel before the process exists is lost)
+        time.sleep(2)  # the three Snakemake jobs have started in their tasks
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        try:
+            # Reading its stderr as it goes: a full pipe would block it.
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"Snakemake did not stop within 60 s of SIGINT:\n{err[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()

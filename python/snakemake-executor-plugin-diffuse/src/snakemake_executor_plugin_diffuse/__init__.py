@@ -27,7 +27,7 @@ import shlex
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from diffuse_client import Client, DiffuseError, Task
 from diffuse_client.client import ENDED_STATES, MAX_PAGE, TaskInfo
@@ -241,6 +241,9 @@ class Executor(RemoteExecutor):
         self.workdir = os.getcwd()
         self.log_dir = Path(self.workdir) / ".snakemake" / "diffuse_logs"
         self.polls = 0
+        # Tasks submitted and not yet seen to end: what Ctrl-C cancels. (Snakemake's own list
+        # of active jobs is empty while its status thread holds them for a check.)
+        self.unended: Set[str] = set()
         self._job_cores: Optional[int] = None
         self.max_cores = self.settings.max_cores or max(
             (int((w.get("slots") or [0])[0]) for w in self.client.workers()), default=0
@@ -332,6 +335,7 @@ class Executor(RemoteExecutor):
         except DiffuseError as e:
             raise WorkflowError(f"diffuse: submitting {len(made)} job(s) failed: {e}") from e
         floor = min((s.floor for s in subs if s.floor is not None), default=0)
+        self.unended.update(t.id for _, t, _ in made)
         for job, task, aux in made:
             aux["floor"] = floor
             self.report_job_submission(SubmittedJobInfo(job, external_jobid=task.id, aux=aux))
@@ -363,7 +367,9 @@ class Executor(RemoteExecutor):
             info = states.get(str(j.external_jobid))
             if info is None or info.state not in ENDED_STATES:
                 yield j
-            elif info.state == "succeeded":
+                continue
+            self.unended.discard(info.id)
+            if info.state == "succeeded":
                 self.report_job_success(j)
             else:
                 self.report_job_error(j, msg=self.failure_message(j, info), aux_logs=[(j.aux or {}).get("log")])
@@ -389,17 +395,19 @@ class Executor(RemoteExecutor):
     # ------------------------------------------------------------------ cancelling
 
     def cancel_jobs(self, active_jobs: List[SubmittedJobInfo]) -> None:
-        """Ctrl-C: cancels the run's diffuse job (one request), or each task if the job name
-        was given (it may hold other runs' tasks)."""
-        if not active_jobs:
+        """Ctrl-C: cancels the run's diffuse job (one request), or each task not yet seen to
+        end if the job name was given (it may hold other runs' tasks). ``active_jobs`` is not
+        enough: it is empty while Snakemake's status thread holds the jobs for a check."""
+        unended = self.unended | {str(j.external_jobid) for j in active_jobs}
+        if not unended:
             return
         try:
             if self.own_job:
                 self.client.cancel_job(self.diffuse_job)
                 return
-            for j in active_jobs:
+            for task_id in sorted(unended):
                 try:
-                    self.client.cancel(str(j.external_jobid))
+                    self.client.cancel(task_id)
                 except DiffuseError:
                     pass  # already ended
         except DiffuseError as e:
