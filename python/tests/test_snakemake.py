@@ -335,8 +335,8 @@ def test_ctrl_c_cancels_the_running_tasks(cluster: Cluster, tmp_path: Path) -> N
     proc = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--executor", "diffuse", "--jobs", "3", "--diffuse-job", job],
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        # A test run started in the background of a non-interactive shell inherits SIGINT
-        # ignored, and Python then never raises KeyboardInterrupt: give Snakemake the default.
+        # SIGINT's default action whatever the test run inherited (a run started in the
+        # background of a non-interactive shell inherits it ignored).
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
