@@ -191,8 +191,11 @@ fn a_large_object_is_read_from_every_holder_at_once() {
         d_log.contains("from 3 peers"),
         "D read from A, B and C:\n{d_log}"
     );
+    // More than two links' worth means the three were used at once. The ideal is 3x; on this
+    // 2-core machine it measured 2.97x quiet and 2.40x with other tests running, so the bar
+    // is what the claim needs, not the ideal.
     assert!(
-        one / three >= 2.5,
+        one / three > 2.0,
         "from three holders in {three:.2} s, from one in {one:.2} s: {:.2}x",
         one / three
     );

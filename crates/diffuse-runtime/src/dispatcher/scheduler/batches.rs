@@ -373,6 +373,17 @@ impl Batches {
         self.pump(sh);
     }
 
+    /// The workers of the copies under way that read storage, one entry per copy: they count
+    /// in the shares of the storage cap as a task's reads do.
+    pub fn storage_reads(&self) -> Vec<NodeId> {
+        self.runs
+            .values()
+            .flat_map(|run| run.running.values())
+            .filter(|c| c.parts.first().is_none_or(|p| p.from == Endpoint::Storage))
+            .map(|c| c.dest)
+            .collect()
+    }
+
     /// A batch's progress.
     pub fn view(&self, id: u64) -> Option<StageView> {
         let run = self.runs.get(&id)?;
@@ -397,6 +408,14 @@ impl StageRun {
         };
         while let Some(chunk) = stager.poll(sh.core.predictor()) {
             let (dest, o) = (chunk.dest, chunk.object);
+            tracing::debug!(
+                stage = id,
+                uri = %crate::uri::redacted(sh.objects.uri(o)),
+                to = sh.sessions.name(&dest).unwrap_or("?"),
+                from = ?chunk.parts.iter().map(|p| p.from).collect::<Vec<_>>(),
+                expected_s = chunk.expected_s,
+                "copy planned"
+            );
             if send_fetch(&chunk, self.sizes[&o], sh) {
                 stager.relay(chunk.id);
             }
@@ -456,9 +475,16 @@ impl StageRun {
         }
         self.view.requests = requests.len();
         // Each endpoint books at most the best rates it was seen sending and receiving at (its
-        // NIC, as far as known).
+        // NIC, as far as known); storage, with `--storage-bandwidth-cap`, the cap, which the
+        // workers hold all their storage reads to (`storage/throttle.rs`): planned faster,
+        // storage would be chosen over workers that hold the object and then be paced.
         let caps = core.predictor().best_rates();
-        Stager::new(self.cfg, requests, &copies, &caps.out).inbound_caps(&caps.into)
+        let mut out = caps.out;
+        if let Some(cap) = core.config().storage_cap {
+            out.retain(|(e, _)| *e != Endpoint::Storage);
+            out.push((Endpoint::Storage, cap));
+        }
+        Stager::new(self.cfg, requests, &copies, &out).inbound_caps(&caps.into)
     }
 }
 

@@ -284,7 +284,9 @@ impl Scheduler {
         if let Some(pool) = self.cfg.fixed_pool {
             outcomes::fail_unfit(pool, &mut shared!(self), &mut self.ledger);
         }
-        self.prefetch.share_storage_cap(&mut shared!(self));
+        let staging = self.batches.storage_reads();
+        self.prefetch
+            .share_storage_cap(&mut shared!(self), &staging);
         if self.ledger.series.due() {
             let s = self.status();
             self.ledger.series.sample(&s, unix_now());
@@ -556,7 +558,9 @@ impl Scheduler {
         }
         self.sessions.insert(node, session);
         // Its share of the storage cap reaches it before any task or fetch does.
-        self.prefetch.share_storage_cap(&mut shared!(self));
+        let staging = self.batches.storage_reads();
+        self.prefetch
+            .share_storage_cap(&mut shared!(self), &staging);
         let (pool, prefetch, batches) = (self.pool.as_mut(), &mut self.prefetch, &mut self.batches);
         worker_msgs::cached(node, held, &mut shared!(self), pool, prefetch, batches);
     }

@@ -38,15 +38,19 @@ impl Prefetch {
         *self.racks.entry(name.to_string()).or_insert(next)
     }
 
-    /// Divide the storage cap among the connected workers by their storage reads under way.
-    pub fn share_storage_cap(&mut self, sh: &mut Shared) {
+    /// Divide the storage cap among the connected workers by their storage reads under way:
+    /// the core's (tasks' inputs, prefetches) and `staging`'s (a worker per copy of a batch).
+    pub fn share_storage_cap(&mut self, sh: &mut Shared, staging: &[NodeId]) {
         let Some(cap) = sh.core.config().storage_cap else {
             return;
         };
         if sh.sessions.is_empty() {
             return;
         }
-        let reads = sh.core.storage_reads();
+        let mut reads = sh.core.storage_reads();
+        for node in staging {
+            *reads.entry(*node).or_default() += 1;
+        }
         let weight = |n: &NodeId| IDLE_WEIGHT + reads.get(n).copied().unwrap_or(0) as f64;
         let total: f64 = sh.sessions.nodes().map(|n| weight(&n)).sum();
         for node in sh.sessions.nodes() {

@@ -1,6 +1,6 @@
 //! The scenarios: dispatch, a worker lost mid-task, a retry, a producer run again for a lost
 //! intermediate object, the elastic pool growing and shrinking, a hand-off whose target leaves,
-//! a batch staged with GDS, a task's inputs looked up before it runs.
+//! a task's inputs looked up before it runs (batches staged: `stage.rs`).
 
 use super::{found, Env};
 use crate::journal::OutcomeState;
@@ -281,69 +281,6 @@ fn a_hand_off_whose_target_leaves_ends_at_once() {
         .pool
         .iter()
         .any(|c| matches!(c, PoolCmd::Release(r) if r == "dfs-1")));
-}
-
-#[test]
-fn a_staged_batch_copies_an_object_to_every_worker_and_reports_done() {
-    let mut env = Env::new(CoreConfig::default());
-    let w1 = env.join("w1", 1, None);
-    let w2 = env.join("w2", 1, None);
-    env.take();
-    let (tx, mut rx) = tokio::sync::oneshot::channel();
-    let ask: super::super::batches::StageAsk = serde_json::from_value(serde_json::json!({
-        "uris": ["file:///data/ref.bin"], "schedule": "gds"
-    }))
-    .expect("an ask");
-    env.send(super::SchedulerMsg::Stage(ask, tx));
-    let id = rx.try_recv().expect("answered").expect("accepted");
-    // Its size and version are looked up by a worker first.
-    let (asked, lookup) = env
-        .take()
-        .into_iter()
-        .find_map(|(n, m)| match m {
-            ToWorker::Lookup { id, uris, .. } => Some((n, (id, uris))),
-            _ => None,
-        })
-        .expect("a lookup");
-    env.from(env.w(asked), found(lookup.0, &lookup.1, 1000));
-    let fetches: Vec<_> = env
-        .take()
-        .into_iter()
-        .filter(|(_, m)| matches!(m, ToWorker::Fetch { .. }))
-        .collect();
-    assert!(!fetches.is_empty(), "the stager starts copies");
-    // Each worker that fetched reports its copy; the stager plans the rest (from them).
-    for _ in 0..4 {
-        let view = env.s.batches.view(id).expect("the batch");
-        if view.state == "done" {
-            break;
-        }
-        let mut holders = Vec::new();
-        for (n, m) in env.comm.log().sent.iter() {
-            if let ToWorker::Fetch { inputs } = m {
-                holders.push((*n, inputs[0].uri.clone()));
-            }
-        }
-        for (n, uri) in holders {
-            env.from(
-                env.w(n),
-                ToDispatcher::Cached {
-                    objects: vec![Held {
-                        uri,
-                        version: "v1".into(),
-                    }],
-                },
-            );
-        }
-    }
-    let view = env.s.batches.view(id).expect("the batch");
-    assert_eq!(view.state, "done", "{view:?}");
-    assert_eq!((view.requests, view.done), (2, 2));
-    assert!(view.failed.is_empty());
-    for w in [w1, w2] {
-        let o = env.s.objects["file:///data/ref.bin"];
-        assert!(env.s.core.locate(o).contains(&w.node));
-    }
 }
 
 #[test]

@@ -6,6 +6,7 @@
 
 mod cases;
 mod reuse;
+mod stage;
 
 use super::comm::RecordingComm;
 use super::pool::PoolLink;
