@@ -65,8 +65,14 @@ def test_submit_many_in_acknowledged_batches_and_wait_for_many(client: Client) -
     subs = client.submit_many(tasks, batch_size=40)
     assert [s.submitted for s in subs] == [40, 40, 15]
     assert len({s.batch for s in subs}) == 3
-    done = client.wait([t.id for t in tasks], timeout=60)  # > 32 ids: read from the listing
+    done = client.wait([t.id for t in tasks], timeout=60)
     assert len(done) == 95 and all(i.state == "succeeded" for i in done.values())
+    states, unknown = client.states([f"{prefix}-3", f"{prefix}-nope", f"{prefix}-90"])
+    assert sorted(states) == [f"{prefix}-3", f"{prefix}-90"] and unknown == [f"{prefix}-nope"]
+    assert states[f"{prefix}-3"].outcome is not None and states[f"{prefix}-3"].outcome.exit_code == 0
+    with pytest.raises(DiffuseAPIError) as e:
+        client.wait([f"{prefix}-1", f"{prefix}-nope"], timeout=10)
+    assert e.value.status == 404 and f"{prefix}-nope" in e.value.message
     b = client.batch(subs[0].batch)
     assert (b.tasks, b.pending, b.succeeded, b.failed) == (40, 0, 40, 0)
 

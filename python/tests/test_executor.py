@@ -65,13 +65,14 @@ def test_map_runs_1000_commands_and_returns_every_result_in_order(
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(1000)]
     assert {r.node for r in results} == {f"w{i}" for i in range(WORKERS)}
     # One stdout fetch per task; everything else is batched: a handful of submissions, and per
-    # poll one /v1/status and, when tasks ended, a few pages of the ended-task listing.
+    # poll one /v1/status and, when tasks ended, one /v1/states for the unfinished ones.
     assert requests_seen["GET logs"] == 1000
     assert requests_seen["GET /v1/tasks/{id}"] == 0
     others = sum(n for k, n in requests_seen.items() if k != "GET logs")
     polls = requests_seen["GET /v1/status"]
     assert requests_seen["POST /v1/tasks"] <= 10
-    assert others <= 2 * 10 + polls * 4, dict(requests_seen)
+    assert requests_seen["POST /v1/states"] <= polls, dict(requests_seen)
+    assert others <= 10 + polls * 2, dict(requests_seen)
     assert polls <= took / 0.2 + 3, dict(requests_seen)
     print(f"\n1000 tasks in {took:.1f} s; requests: {dict(requests_seen)}")
 

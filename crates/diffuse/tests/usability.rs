@@ -218,6 +218,50 @@ fn task_listings_come_in_pages_by_state_and_refuse_unknown_parameters() {
     }
 }
 
+/// A workflow engine's status poll: the tasks it names, in one request, however many others the
+/// dispatcher holds; ids no task has are told apart, and a bad body is refused.
+#[test]
+fn the_states_of_named_tasks_come_in_one_request() {
+    let c = Cluster::start(&[]);
+    let tasks: Vec<Value> = (0..2500)
+        .map(|i| json!({"id": format!("t{i:04}"), "cmd": "true"}))
+        .collect();
+    c.submit(&tasks);
+    let post = |body: &str, token: &str| {
+        let r = c
+            .http
+            .post(format!("{}/v1/states", c.url))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .unwrap();
+        (
+            r.status().as_u16(),
+            r.json::<Value>().unwrap_or(Value::Null),
+        )
+    };
+    let (code, v) = post(r#"{"ids": ["t2499", "nope", "t0007"]}"#, &c.client_token);
+    assert_eq!(code, 200, "{v}");
+    let got: Vec<(&str, &str)> = v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["id"].as_str().unwrap(), t["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(got, [("t2499", "queued"), ("t0007", "queued")], "{v}");
+    assert_eq!(v["unknown"], json!(["nope"]), "{v}");
+
+    let many: Vec<String> = (0..10_001).map(|i| format!("x{i}")).collect();
+    let too_many = json!({ "ids": many }).to_string();
+    for bad in [r#"{"id": ["t0001"]}"#, "not json", too_many.as_str()] {
+        let (code, v) = post(bad, &c.client_token);
+        assert_eq!(code, 400, "{v}");
+        assert!(v["error"].is_string(), "{v}");
+    }
+    assert_eq!(post(r#"{"ids": []}"#, "wrong").0, 401);
+}
+
 // ----- item 13: task-file errors -----
 
 #[test]

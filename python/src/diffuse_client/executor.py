@@ -260,16 +260,16 @@ class DiffuseExecutor(Executor):
                 with self._cond:
                     if not self._outstanding or time.monotonic() - last_poll < self.poll:
                         continue
-                    wanted = set(self._outstanding)
-                    floor = min((g.floor for g in self._groups.values()), default=0)
+                    wanted = list(self._outstanding)
                 last_poll = time.monotonic()
                 try:
                     st = self.client.status()
                     if st.ended != last_ended:
-                        found = self.client.scan_ended(wanted, floor - 1 if floor > 0 else None)
+                        found, _ = self.client.states(wanted)
                         last_ended = st.ended
                         for info in found.values():
-                            self._resolve(info)
+                            if info.ended:
+                                self._resolve(info)
                     unreachable_since = None
                 except DiffuseConnectionError as e:
                     now = time.monotonic()

@@ -235,6 +235,10 @@ pub fn router(handle: Handle) -> Router {
                 .get(list)
                 .layer(DefaultBodyLimit::max(MAX_BODY)),
         )
+        .route(
+            "/v1/states",
+            post(states).layer(DefaultBodyLimit::max(MAX_BODY)),
+        )
         .route("/v1/tasks/{id}", get(task))
         .route("/v1/tasks/{id}/cancel", post(cancel))
         .route("/v1/tasks/{id}/logs", get(logs))
@@ -383,6 +387,46 @@ async fn list(
         next: next.map(|n| n.to_string()),
     })
     .into_response())
+}
+
+/// At most this many ids in one `POST /v1/states`, as in a page of the listing.
+const MAX_STATES: usize = 10_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatesBody {
+    ids: Vec<String>,
+}
+
+/// The answer to `POST /v1/states`.
+#[derive(serde::Serialize)]
+struct States {
+    /// The tasks known, as the listing shows them, in the order asked.
+    tasks: Vec<TaskView>,
+    /// The ids no task has.
+    unknown: Vec<String>,
+}
+
+/// `POST /v1/states` with `{"ids": [...]}`: the tasks named, as the listing shows them, in one
+/// request, however many other tasks the dispatcher holds (a workflow engine's status poll).
+async fn states(
+    State(h): State<Handle>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    h.client(&headers)?;
+    let body: StatesBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!("body: {e} (expected {{\"ids\": [\"ID\", ...]}})"))
+    })?;
+    if body.ids.len() > MAX_STATES {
+        return Err(ApiError::BadRequest(format!(
+            "{} ids: at most {MAX_STATES} in one request",
+            body.ids.len()
+        )));
+    }
+    let (views, unknown) = h.ask(|tx| SchedulerMsg::Tasks(body.ids, tx)).await?;
+    let tasks = h.with_outcomes(views).await?;
+    Ok(Json(States { tasks, unknown }).into_response())
 }
 
 /// A page of a task listing.

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from diffuse_client import Client, DiffuseError, Task
-from diffuse_client.client import ENDED_STATES, MAX_PAGE, TaskInfo
+from diffuse_client.client import ENDED_STATES, MAX_STATES, TaskInfo
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
@@ -192,27 +192,12 @@ def declared_inputs(job: JobExecutorInterface) -> List[str]:
     return out
 
 
-def read_states(
-    client: Client, active: Sequence[Tuple[str, int]]
-) -> Tuple[Dict[str, TaskInfo], int]:
-    """The tasks ``active`` (id, listing floor) as the dispatcher lists them, and the number of
-    requests made: one page of the listing from the oldest one's submission on; more pages only
-    when over 10,000 tasks were submitted since (the dispatcher has no lookup of many tasks by
-    id, so this reads the listing, which carries each task's state and outcome)."""
-    wanted = {tid for tid, _ in active}
-    oldest = min((floor for _, floor in active), default=0)
-    after: Optional[int] = oldest - 1 if oldest > 0 else None
-    found: Dict[str, TaskInfo] = {}
-    requests = 0
-    while wanted:
-        page, after = client.list_tasks(None, MAX_PAGE, after)
-        requests += 1
-        for t in page:
-            if t.id in wanted:
-                found[t.id] = t
-        if after is None or len(found) == len(wanted):
-            break
-    return found, requests
+def read_states(client: Client, ids: Sequence[str]) -> Tuple[Dict[str, TaskInfo], List[str], int]:
+    """The tasks ``ids`` (state and outcome), the ids the dispatcher does not know, and the
+    number of requests made: one per 10,000 ids (``POST /v1/states``), however many other
+    tasks the dispatcher holds."""
+    found, unknown = client.states(ids)
+    return found, unknown, -(-len(ids) // MAX_STATES)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -331,13 +316,11 @@ class Executor(RemoteExecutor):
             task, aux = self.task_for(job)
             made.append((job, task, aux))
         try:
-            subs = self.client.submit_many([t for _, t, _ in made], base_dir=self.workdir)
+            self.client.submit_many([t for _, t, _ in made], base_dir=self.workdir)
         except DiffuseError as e:
             raise WorkflowError(f"diffuse: submitting {len(made)} job(s) failed: {e}") from e
-        floor = min((s.floor for s in subs if s.floor is not None), default=0)
         self.unended.update(t.id for _, t, _ in made)
         for job, task, aux in made:
-            aux["floor"] = floor
             self.report_job_submission(SubmittedJobInfo(job, external_jobid=task.id, aux=aux))
 
     def run_job(self, job: JobExecutorInterface) -> None:
@@ -353,9 +336,8 @@ class Executor(RemoteExecutor):
             return
         async with self.status_rate_limiter:
             try:
-                states, requests = read_states(
-                    self.client,
-                    [(str(j.external_jobid), int((j.aux or {}).get("floor", 0))) for j in active_jobs],
+                states, unknown, requests = read_states(
+                    self.client, [str(j.external_jobid) for j in active_jobs]
                 )
                 self.polls += requests
             except DiffuseError as e:
@@ -364,6 +346,11 @@ class Executor(RemoteExecutor):
                     yield j
                 return
         for j in active_jobs:
+            if str(j.external_jobid) in unknown:
+                self.unended.discard(str(j.external_jobid))
+                msg = f"diffuse task {j.external_jobid} is not known to the dispatcher at {self.client.url}"
+                self.report_job_error(j, msg=msg)
+                continue
             info = states.get(str(j.external_jobid))
             if info is None or info.state not in ENDED_STATES:
                 yield j

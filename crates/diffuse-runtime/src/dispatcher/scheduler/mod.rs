@@ -367,6 +367,16 @@ impl Scheduler {
                 let view = self.ledger.tasks.id_of(&id).map(|t| self.view(t));
                 let _ = reply.send(view);
             }
+            SchedulerMsg::Tasks(ids, reply) => {
+                let (mut views, mut unknown) = (Vec::new(), Vec::new());
+                for id in ids {
+                    match self.ledger.tasks.id_of(&id) {
+                        Some(t) => views.push(self.view(t)),
+                        None => unknown.push(id),
+                    }
+                }
+                let _ = reply.send((views, unknown));
+            }
             SchedulerMsg::List(q, reply) => {
                 let (page, next) = self.ledger.tasks.page(q.state, q.after, q.limit);
                 let views = page.into_iter().map(|t| self.view(t)).collect();

@@ -58,6 +58,8 @@ pub enum SchedulerMsg {
     Task(String, oneshot::Sender<Option<TaskView>>),
     /// A page of tasks, and the cursor of the next page.
     List(ListQuery, oneshot::Sender<(Vec<TaskView>, Option<u64>)>),
+    /// The views of the tasks named (outcomes read by the caller), and the names not known.
+    Tasks(Vec<String>, oneshot::Sender<(Vec<TaskView>, Vec<String>)>),
     /// A batch's counters.
     Batch(u64, oneshot::Sender<Option<BatchView>>),
     /// Names of the workers holding an object.
