@@ -520,7 +520,6 @@ class Client:
         self._http = Transport(self.url, _read_token(token, token_file), timeout)
         self._submit_lock = threading.Lock()
         self._next_floor: Optional[int] = None
-        self._first_floor: Optional[int] = None
 
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
@@ -586,7 +585,6 @@ class Client:
         with self._submit_lock:
             if self._next_floor is None:
                 self._next_floor = self.status().submitted
-                self._first_floor = self._next_floor
             floor = self._next_floor
             r = self._http.request("POST", "/v1/tasks", body=body, content_type="application/x-ndjson")
             obj = r.json()

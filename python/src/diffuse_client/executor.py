@@ -43,14 +43,6 @@ class _Pending:
     task: Dict[str, Any]
 
 
-@dataclass
-class _Group:
-    """Tasks submitted in one batch: their floor (listing cursor lower bound) and how many remain."""
-
-    floor: int
-    remaining: int
-
-
 def build_cmd(cmd: CmdSpec, args: Tuple[Any, ...]) -> Tuple[Any, Dict[str, Any]]:
     """Turns ``submit``'s ``cmd`` and positional arguments into a command and extra task fields.
 
@@ -136,9 +128,7 @@ class DiffuseExecutor(Executor):
         self._counter = itertools.count()
         self._cond = threading.Condition()
         self._queue: List[_Pending] = []
-        self._outstanding: Dict[str, Tuple[TaskFuture, int]] = {}
-        self._groups: Dict[int, _Group] = {}
-        self._group_ids = itertools.count()
+        self._outstanding: Dict[str, TaskFuture] = {}
         self._cancels: List[TaskFuture] = []
         self._shutdown = False
         self._log_threads = max(1, log_threads)
@@ -225,17 +215,18 @@ class DiffuseExecutor(Executor):
         with self._cond:
             if not self._outstanding:
                 return
-            after = min((g.floor for g in self._groups.values()), default=0) - 1
-            ids = set(self._outstanding)
+            ids = list(self._outstanding)
         try:
-            for t in self.client.iter_tasks("queued", after if after >= 0 else None):
-                if t.id in ids:
-                    with self._cond:
-                        entry = self._outstanding.get(t.id)
-                    if entry is not None:
-                        entry[0].cancel()
+            found, _ = self.client.states(ids)
         except DiffuseError as e:
-            log.warning("shutdown: could not list queued tasks to cancel them: %s", e)
+            log.warning("shutdown: could not read which tasks are queued to cancel them: %s", e)
+            return
+        for tid, info in found.items():
+            if info.state == "queued":
+                with self._cond:
+                    fut = self._outstanding.get(tid)
+                if fut is not None:
+                    fut.cancel()
 
     def _run(self) -> None:
         last_poll = 0.0
@@ -311,8 +302,7 @@ class DiffuseExecutor(Executor):
         retried = False
         while True:
             try:
-                sub = self.client._post_batch([p.task for p in batch])
-                floor = sub.floor or 0
+                self.client._post_batch([p.task for p in batch])
                 break
             except DiffuseConnectionError as e:
                 if time.monotonic() > deadline:
@@ -326,7 +316,6 @@ class DiffuseExecutor(Executor):
             except DiffuseAPIError as e:
                 if e.status == 409 and retried:
                     # the first try was taken before its answer was lost (ids are unique)
-                    floor = self.client._first_floor or 0
                     break
                 if e.status in (400, 409, 413) and len(batch) > 1:
                     half = len(batch) // 2
@@ -341,22 +330,14 @@ class DiffuseExecutor(Executor):
                     _fail(p.future, e)
                 return
         with self._cond:
-            g = next(self._group_ids)
-            self._groups[g] = _Group(floor, len(batch))
             for p in batch:
                 # one cancelled while being sent is in _cancels: cancelled at the dispatcher next
-                self._outstanding[p.future.task_id] = (p.future, g)
+                self._outstanding[p.future.task_id] = p.future
 
     def _forget_locked(self, task_id: str) -> Optional[TaskFuture]:
-        entry = self._outstanding.pop(task_id, None)
-        if entry is None:
-            return None
-        fut, g = entry
-        grp = self._groups[g]
-        grp.remaining -= 1
-        if grp.remaining == 0:
-            del self._groups[g]
-        self._cond.notify_all()
+        fut = self._outstanding.pop(task_id, None)
+        if fut is not None:
+            self._cond.notify_all()
         return fut
 
     def _send_cancel(self, fut: TaskFuture) -> None:
@@ -406,10 +387,9 @@ class DiffuseExecutor(Executor):
 
     def _fail_all(self, e: BaseException) -> None:
         with self._cond:
-            futs = [p.future for p in self._queue] + [f for f, _ in self._outstanding.values()]
+            futs = [p.future for p in self._queue] + list(self._outstanding.values())
             self._queue = []
             self._outstanding.clear()
-            self._groups.clear()
             self._cond.notify_all()
         for f in futs:
             _fail(f, e)
