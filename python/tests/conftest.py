@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+import collections
+from typing import Any, Counter, Iterator
 
 import pytest
 
-from diffuse_client import Client
+from diffuse_client import Client, _http
 from helpers import Cluster
 
 
@@ -37,3 +38,23 @@ def reuse_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 def client(cluster: Cluster) -> Client:
     """A client of the session's dispatcher."""
     return cluster.client()
+
+
+@pytest.fixture()
+def requests_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """Counts the HTTP requests the client sends, by method and route (a spy, not a mock)."""
+    seen: Counter[str] = collections.Counter()
+    real = _http.Transport.request
+
+    def spy(self: _http.Transport, method: str, path: str, *a: Any, **k: Any) -> _http.Response:
+        if path.endswith("/logs"):
+            route = "logs"
+        elif path.startswith("/v1/tasks/"):
+            route = "/v1/tasks/{id}" + ("/cancel" if path.endswith("/cancel") else "")
+        else:
+            route = path
+        seen[f"{method} {route}"] += 1
+        return real(self, method, path, *a, **k)
+
+    monkeypatch.setattr(_http.Transport, "request", spy)
+    yield seen

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures as cf
 import time
 from pathlib import Path
-from typing import Any, Counter, Iterator, Optional
+from typing import Any, Counter, Optional
 
 import pytest
 
@@ -18,7 +17,6 @@ from diffuse_client import (
     TaskFailed,
     TaskFuture,
     TaskResult,
-    _http,
 )
 from helpers import CORES, WORKERS, started, unique, wait_until
 
@@ -31,26 +29,6 @@ def state(client: Client, task_id: str) -> Optional[str]:
         if e.status == 404:
             return None
         raise
-
-
-@pytest.fixture()
-def requests_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
-    """Counts the HTTP requests the client sends, by method and route (a spy, not a mock)."""
-    seen: Counter[str] = collections.Counter()
-    real = _http.Transport.request
-
-    def spy(self: _http.Transport, method: str, path: str, *a: Any, **k: Any) -> _http.Response:
-        if path.endswith("/logs"):
-            route = "logs"
-        elif path.startswith("/v1/tasks/"):
-            route = "/v1/tasks/{id}" + ("/cancel" if path.endswith("/cancel") else "")
-        else:
-            route = path
-        seen[f"{method} {route}"] += 1
-        return real(self, method, path, *a, **k)
-
-    monkeypatch.setattr(_http.Transport, "request", spy)
-    yield seen
 
 
 def test_map_runs_1000_commands_and_returns_every_result_in_order(

@@ -22,14 +22,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import Counter, List
 
 import pytest
 
 pytest.importorskip("snakemake", reason="Snakemake 9 needs Python 3.11+ (scripts/test-python.sh installs it)")
 
 from snakemake.common.tests import TestWorkflowsLocalStorageBase  # noqa: E402
-from snakemake_executor_plugin_diffuse import ExecutorSettings, read_states, task_resources  # noqa: E402
+from snakemake_executor_plugin_diffuse import ExecutorSettings, task_resources  # noqa: E402
 
 from diffuse_client import Client, Task  # noqa: E402
 from helpers import Cluster, unique, wait_until  # noqa: E402
@@ -370,16 +370,24 @@ def test_ctrl_c_cancels_the_running_tasks(cluster: Cluster, tmp_path: Path) -> N
     assert not any((tmp_path / f"s{i}.txt").exists() for i in range(3))
 
 
-def test_status_of_many_tasks_in_one_request(cluster: Cluster) -> None:
-    """The poll behind ``check_active_jobs``: 300 tasks' states in one request, and an id the
-    dispatcher does not know told apart."""
+def test_status_of_many_tasks_in_one_request(cluster: Cluster, requests_seen: Counter[str]) -> None:
+    """The poll behind ``check_active_jobs`` (``Client.states``): 300 tasks' states in one
+    request; ids the dispatcher does not know told apart; over 10,000 ids, a second request."""
     client = cluster.client()
     prefix = unique("poll")
-    client.submit_many([Task(id=f"{prefix}-{i}", cmd="true", reuse=False) for i in range(300)])
-    client.wait([f"{prefix}-{i}" for i in range(300)], timeout=120, poll=0.2)
-    states, unknown, requests = read_states(client, [f"{prefix}-{i}" for i in range(300)] + ["nope"])
-    assert requests == 1 and unknown == ["nope"]
+    ids = [f"{prefix}-{i}" for i in range(300)]
+    client.submit_many([Task(id=t, cmd="true", reuse=False) for t in ids])
+    client.wait(ids, timeout=120, poll=0.2)
+    before = requests_seen["POST /v1/states"]
+    states, unknown = client.states(ids + ["nope"])
+    assert requests_seen["POST /v1/states"] - before == 1
+    assert unknown == ["nope"]
     assert len(states) == 300 and all(t.state == "succeeded" for t in states.values())
+    before = requests_seen["POST /v1/states"]
+    strangers = [f"{prefix}-none-{i}" for i in range(9_800)]
+    states, unknown = client.states(ids + strangers)
+    assert requests_seen["POST /v1/states"] - before == 2
+    assert len(states) == 300 and unknown == strangers
 
 
 def test_resources_map_to_task_fields() -> None:

@@ -27,10 +27,10 @@ import shlex
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional, Set, Tuple
 
 from diffuse_client import Client, DiffuseError, Task
-from diffuse_client.client import ENDED_STATES, MAX_STATES, TaskInfo
+from diffuse_client.client import ENDED_STATES, TaskInfo
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
@@ -192,14 +192,6 @@ def declared_inputs(job: JobExecutorInterface) -> List[str]:
     return out
 
 
-def read_states(client: Client, ids: Sequence[str]) -> Tuple[Dict[str, TaskInfo], List[str], int]:
-    """The tasks ``ids`` (state and outcome), the ids the dispatcher does not know, and the
-    number of requests made: one per 10,000 ids (``POST /v1/states``), however many other
-    tasks the dispatcher holds."""
-    found, unknown = client.states(ids)
-    return found, unknown, -(-len(ids) // MAX_STATES)
-
-
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -225,7 +217,6 @@ class Executor(RemoteExecutor):
         self.diffuse_job = self.settings.job or f"snakemake-{self.run_id}"
         self.workdir = os.getcwd()
         self.log_dir = Path(self.workdir) / ".snakemake" / "diffuse_logs"
-        self.polls = 0
         # Tasks submitted and not yet seen to end: what Ctrl-C cancels. (Snakemake's own list
         # of active jobs is empty while its status thread holds them for a check.)
         self.unended: Set[str] = set()
@@ -336,10 +327,9 @@ class Executor(RemoteExecutor):
             return
         async with self.status_rate_limiter:
             try:
-                states, unknown, requests = read_states(
-                    self.client, [str(j.external_jobid) for j in active_jobs]
-                )
-                self.polls += requests
+                # One request per 10,000 jobs, whatever else the dispatcher holds.
+                states, unknown_ids = self.client.states([str(j.external_jobid) for j in active_jobs])
+                unknown = set(unknown_ids)
             except DiffuseError as e:
                 self.logger.warning(f"diffuse: status check failed ({e}); trying again")
                 for j in active_jobs:
