@@ -13,7 +13,7 @@
 # (scripts/test-python.sh) run last, against the release binary, in a virtualenv under target/
 # with pytest, parsl and mypy from PyPI. `/metrics` is checked by promtool (Debian's prometheus
 # package) and the web dashboard in a headless Chromium (Debian's chromium), both installed when
-# missing.
+# missing; so are bwa, samtools and bcftools (Debian's), which the Snakemake read-mapping test runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +24,8 @@ command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 { command -v setpriv && command -v prlimit && command -v mount; } >/dev/null 2>&1 || missing+=(util-linux mount)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# The Snakemake read-mapping test (python/tests/test_snakemake.py) runs the real tools.
+{ command -v bwa && command -v samtools && command -v bcftools; } >/dev/null 2>&1 || missing+=(bwa samtools bcftools)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing ${missing[*]} =="
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

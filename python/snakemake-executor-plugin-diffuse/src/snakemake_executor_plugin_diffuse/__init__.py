@@ -6,11 +6,15 @@ Its resources become the task's fields (:func:`task_resources`). Its input files
 ``diffuse`` storage plugin serves (``--default-storage-provider diffuse``) are declared as the
 task's inputs, so the dispatcher places it on a worker that already caches them and the worker
 stages them before the job starts; the storage plugin then hard-links the staged copies where
-the job reads them (``snakemake_storage_plugin_diffuse``). Without that storage provider the
-job reads its inputs from the shared file system, as under Slurm, and none is declared.
+the job reads them (``snakemake_storage_plugin_diffuse``). The files beside each input that
+tools open without being told (index files: ``genome.fa.bwt``, ``genome.fa.fai``,
+``A.bam.bai``, ``genome.dict``; :mod:`snakemake_storage_plugin_diffuse.siblings`) are declared
+too, found in a listing of the input's directory read once per run. Without that storage
+provider the job reads its inputs from the shared file system, as under Slurm, and none is
+declared.
 
-Status is read in one request per poll for every active job: a page of the dispatcher's task
-listing from the oldest active job's submission on (``GET /v1/tasks?after=C&limit=10000``).
+Status is read in one request per poll for the active jobs (``POST /v1/states`` with their
+task ids, one request per 10,000).
 Ready jobs are submitted in one request (``run_jobs``). Ctrl-C cancels the run's diffuse job.
 Each job's stdout and stderr are copied by the worker to
 ``.snakemake/diffuse_logs/<rule>/<jobid>.{out,log}`` in the working directory; a failed job's
@@ -42,6 +46,7 @@ from snakemake_interface_executor_plugins.settings import (
 )
 
 from snakemake_storage_plugin_diffuse import ENV_INPUTS, ENV_INPUTS_FILE, ENV_STAGED
+from snakemake_storage_plugin_diffuse.siblings import MAX_SIBLINGS, Listings, sibling_names
 
 #: The longest input list passed in the task's environment; a longer one goes in a file.
 MAX_ENV_INPUTS = 24 * 1024
@@ -102,6 +107,16 @@ class ExecutorSettings(ExecutorSettingsBase):
         metadata={
             "help": "Do not declare the jobs' input files as task inputs: the jobs read them from "
             "the shared file system, and the dispatcher does not place them by cache.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    siblings_in_place: bool = field(
+        default=False,
+        metadata={
+            "help": "Do not declare the files beside each input that share its name (index "
+            "files: genome.fa.fai, genome.fa.bwt, A.bam.bai, genome.dict) as task inputs: the "
+            "jobs read them on the shared file system (symbolic links beside the local copy).",
             "env_var": False,
             "required": False,
         },
@@ -192,6 +207,59 @@ def declared_inputs(job: JobExecutorInterface) -> List[str]:
     return out
 
 
+def _shared_path(f: Any) -> str:
+    """The absolute shared path of a job's file (the storage query of a diffuse storage file)."""
+    return os.path.abspath(str(f.storage_object.query) if _is_diffuse_storage(f) else str(f))
+
+
+def named_files(job: JobExecutorInterface) -> Set[str]:
+    """The absolute shared paths of every file the job (each job of a group job) names: inputs,
+    outputs, logs and benchmarks. None of them is declared or placed as a sibling."""
+    inner = list(job.jobs) if job.is_group() else [job]
+    out: Set[str] = set()
+    for j in inner:
+        for f in list(j.input) + list(j.products()):
+            out.add(_shared_path(f))
+    return out
+
+
+def find_siblings(
+    inputs: List[str], named: Set[str], listings: Listings
+) -> Tuple[List[str], Dict[str, int], int]:
+    """The siblings of ``inputs`` (absolute paths of files) to declare as task inputs: regular
+    files, not named by the job, at most :data:`MAX_SIBLINGS` per input. Also the directories
+    whose listing was current and every sibling of an input there was declared, with their
+    modification times (the job trusts those and reads no directory), and how many inputs had
+    too many siblings (none of those declared: the job links them from the shared path)."""
+    out: List[str] = []
+    seen = set(inputs)
+    listed: Dict[str, int] = {}
+    incomplete: Set[str] = set()
+    over = 0
+    for path in inputs:
+        d, name = os.path.split(path)
+        names, mtime = listings.get(d)
+        if mtime is None:
+            incomplete.add(d)
+        else:
+            listed[d] = mtime
+        found = [
+            p for p in (os.path.join(d, n) for n in sibling_names(names, name))
+            if p not in named and p not in seen
+        ]
+        if len(found) > MAX_SIBLINGS:
+            over += 1
+            incomplete.add(d)
+            continue
+        for p in found:
+            if os.path.isfile(p):
+                seen.add(p)
+                out.append(p)
+    for d in incomplete:
+        listed.pop(d, None)
+    return out, listed, over
+
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -221,6 +289,10 @@ class Executor(RemoteExecutor):
         # of active jobs is empty while its status thread holds them for a check.)
         self.unended: Set[str] = set()
         self._job_cores: Optional[int] = None
+        # Listings of the inputs' directories, for their siblings: one per directory per run,
+        # again only when it changed (within a share of the time: see Listings).
+        self.listings = Listings()
+        self._warned_siblings = False
         self.max_cores = self.settings.max_cores or max(
             (int((w.get("slots") or [0])[0]) for w in self.client.workers()), default=0
         )
@@ -261,14 +333,26 @@ class Executor(RemoteExecutor):
         task_id = f"smk-{self.run_id}-{job.jobid}-{name}-a{job.attempt}"
         env: Dict[str, str] = {}
         inputs = declared_inputs(job) if self.cached_inputs else []
+        siblings: List[str] = []
         if inputs:
-            listed = json.dumps(inputs)
-            if len(listed) <= MAX_ENV_INPUTS:
-                env[ENV_INPUTS] = listed
+            named = named_files(job)
+            listed: Dict[str, int] = {}
+            if not self.settings.siblings_in_place:
+                siblings, listed, over = find_siblings(inputs, named, self.listings)
+                if over and not self._warned_siblings:
+                    self._warned_siblings = True
+                    self.logger.warning(
+                        f"diffuse: an input of job {job.jobid} has more than {MAX_SIBLINGS} files "
+                        "beside it that share its name: they are read on the shared file system"
+                    )
+            told = json.dumps({"inputs": inputs + siblings, "listed": listed, "named": sorted(named)})
+            if len(told) <= MAX_ENV_INPUTS:
+                env[ENV_INPUTS] = told
             else:
                 path = Path(self.tmpdir) / f"{task_id}.inputs.json"
-                path.write_text(listed, encoding="utf-8")
+                path.write_text(told, encoding="utf-8")
                 env[ENV_INPUTS_FILE] = str(path)
+            inputs = inputs + siblings
         log_base = self.log_dir / name / str(job.jobid)
         log_base.parent.mkdir(parents=True, exist_ok=True)
         fields = task_resources(job.threads, job.resources, self.settings.enforce_memory)
@@ -295,7 +379,8 @@ class Executor(RemoteExecutor):
             priority=self.settings.priority or None,
             **fields,
         )
-        return task, {"log": str(log_base.with_suffix(".log")), "inputs": len(inputs)}
+        aux = {"log": str(log_base.with_suffix(".log")), "inputs": len(inputs), "siblings": len(siblings)}
+        return task, aux
 
     def run_jobs(self, jobs: List[JobExecutorInterface]) -> None:
         """Submits every ready job in one request (one batch), then reports each."""
