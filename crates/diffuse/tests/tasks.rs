@@ -45,6 +45,55 @@ fn every_stdout_path_in_the_results_exists_and_holds_its_tasks_answer() {
     }
 }
 
+/// A task's `cwd`: a program named by a relative path is found there (issue 38, item 4), its
+/// staged inputs are still absolute paths in its scratch directory (`DIFFUSE_TASK_DIR`), and a
+/// missing directory fails the attempt naming it.
+#[test]
+fn a_task_runs_in_the_cwd_it_gives_and_a_missing_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let workflow = dir.path().join("workflow");
+    std::fs::create_dir_all(workflow.join("bin")).unwrap();
+    let tool = workflow.join("bin/tool");
+    std::fs::write(&tool, "#!/bin/sh\necho \"$(pwd) $1\"; cat \"$1\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data.txt");
+    std::fs::write(&data, "the data\n").unwrap();
+    let wf = workflow.display().to_string();
+    let tasks = [
+        json!({"id": "rel", "cmd": ["bin/tool", "{inputs[0]}"], "inputs": [file_uri(&data)], "cwd": wf}),
+        json!({"id": "shell", "cmd": "bin/tool {inputs[0]} && test -d \"$DIFFUSE_TASK_DIR/inputs\"", "inputs": [file_uri(&data)], "cwd": wf}),
+        json!({"id": "scratch", "cmd": ["bin/tool", "x"]}),
+        json!({"id": "gone", "cmd": ["true"], "cwd": "/no/such/dir"}),
+    ];
+    let (out, results, _d) = run(&tasks, &[]);
+    assert_eq!(out.code, Some(1), "two tasks fail: {}", out.stderr);
+    for id in ["rel", "shell"] {
+        let r = result_of(&results, id);
+        assert_eq!(r["state"], "succeeded", "{r}");
+        let text = std::fs::read_to_string(r["stdout"].as_str().unwrap()).unwrap();
+        assert!(
+            text.starts_with(&format!("{wf} /")) && text.contains("/inputs/0/data.txt\nthe data\n"),
+            "{id}: {text}"
+        );
+    }
+    let r = result_of(&results, "scratch");
+    assert_eq!(r["state"], "failed", "{r}");
+    let r = result_of(&results, "gone");
+    assert!(
+        r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("working directory (cwd) /no/such/dir")),
+        "{r}"
+    );
+    let (out, _, _d) = run(
+        &[json!({"id": "rel", "cmd": ["true"], "cwd": "relative/dir"})],
+        &[],
+    );
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("cwd"), "{}", out.stderr);
+}
+
 #[test]
 fn output_over_the_cap_is_cut_and_marked_and_copied_to_its_uris() {
     let mut c = Cluster::start(&[]);

@@ -27,12 +27,14 @@
 //! | module | what it decides |
 //! |---|---|
 //! | this module | the settings, starting the scheduler thread, the routes and their handlers |
+//! | [`answers`] | every answer of the API as one type, for the dispatcher and its clients |
 //! | [`handle`] | the API's shared state ([`Handle`]): token checks, questions to the scheduler thread, [`ApiError`] |
 //! | [`dashboard`] | the web dashboard's page, assets and `/v1/series` |
 //! | `stage_api` | `POST /v1/stage` and `GET /v1/stage/{id}` |
 //! | [`metrics`] | `/metrics` in the Prometheus text format |
 //! | [`scheduler`] | the scheduler thread: the core's decisions carried out on workers |
 
+pub mod answers;
 pub mod dashboard;
 mod handle;
 pub mod metrics;
@@ -55,7 +57,7 @@ pub use handle::{ApiError, Handle, Tokens};
 pub use metrics::metrics_text;
 use scheduler::tasks::Listed;
 use scheduler::{
-    BatchView, ListQuery, Scheduler, SchedulerConfig, SchedulerMsg, Status, Submitted, TaskView,
+    BatchView, ListQuery, Scheduler, SchedulerConfig, SchedulerMsg, Status, Submitted,
 };
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -382,7 +384,7 @@ async fn list(
         })
         .await?;
     let views = h.with_outcomes(views).await?;
-    Ok(Json(Page {
+    Ok(Json(answers::TaskPage {
         tasks: views,
         next: next.map(|n| n.to_string()),
     })
@@ -396,15 +398,6 @@ const MAX_STATES: usize = 10_000;
 #[serde(deny_unknown_fields)]
 struct StatesBody {
     ids: Vec<String>,
-}
-
-/// The answer to `POST /v1/states`.
-#[derive(serde::Serialize)]
-struct States {
-    /// The tasks known, as the listing shows them, in the order asked.
-    tasks: Vec<TaskView>,
-    /// The ids no task has.
-    unknown: Vec<String>,
 }
 
 /// `POST /v1/states` with `{"ids": [...]}`: the tasks named, as the listing shows them, in one
@@ -426,15 +419,7 @@ async fn states(
     }
     let (views, unknown) = h.ask(|tx| SchedulerMsg::Tasks(body.ids, tx)).await?;
     let tasks = h.with_outcomes(views).await?;
-    Ok(Json(States { tasks, unknown }).into_response())
-}
-
-/// A page of a task listing.
-#[derive(serde::Serialize)]
-struct Page {
-    tasks: Vec<TaskView>,
-    /// The cursor of the next page (`after=`), or null on the last one.
-    next: Option<String>,
+    Ok(Json(answers::TaskStates { tasks, unknown }).into_response())
 }
 
 async fn task(
@@ -470,7 +455,7 @@ async fn cancel(
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
     match h.ask(|tx| SchedulerMsg::Cancel(id, tx)).await? {
-        Ok(msg) => Ok(Json(serde_json::json!({ "result": msg })).into_response()),
+        Ok(result) => Ok(Json(answers::CancelAnswer { result }).into_response()),
         Err(e) if e.starts_with("unknown") => Err(ApiError::NotFound(e)),
         Err(e) => Err(ApiError::Conflict(e)),
     }
@@ -640,7 +625,7 @@ async fn locate(
     let Query(q) = q?;
     let uri = crate::uri::canonical(&q.uri).map_err(ApiError::BadRequest)?;
     let nodes = h.ask(|tx| SchedulerMsg::Locate(uri.clone(), tx)).await?;
-    Ok(Json(serde_json::json!({ "uri": uri, "nodes": nodes })).into_response())
+    Ok(Json(answers::Located { uri, nodes }).into_response())
 }
 
 /// `GET /v1/jobs/{job}`: a job's counters.
@@ -714,7 +699,11 @@ async fn place(
     {
         Ok(done) => Ok((
             StatusCode::ACCEPTED,
-            Json(serde_json::json!({ "uri": uri, "node": body.node, "result": done })),
+            Json(answers::Placed {
+                uri,
+                node: body.node,
+                result: done,
+            }),
         )
             .into_response()),
         Err(scheduler::objects::PlaceError::Unknown(m)) => Err(ApiError::NotFound(m)),

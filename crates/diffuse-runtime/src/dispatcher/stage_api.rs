@@ -38,7 +38,11 @@ async fn stage(
         .map(|u| crate::uri::canonical(u).map_err(ApiError::BadRequest))
         .collect::<Result<_, _>>()?;
     match h.ask(|tx| SchedulerMsg::Stage(ask, tx)).await? {
-        Ok(id) => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id }))).into_response()),
+        Ok(id) => Ok((
+            StatusCode::ACCEPTED,
+            Json(super::answers::StageStarted { id }),
+        )
+            .into_response()),
         Err(m) => Err(ApiError::BadRequest(m)),
     }
 }

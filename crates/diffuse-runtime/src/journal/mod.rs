@@ -209,6 +209,14 @@ pub enum OutcomeState {
     Cancelled,
 }
 
+impl TaskOutcome {
+    /// The report of the attempt that made this outcome, where it ran (none for a task
+    /// cancelled or failed before it ran, whose `result_json` is `{}`).
+    pub fn report(&self) -> Option<crate::proto::TaskReport> {
+        serde_json::from_str(&self.result_json).ok()
+    }
+}
+
 impl OutcomeState {
     /// The lowercase name stored in the journal (same as the serde name).
     pub fn as_str(self) -> &'static str {

@@ -94,6 +94,12 @@ pub fn identity(def: &TaskDef, inputs: &[Content<'_>]) -> Identity {
         put(&mut h, path.as_bytes());
         put(&mut h, sha.to_ascii_lowercase().as_bytes());
     }
+    // Last, and only when set, so that the identities of tasks without one are unchanged: a
+    // relative path in the command means another file in another directory.
+    if let Some(cwd) = &more.cwd {
+        put(&mut h, b"cwd");
+        put(&mut h, cwd.as_bytes());
+    }
     h.finalize().into()
 }
 
@@ -113,6 +119,15 @@ mod tests {
 
     const D1: &str = "aa00000000000000000000000000000000000000000000000000000000000000";
     const D2: &str = "bb00000000000000000000000000000000000000000000000000000000000000";
+
+    #[test]
+    fn a_working_directory_is_part_of_the_identity() {
+        let a = task(r#"{"id":"a","cmd":["bin/tool"],"outputs":["file:///o/y"]}"#);
+        let b = task(r#"{"id":"b","cmd":["bin/tool"],"outputs":["file:///o/y"],"cwd":"/w1"}"#);
+        let c = task(r#"{"id":"c","cmd":["bin/tool"],"outputs":["file:///o/y"],"cwd":"/w2"}"#);
+        let (a, b, c) = (identity(&a, &[]), identity(&b, &[]), identity(&c, &[]));
+        assert!(a != b && b != c && a != c);
+    }
 
     #[test]
     fn the_same_command_env_inputs_and_outputs_make_the_same_identity_whatever_the_id() {

@@ -1,6 +1,6 @@
 //! The program files a task's command names, hashed by the client that submits it (the
 //! dispatcher does not see the submitter's files): each word of the command that names a
-//! program file, absolute or relative to the task file's directory, gets its SHA-256 in the
+//! program file, absolute or relative to the task's `cwd` (else the task file's directory), gets its SHA-256 in the
 //! task's `programs`. A program file is a regular file that is executable or whose name ends
 //! as a script's does ([`SCRIPT_ENDINGS`]): a data file the command names (a log it appends
 //! to, a file it writes) is not one, or its every change would make the task new. Programs
@@ -38,8 +38,13 @@ impl ProgramHasher {
             Cmd::Argv(argv) => argv.iter().cloned().collect(),
             Cmd::Shell(line) => shell_words(line),
         };
+        let cwd = def
+            .more
+            .as_ref()
+            .and_then(|m| m.cwd.clone())
+            .map(PathBuf::from);
         for w in words {
-            if let Some(sha) = self.digest(&w) {
+            if let Some(sha) = self.digest(cwd.as_deref(), &w) {
                 def.more
                     .get_or_insert_with(Default::default)
                     .programs
@@ -48,20 +53,22 @@ impl ProgramHasher {
         }
     }
 
-    fn digest(&mut self, word: &str) -> Option<String> {
+    /// The digest of the program file `word` names, relative to `cwd` or else the base.
+    fn digest(&mut self, cwd: Option<&Path>, word: &str) -> Option<String> {
         if word.is_empty() || word.contains('{') || word.contains('\0') || word.len() > 4096 {
             return None;
         }
-        if let Some(d) = self.seen.get(word) {
+        let path = cwd.unwrap_or(&self.base).join(word);
+        let key = path.to_string_lossy().into_owned();
+        if let Some(d) = self.seen.get(&key) {
             return d.clone();
         }
-        let path = self.base.join(word);
         let d = std::fs::metadata(&path)
             .ok()
             .filter(|m| m.is_file() && (executable(m) || is_script(word)))
             .and_then(|_| crate::cache_dir::sha256_file(&path).ok())
             .map(|(_, sha)| sha);
-        self.seen.insert(word.to_string(), d.clone());
+        self.seen.insert(key, d.clone());
         d
     }
 }

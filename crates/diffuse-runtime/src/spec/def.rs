@@ -206,6 +206,12 @@ pub struct TaskMore {
     /// Extra environment variables.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// The directory its program starts in: an absolute path on the worker, as on a shared
+    /// file system (a workflow's directory, where `bin/tool` is found). Default: the task's
+    /// scratch directory, removed when it ends. Its inputs are staged in the scratch directory
+    /// either way (`{inputs[i]}` are absolute paths).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
     /// Queue order: higher first (default 0; -32768 to 32767).
     #[serde(skip_serializing_if = "values::is_zero", with = "values::small")]
     pub priority: i16,
@@ -541,6 +547,14 @@ fn check_more(id: &str, m: &mut TaskMore) -> Result<(), Invalid> {
     check_log_uri("stderr", m.stderr.as_deref())?;
     check_resources(m)?;
     check_env(&m.env)?;
+    if let Some(cwd) = &m.cwd {
+        if !cwd.starts_with('/') || cwd.contains('\0') || cwd.len() > 4096 {
+            return Err(invalid(
+                "cwd",
+                format!("'{cwd}' must be an absolute path (at most 4096 bytes, no NUL)"),
+            ));
+        }
+    }
     if m.dad_beta.is_some_and(|b| !(0.0..=1.0).contains(&b)) {
         return Err(invalid("dad_beta", "must be in [0, 1]"));
     }

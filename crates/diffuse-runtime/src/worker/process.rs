@@ -197,9 +197,11 @@ pub struct Job<'a> {
     pub inputs: &'a [PathBuf],
     /// Output paths.
     pub outputs: &'a [PathBuf],
-    /// The task's directory: its working directory if it exists, else the worker's work
-    /// directory (its parent).
+    /// The task's directory: its working directory if it exists and `cwd` is not given, else
+    /// the worker's work directory (its parent).
     pub dir: &'a Path,
+    /// The working directory the task asked for (its `cwd`), instead of `dir`.
+    pub cwd: Option<&'a Path>,
     /// Files to capture stdout and stderr to.
     pub logs: (PathBuf, PathBuf),
     /// Most bytes kept of each of stdout and stderr.
@@ -257,10 +259,10 @@ pub async fn execute(
         }
     };
     let dir = job.dir;
-    let cwd = if dir.is_dir() {
-        dir
-    } else {
-        dir.parent().unwrap_or(dir)
+    let cwd = match job.cwd {
+        Some(asked) => asked,
+        None if dir.is_dir() => dir,
+        None => dir.parent().unwrap_or(dir),
     };
     command
         .current_dir(cwd)
@@ -280,7 +282,13 @@ pub async fn execute(
             Cmd::Argv(a) => a[0].clone(),
             Cmd::Shell(_) => "sh".into(),
         };
-        format!("exec {program}: {e}")
+        // The child's chdir fails with the same error as a missing program: say which.
+        match job.cwd {
+            Some(asked) if !asked.is_dir() => {
+                format!("working directory (cwd) {}: {e}", asked.display())
+            }
+            _ => format!("exec {program}: {e}"),
+        }
     })?;
     let pgid = child.id().map_or(0, |p| p as i32);
     let group = Group { pgid };

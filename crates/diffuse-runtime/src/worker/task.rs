@@ -286,12 +286,13 @@ async fn run_process(
         inputs,
         outputs: &dir.outputs,
         dir: &dir.path,
+        cwd: a.more.cwd.as_deref().map(Path::new),
         logs: (
             ctx.logs.join(log_name(&a.task, a.attempt, "stdout")),
             ctx.logs.join(log_name(&a.task, a.attempt, "stderr")),
         ),
         max_output: ctx.max_output,
-        env: task_env(ctx, a, &gpus),
+        env: task_env(ctx, a, &gpus, &dir.path),
         timeout: a.more.timeout_s.map(Duration::from_secs_f64),
         memory: a.memory_limit().zip(ctx.cgroups.as_ref()),
         make_room: {
@@ -309,10 +310,12 @@ async fn run_process(
     ended
 }
 
-/// The variables diffuse sets for a task, then the task's own.
-fn task_env(ctx: &Ctx, a: &Assignment, gpus: &Gpus) -> Vec<(String, String)> {
+/// The variables diffuse sets for a task, then the task's own. `DIFFUSE_TASK_DIR` is its
+/// scratch directory, which is not its working directory when it gives a `cwd`.
+fn task_env(ctx: &Ctx, a: &Assignment, gpus: &Gpus, dir: &Path) -> Vec<(String, String)> {
     let mut env = vec![
         ("DIFFUSE_TASK_ID".to_string(), a.task.clone()),
+        ("DIFFUSE_TASK_DIR".to_string(), dir.display().to_string()),
         ("DIFFUSE_ATTEMPT".to_string(), a.attempt.to_string()),
         ("DIFFUSE_NODE".to_string(), ctx.name.clone()),
         ("DIFFUSE_CORES".to_string(), a.cores().to_string()),

@@ -5,10 +5,17 @@
 //! adds a site's CA to the roots trusted (the system's and the built-in ones stay). A failed TLS
 //! handshake (an untrusted certificate, a server that does not speak TLS) is an error at once,
 //! never retried, and says what to do.
+//!
+//! Every answer is read into the type the dispatcher serializes it from
+//! ([`diffuse_runtime::dispatcher::answers`]): an answer of another shape (a field renamed or
+//! missing, from a dispatcher of another version) is an error naming the route and the field,
+//! never a value shown as 0.
 
 use super::{read_token, DEFAULT_DISPATCHER};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use diffuse_runtime::dispatcher::answers::Status;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,34 +84,45 @@ impl Client {
         }
     }
 
-    /// Send `req`; the JSON answer, or an error with the dispatcher's message (or the HTTP
-    /// status and body when it is not JSON). `Unreachable` errors are told apart so callers
-    /// can retry.
-    pub(crate) async fn call(&self, req: reqwest::RequestBuilder) -> Result<Value, CallError> {
-        let resp = req
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| self.unanswered(&e))?;
+    /// Send `req`; its answer read as a `T`, or an error with the dispatcher's message (or the
+    /// HTTP status and body when it is not JSON). `Unreachable` errors are told apart so
+    /// callers can retry; an answer that is not a `T` is [`CallError::Mismatch`].
+    pub(crate) async fn call<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, CallError> {
+        let (http, req) = req.bearer_auth(&self.token).build_split();
+        let req = req.map_err(|e| CallError::Refused {
+            code: 0,
+            message: format!("{}: {e}", self.url),
+        })?;
+        let route = format!("{} {}", req.method(), req.url().path());
+        let resp = http.execute(req).await.map_err(|e| self.unanswered(&e))?;
         let code = resp.status();
         let text = resp.text().await.unwrap_or_default();
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if !code.is_success() {
-            let msg = body
-                .get("error")
-                .and_then(|e| e.as_str())
-                .map(String::from)
-                .unwrap_or_else(|| text.trim().chars().take(300).collect());
-            return Err(CallError::Refused {
-                code: code.as_u16(),
-                message: format!("{} ({code}): {msg}", self.url),
+        if code.is_success() {
+            return serde_json::from_str(&text).map_err(|e| {
+                CallError::Mismatch(format!(
+                    "{}: the answer to {route} is not what this diffuse ({}) expects: {e}; is the dispatcher another version?",
+                    self.url,
+                    env!("CARGO_PKG_VERSION")
+                ))
             });
         }
-        Ok(body)
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let msg = body
+            .get("error")
+            .and_then(|e| e.as_str())
+            .map(String::from)
+            .unwrap_or_else(|| text.trim().chars().take(300).collect());
+        Err(CallError::Refused {
+            code: code.as_u16(),
+            message: format!("{} ({code}): {msg}", self.url),
+        })
     }
 
     /// `GET /v1/status`.
-    pub(crate) async fn status(&self) -> Result<Value, CallError> {
+    pub(crate) async fn status(&self) -> Result<Status, CallError> {
         self.call(self.http.get(format!("{}/v1/status", self.url)))
             .await
     }
@@ -119,6 +137,8 @@ pub(crate) enum CallError {
     Tls(String),
     /// An answer other than success.
     Refused { code: u16, message: String },
+    /// A success whose body is not the answer this client knows (another version).
+    Mismatch(String),
 }
 
 impl CallError {
@@ -133,7 +153,8 @@ impl CallError {
             }
             CallError::Refused { message, .. }
             | CallError::Unreachable(message)
-            | CallError::Tls(message) => {
+            | CallError::Tls(message)
+            | CallError::Mismatch(message) => {
                 bail!("{message}")
             }
         }
@@ -145,6 +166,7 @@ impl std::fmt::Display for CallError {
         match self {
             CallError::Unreachable(m)
             | CallError::Tls(m)
+            | CallError::Mismatch(m)
             | CallError::Refused { message: m, .. } => f.write_str(m),
         }
     }

@@ -6,6 +6,7 @@ use super::api::{Client, ClientArgs};
 use crate::size::format_size;
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use diffuse_runtime::dispatcher::answers::ResultsView;
 use diffuse_runtime::run_caches;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -104,7 +105,8 @@ fn results(
     json: bool,
     client: &ClientArgs,
 ) -> Result<ExitCode> {
-    let view: serde_json::Value = if client.names_dispatcher() {
+    // From the dispatcher: its answer, and the tasks it reused since it started.
+    let (view, reused) = if client.names_dispatcher() {
         let c = Client::new(client)?;
         let rt = super::runtime()?;
         let req = if clear {
@@ -112,8 +114,11 @@ fn results(
         } else {
             c.http.get(format!("{}/v1/results", c.url))
         };
-        rt.block_on(c.call(req))
-            .map_err(|e| anyhow::anyhow!("{e}"))?
+        let v: ResultsView = rt
+            .block_on(c.call(req))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let reused = v.reused;
+        (v, Some(reused))
     } else {
         let path = root.join(diffuse_runtime::run::RESULTS_STORE);
         if !path.exists() {
@@ -126,27 +131,30 @@ fn results(
             s.clear();
             s.flush();
         }
-        serde_json::json!({
-            "results": loaded.results.len(),
-            "bytes": loaded.results.iter().map(|(_, r)| r.bytes()).sum::<u64>(),
-            "digests": loaded.digests.len(),
-            "store": path.display().to_string(),
-        })
+        let view = ResultsView {
+            reuse: true,
+            results: loaded.results.len() as u64,
+            bytes: loaded.results.iter().map(|(_, r)| r.bytes()).sum::<u64>(),
+            digests: loaded.digests.len() as u64,
+            store: Some(path.display().to_string()),
+            ..ResultsView::default()
+        };
+        (view, None)
     };
     if json {
-        println!("{view}");
+        println!("{}", serde_json::to_string(&view)?);
     } else {
         println!(
             "{} results kept ({}), {} input digests known{}",
-            view["results"],
-            format_size(view["bytes"].as_u64().unwrap_or(0)),
-            view["digests"],
-            view["store"]
-                .as_str()
+            view.results,
+            format_size(view.bytes),
+            view.digests,
+            view.store
+                .as_ref()
                 .map(|s| format!(", in {s}"))
                 .unwrap_or_default()
         );
-        if let Some(n) = view["reused"].as_u64() {
+        if let Some(n) = reused {
             println!("{n} tasks reused since the dispatcher started");
         }
         if clear {

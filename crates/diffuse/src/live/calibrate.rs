@@ -25,6 +25,7 @@
 use super::api::{Client, ClientArgs};
 use super::runtime;
 use anyhow::{bail, Context, Result};
+use diffuse_runtime::dispatcher::answers::{OutcomeState, Submitted, TaskView, WorkerPage};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -134,12 +135,12 @@ struct Pool {
 
 impl Pool {
     fn ask(c: &Client, rt: &tokio::runtime::Runtime) -> Result<Pool> {
-        let status = rt.block_on(c.call(c.http.get(format!("{}/v1/status", c.url))))?;
+        let status = rt.block_on(c.status())?;
         // Every worker, page by page (the status lists only the first ones of a large pool).
         let mut workers: Vec<String> = Vec::new();
         let mut after = String::new();
         loop {
-            let page = rt.block_on(
+            let page: WorkerPage = rt.block_on(
                 c.call(
                     c.http
                         .get(format!("{}/v1/workers", c.url))
@@ -147,30 +148,26 @@ impl Pool {
                 ),
             )?;
             workers.extend(
-                page["workers"]
-                    .as_array()
+                page.workers
                     .into_iter()
-                    .flatten()
-                    .filter(|w| w["state"] == "running" || w["state"] == "idle")
-                    .filter_map(|w| w["name"].as_str().map(String::from)),
+                    .filter(|w| w.state == "running" || w.state == "idle")
+                    .map(|w| w.name),
             );
-            match page["next"].as_str() {
-                Some(n) => after = n.to_string(),
+            match page.next {
+                Some(n) => after = n,
                 None => break,
             }
         }
         if workers.is_empty() {
             bail!("no worker is connected to {}: start the pool first", c.url);
         }
-        let startup = &status["pool"]["startup_seconds"];
-        let startup = match (startup["sum"].as_f64(), startup["count"].as_u64()) {
-            (Some(sum), Some(count)) if count > 0 => Some((sum / count as f64, count)),
-            _ => None,
-        };
-        let slots = status["slots"]
-            .as_u64()
-            .unwrap_or(workers.len() as u64)
-            .max(1);
+        let startup = status
+            .pool
+            .as_ref()
+            .map(|p| &p.startup_seconds)
+            .filter(|h| h.count > 0)
+            .map(|h| (h.sum / h.count as f64, h.count));
+        let slots = status.slots.max(1);
         Ok(Pool {
             workers,
             slots,
@@ -378,19 +375,23 @@ impl Session<'_> {
             })
             .collect();
         let c = self.c;
-        self.rt
+        let _: Submitted = self
+            .rt
             .block_on(c.call(c.http.post(format!("{}/v1/tasks", c.url)).body(body)))?;
         let deadline = Instant::now() + Duration::from_secs(3600);
         let mut out = Vec::with_capacity(ids.len());
         for id in &ids {
-            let t = loop {
-                let t = self
+            let outcome = loop {
+                let t: TaskView = self
                     .rt
                     .block_on(c.call(c.http.get(format!("{}/v1/tasks/{id}", c.url))))?;
-                match t["state"].as_str() {
-                    Some("succeeded") => break t,
-                    Some("failed") | Some("cancelled") => {
-                        bail!("calibration task {id} did not succeed: {t}")
+                match t.outcome {
+                    Some(o) if o.state == OutcomeState::Succeeded => break o,
+                    Some(o) => {
+                        bail!(
+                            "calibration task {id} did not succeed: {}",
+                            super::tasks::reason(Some(&o))
+                        )
                     }
                     _ if Instant::now() > deadline => {
                         bail!("calibration task {id} took over an hour")
@@ -398,16 +399,13 @@ impl Session<'_> {
                     _ => std::thread::sleep(Duration::from_millis(100)),
                 }
             };
-            let report: Value = t["outcome"]["result_json"]
-                .as_str()
-                .and_then(|r| serde_json::from_str(r).ok())
-                .with_context(|| format!("task {id} has no report: {t}"))?;
-            let at = |k: &str| report[k].as_f64().unwrap_or(0.0);
-            let tr = |k: &str| report["traffic"][k].as_u64().unwrap_or(0);
+            let r = outcome
+                .report()
+                .with_context(|| format!("task {id} has no report: {}", outcome.result_json))?;
             out.push(Ran {
-                staging: (at("staged_at") - at("started_at")).max(1e-6),
-                running: (at("finished_at") - at("staged_at")).max(1e-6),
-                traffic: (tr("local"), tr("peer"), tr("storage")),
+                staging: (r.staged_at - r.started_at).max(1e-6),
+                running: (r.finished_at - r.staged_at).max(1e-6),
+                traffic: (r.traffic.local, r.traffic.peer, r.traffic.storage),
             });
         }
         Ok(out)

@@ -11,9 +11,9 @@ use super::api::{CallError, Client, ClientArgs};
 use super::runtime;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use diffuse_runtime::dispatcher::answers::{BatchView, CancelAnswer, Status, Submitted, TaskPage};
 use diffuse_runtime::spec::{parse_numbered_bytes, TaskDef};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -233,7 +233,7 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
     for chunk in chunks(&lines) {
         let (first, last) = (chunk[0].0, chunk[chunk.len() - 1].0);
         let body: String = chunk.iter().map(|(_, l)| l.as_str()).collect();
-        let answer = rt.block_on(
+        let answer: Result<Submitted, CallError> = rt.block_on(
             c.call(
                 c.http
                     .post(format!("{}/v1/tasks", c.url))
@@ -243,8 +243,7 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         );
         match answer {
             Ok(v) => {
-                let batch = v["batch"].as_u64().unwrap_or(0);
-                let n = v["submitted"].as_u64().unwrap_or(0);
+                let (batch, n) = (v.batch, v.submitted as u64);
                 remember(&Record {
                     dispatcher: c.url.clone(),
                     batch,
@@ -305,33 +304,39 @@ fn chunks(lines: &[(usize, String)]) -> Vec<&[(usize, String)]> {
     out
 }
 
-fn print_status(s: &Value, json: bool) {
+fn print_status(s: &Status, json: bool) {
     if json {
-        println!("{s}");
+        println!("{}", serde_json::to_string(s).expect("a status serializes"));
     } else {
-        if let Some(n) = s["unschedulable"].as_u64().filter(|n| *n > 0) {
-            let examples: Vec<&str> = s["unschedulable_examples"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
+        if s.unschedulable > 0 {
             eprintln!(
-                "warning: {n} queued task(s) fit no connected worker: {}",
-                examples.join("; ")
+                "warning: {} queued task(s) fit no connected worker: {}",
+                s.unschedulable,
+                s.unschedulable_examples.join("; ")
             );
         }
         println!(
             "queued {}  running {}  succeeded {}  failed {}  cancelled {}  workers {} ({} slots, {} busy)",
-            s["queued"].as_u64().unwrap_or(0) ,
-            s["running"].as_u64().unwrap_or(0) + s["ending"].as_u64().unwrap_or(0),
-            s["succeeded"], s["failed"], s["cancelled"], s["workers"], s["slots"], s["busy_slots"]
+            s.queued,
+            s.running + s.ending,
+            s.succeeded,
+            s.failed,
+            s.cancelled,
+            s.workers,
+            s.slots,
+            s.busy_slots
         );
-        if let Some(n) = s["reused"].as_u64().filter(|n| *n > 0) {
-            println!("reused {n}: succeeded without running, from an identical task's kept result");
+        if s.reused > 0 {
+            println!(
+                "reused {}: succeeded without running, from an identical task's kept result",
+                s.reused
+            );
         }
-        if let Some(n) = s["remaking"].as_u64().filter(|n| *n > 0) {
-            println!("remaking {n}: succeeded tasks running again to remake a lost tmp:// object");
+        if s.remaking > 0 {
+            println!(
+                "remaking {}: succeeded tasks running again to remake a lost tmp:// object",
+                s.remaking
+            );
         }
         print_workers(s);
     }
@@ -339,56 +344,55 @@ fn print_status(s: &Value, json: bool) {
 
 /// Workers by state, with an elastic pool's settings and its last resource-manager error, then
 /// one line per worker (name, state, job id).
-fn print_workers(s: &Value) {
-    let by_state: Vec<String> = s["workers_by_state"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
+fn print_workers(s: &Status) {
+    let by_state: Vec<String> = s
+        .workers_by_state
+        .iter()
+        .filter(|(_, n)| **n > 0)
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
-    let pool = &s["pool"];
-    if let Some(p) = pool["provisioner"].as_str() {
+    if let Some(pool) = &s.pool {
         println!(
-            "pool: {p}, {}-{} workers; {}; {} request(s) failed",
-            pool["min_workers"],
-            pool["max_workers"],
+            "pool: {}, {}-{} workers; {}; {} request(s) failed",
+            pool.provisioner,
+            pool.min_workers,
+            pool.max_workers,
             if by_state.is_empty() {
                 "none now".to_string()
             } else {
                 by_state.join(", ")
             },
-            pool["failed_requests"]
+            pool.failed_requests
         );
-        if let Some(e) = pool["last_error"].as_str() {
+        if let Some(e) = &pool.last_error {
             println!("pool error: {e}");
         }
-        let (adopted, cancelled) = (
-            pool["extra_jobs_adopted"].as_u64().unwrap_or(0),
-            pool["extra_jobs_cancelled"].as_u64().unwrap_or(0),
-        );
+        let (adopted, cancelled) = (pool.extra_jobs_adopted, pool.extra_jobs_cancelled);
         if adopted + cancelled > 0 {
             println!(
                 "pool: {adopted} job(s) no request owned adopted, {cancelled} cancelled; last: {}",
-                pool["last_extra_job"].as_str().unwrap_or("")
+                pool.last_extra_job.as_deref().unwrap_or("")
             );
         }
     } else if !by_state.is_empty() {
         println!("workers: {}", by_state.join(", "));
     }
-    for w in s["worker_list"].as_array().into_iter().flatten() {
+    for w in &s.worker_list {
         println!(
             "  {:<24} {:<10} {}",
-            w["name"].as_str().unwrap_or(""),
-            w["state"].as_str().unwrap_or(""),
-            w["job"]
-                .as_str()
+            w.name,
+            w.state,
+            w.job
+                .as_ref()
                 .map(|j| format!("job {j}"))
                 .unwrap_or_default()
         );
     }
-    if let Some(more) = s["worker_list_more"].as_u64().filter(|n| *n > 0) {
-        println!("  ... and {more} more (GET /v1/workers lists them all, a page at a time)");
+    if s.worker_list_more > 0 {
+        println!(
+            "  ... and {} more (GET /v1/workers lists them all, a page at a time)",
+            s.worker_list_more
+        );
     }
 }
 
@@ -400,32 +404,29 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
         return super::jobs::status(&rt, &c, job, a.json);
     }
     if a.failed {
-        let page = rt.block_on(c.call(c.http.get(format!(
+        let page: TaskPage = rt.block_on(c.call(c.http.get(format!(
             "{}/v1/tasks?state=failed&limit={}",
             c.url,
             a.limit.clamp(1, 10_000)
         ))))?;
-        let tasks = page["tasks"].as_array().cloned().unwrap_or_default();
+        let tasks = page.tasks;
         if a.json {
-            println!("{}", Value::Array(tasks));
+            println!("{}", serde_json::to_string(&tasks)?);
             return Ok(ExitCode::SUCCESS);
         }
         if tasks.is_empty() {
             println!("no failed task");
         }
         for t in &tasks {
-            let o = &t["outcome"];
-            let report: Value = o["result_json"]
-                .as_str()
-                .and_then(|r| serde_json::from_str(r).ok())
-                .unwrap_or_default();
+            let o = t.outcome.as_ref();
             let why = super::tasks::reason(o);
-            let node = o["node"]
-                .as_str()
-                .map(|n| format!(" (on {n}, attempt {})", o["attempt"]))
+            let node = o
+                .and_then(|o| o.node.as_ref().map(|n| (n, o.attempt)))
+                .map(|(n, attempt)| format!(" (on {n}, attempt {attempt})"))
                 .unwrap_or_default();
-            println!("{}: {why}{node}", t["id"].as_str().unwrap_or_default());
-            if let Some(tail) = report["stderr_tail"].as_str() {
+            println!("{}: {why}{node}", t.id);
+            let report = o.and_then(|o| o.report());
+            if let Some(tail) = report.and_then(|r| r.stderr_tail) {
                 let lines: Vec<&str> = tail.trim_end().lines().collect();
                 for l in &lines[lines.len().saturating_sub(5)..] {
                     println!("    | {l}");
@@ -481,7 +482,7 @@ pub fn logs(a: LogsArgs) -> Result<ExitCode> {
         let code = resp.status();
         let body = resp.bytes().await?;
         if !code.is_success() {
-            let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
             bail!(
                 "{}",
                 v["error"]
@@ -524,8 +525,8 @@ pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
                 .pop_if_empty()
                 .push(id)
                 .push("cancel");
-            match c.call(c.http.post(url)).await {
-                Ok(v) => println!("{id}: {}", v["result"].as_str().unwrap_or("cancelled")),
+            match c.call::<CancelAnswer>(c.http.post(url)).await {
+                Ok(v) => println!("{id}: {}", v.result),
                 Err(CallError::Refused {
                     code: 404 | 409,
                     message,
@@ -537,7 +538,8 @@ pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
                 Err(
                     CallError::Refused { message, .. }
                     | CallError::Unreachable(message)
-                    | CallError::Tls(message),
+                    | CallError::Tls(message)
+                    | CallError::Mismatch(message),
                 ) => {
                     bail!("{message}")
                 }
@@ -634,38 +636,32 @@ fn awaited_batches(a: &WaitArgs, c: &Client) -> Result<Vec<u64>> {
 
 /// The dispatcher's status and where the awaited tasks stand: all its tasks with `all`, else
 /// those of `batches`.
-async fn progress(c: &Client, all: bool, batches: &[u64]) -> Result<(Value, Progress), CallError> {
+async fn progress(c: &Client, all: bool, batches: &[u64]) -> Result<(Status, Progress), CallError> {
     let status = c.status().await?;
     if all {
         let p = Progress {
-            tasks: status["submitted"].as_u64().unwrap_or(0),
-            pending: ["queued", "running", "ending"]
-                .iter()
-                .map(|k| status[k].as_u64().unwrap_or(0))
-                .sum(),
-            succeeded: status["succeeded"].as_u64().unwrap_or(0),
-            failed: status["failed"].as_u64().unwrap_or(0),
-            cancelled: status["cancelled"].as_u64().unwrap_or(0),
+            tasks: status.submitted,
+            pending: status.queued + status.running + status.ending,
+            succeeded: status.succeeded,
+            failed: status.failed,
+            cancelled: status.cancelled,
             failed_ids: Vec::new(),
         };
         return Ok((status, p));
     }
     let mut p = Progress::default();
     for b in batches {
-        let v = c
+        let v: BatchView = c
             .call(c.http.get(format!("{}/v1/batches/{b}", c.url)))
             .await?;
-        p.tasks += v["tasks"].as_u64().unwrap_or(0);
-        p.pending += v["pending"].as_u64().unwrap_or(0);
-        p.succeeded += v["succeeded"].as_u64().unwrap_or(0);
-        p.failed += v["failed"].as_u64().unwrap_or(0);
-        p.cancelled += v["cancelled"].as_u64().unwrap_or(0);
-        for id in v["failed_ids"].as_array().into_iter().flatten() {
-            if p.failed_ids.len() < 10 {
-                p.failed_ids
-                    .push(id.as_str().unwrap_or_default().to_string());
-            }
-        }
+        p.tasks += v.counts.tasks;
+        p.pending += v.pending;
+        p.succeeded += v.counts.succeeded;
+        p.failed += v.counts.failed;
+        p.cancelled += v.counts.cancelled;
+        let room = 10usize.saturating_sub(p.failed_ids.len());
+        p.failed_ids
+            .extend(v.counts.failed_ids.into_iter().take(room));
     }
     Ok((status, p))
 }
@@ -705,14 +701,14 @@ impl Watch {
 
     /// The dispatcher answered with `status` and the awaited tasks stand at `p`: whether they
     /// have all ended; if not, what is worth telling (no worker, unfit tasks, progress).
-    fn answered(&mut self, c: &Client, status: &Value, p: &Progress) -> bool {
+    fn answered(&mut self, c: &Client, status: &Status, p: &Progress) -> bool {
         if self.unreachable_since.take().is_some() && !self.json {
             eprintln!("the dispatcher answers again");
         }
         if p.pending == 0 {
             return true;
         }
-        let workers = status["workers"].as_u64().unwrap_or(0);
+        let workers = u64::from(status.workers);
         self.warn_no_worker(c, workers, p.pending);
         self.warn_unfit(status);
         if !self.json && self.last_print.is_none_or(|t| t.elapsed() >= self.every) {
@@ -722,8 +718,8 @@ impl Watch {
                 "waiting: {done}/{} done ({} failed); dispatcher: {} running, {} queued, {} workers",
                 p.tasks,
                 p.failed,
-                status["running"].as_u64().unwrap_or(0) + status["ending"].as_u64().unwrap_or(0),
-                status["queued"].as_u64().unwrap_or(0),
+                status.running + status.ending,
+                status.queued,
                 workers
             );
             if self.tty {
@@ -753,18 +749,12 @@ impl Watch {
     }
 
     /// More queued tasks than last time fit no connected worker: said with examples.
-    fn warn_unfit(&mut self, status: &Value) {
-        let unfit = status["unschedulable"].as_u64().unwrap_or(0);
+    fn warn_unfit(&mut self, status: &Status) {
+        let unfit = status.unschedulable;
         if unfit > self.warned_unfit {
-            let examples: Vec<&str> = status["unschedulable_examples"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e.as_str())
-                .collect();
             eprintln!(
                 "warning: {unfit} queued task(s) fit no connected worker and wait for a bigger one (cancel them with `diffuse cancel`): {}",
-                examples.join("; ")
+                status.unschedulable_examples.join("; ")
             );
         }
         self.warned_unfit = unfit;

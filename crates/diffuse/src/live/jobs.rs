@@ -2,7 +2,7 @@
 
 use super::api::Client;
 use anyhow::Result;
-use serde_json::Value;
+use diffuse_runtime::dispatcher::answers::{JobCancelled, JobView};
 use std::process::ExitCode;
 
 fn job_url(c: &Client, job: &str, tail: &[&str]) -> Result<reqwest::Url> {
@@ -19,22 +19,16 @@ fn job_url(c: &Client, job: &str, tail: &[&str]) -> Result<reqwest::Url> {
 
 /// `diffuse status --job J`: `job J: N tasks; queued Q, running R, succeeded S, failed F, cancelled C`.
 pub fn status(rt: &tokio::runtime::Runtime, c: &Client, job: &str, json: bool) -> Result<ExitCode> {
-    let v: Value = match rt.block_on(c.call(c.http.get(job_url(c, job, &[])?))) {
+    let v: JobView = match rt.block_on(c.call(c.http.get(job_url(c, job, &[])?))) {
         Ok(v) => v,
         Err(e) => return e.exit_if(&[404]),
     };
     if json {
-        println!("{v}");
+        println!("{}", serde_json::to_string(&v)?);
     } else {
-        let n = |k: &str| v[k].as_u64().unwrap_or(0);
         println!(
             "job {job}: {} tasks; queued {}, running {}, succeeded {}, failed {}, cancelled {}",
-            n("tasks"),
-            n("queued"),
-            n("running"),
-            n("succeeded"),
-            n("failed"),
-            n("cancelled")
+            v.tasks, v.queued, v.running, v.succeeded, v.failed, v.cancelled
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -42,16 +36,13 @@ pub fn status(rt: &tokio::runtime::Runtime, c: &Client, job: &str, json: bool) -
 
 /// `diffuse cancel --job J`: what ended at once and what is being stopped.
 pub fn cancel(rt: &tokio::runtime::Runtime, c: &Client, job: &str) -> Result<ExitCode> {
-    let v: Value = match rt.block_on(c.call(c.http.post(job_url(c, job, &["cancel"])?))) {
+    let v: JobCancelled = match rt.block_on(c.call(c.http.post(job_url(c, job, &["cancel"])?))) {
         Ok(v) => v,
         Err(e) => return e.exit_if(&[404]),
     };
-    let n = |k: &str| v[k].as_u64().unwrap_or(0);
     println!(
         "job {job}: {} cancelled, {} running being stopped, {} had already ended",
-        n("cancelled"),
-        n("stopping"),
-        n("ended")
+        v.cancelled, v.stopping, v.ended
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,7 @@
 use super::api::{Client, ClientArgs};
 use super::runtime;
 use anyhow::Result;
-use serde_json::Value;
+use diffuse_runtime::dispatcher::answers::{ObjectView, Placed};
 use std::process::ExitCode;
 
 /// `diffuse locate`.
@@ -47,34 +47,26 @@ fn object_url(c: &Client, uri: &str, tail: &[&str]) -> Result<reqwest::Url> {
 pub fn locate(a: LocateArgs) -> Result<ExitCode> {
     let c = Client::new(&a.client)?;
     let url = object_url(&c, &a.uri, &[])?;
-    let v: Value = match runtime()?.block_on(c.call(c.http.get(url))) {
+    let v: ObjectView = match runtime()?.block_on(c.call(c.http.get(url))) {
         Ok(v) => v,
         Err(e) => return e.exit_if(&[400, 404]),
     };
     if a.json {
-        println!("{v}");
+        println!("{}", serde_json::to_string(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let nodes: Vec<&str> = v["nodes"]
-        .as_array()
-        .map(|n| n.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let mut line = format!(
-        "{}: {}",
-        v["uri"].as_str().unwrap_or(&a.uri),
-        v["state"].as_str().unwrap_or("?")
-    );
-    if !nodes.is_empty() {
-        line.push_str(&format!(" on {}", nodes.join(", ")));
+    let mut line = format!("{}: {}", v.uri, v.state);
+    if !v.nodes.is_empty() {
+        line.push_str(&format!(" on {}", v.nodes.join(", ")));
     }
     let mut more = Vec::new();
-    if let Some(s) = v["size"].as_u64() {
+    if let Some(s) = v.size {
         more.push(format!("{s} bytes"));
     }
-    if let Some(p) = v["producer"].as_str() {
+    if let Some(p) = &v.producer {
         more.push(format!("written by task '{p}'"));
     }
-    if let Some(p) = v["placed"].as_str() {
+    if let Some(p) = &v.placed {
         more.push(format!("placed on '{p}'"));
     }
     if !more.is_empty() {
@@ -89,9 +81,9 @@ pub fn place(a: PlaceArgs) -> Result<ExitCode> {
     let c = Client::new(&a.client)?;
     let url = object_url(&c, &a.uri, &["placement"])?;
     let body = serde_json::json!({ "node": a.node });
-    match runtime()?.block_on(c.call(c.http.put(url).json(&body))) {
+    match runtime()?.block_on(c.call::<Placed>(c.http.put(url).json(&body))) {
         Ok(v) => {
-            println!("{}", v["result"].as_str().unwrap_or("placed"));
+            println!("{}", v.result);
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => e.exit_if(&[400, 404]),

@@ -5,7 +5,7 @@
 use super::api::{Client, ClientArgs};
 use super::runtime;
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
+use diffuse_runtime::dispatcher::answers::{StageStarted, StageView};
 use std::io::BufRead;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -89,21 +89,22 @@ pub fn stage(a: StageArgs) -> Result<ExitCode> {
     let body = serde_json::json!({
         "uris": uris, "to": to, "schedule": a.schedule, "drop": a.drop
     });
-    let id = match rt.block_on(c.call(c.http.post(format!("{}/v1/stage", c.url)).json(&body))) {
-        Ok(v) => v["id"]
-            .as_u64()
-            .context("the dispatcher answered no batch number")?,
+    let started =
+        rt.block_on(c.call::<StageStarted>(c.http.post(format!("{}/v1/stage", c.url)).json(&body)));
+    let id = match started {
+        Ok(v) => v.id,
         Err(e) => return e.exit_if(&[400]),
     };
     if a.drop {
-        let v = match rt.block_on(c.call(c.http.get(format!("{}/v1/stage/{id}", c.url)))) {
+        let v: StageView = match rt.block_on(c.call(c.http.get(format!("{}/v1/stage/{id}", c.url))))
+        {
             Ok(v) => v,
             Err(e) => return e.exit_if(&[404]),
         };
         println!(
             "dropping {} copies from {} workers",
-            v["done"].as_u64().unwrap_or(0),
-            v["destinations"].as_array().map_or(0, Vec::len)
+            v.done,
+            v.destinations.len()
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -114,40 +115,36 @@ pub fn stage(a: StageArgs) -> Result<ExitCode> {
     let url = format!("{}/v1/stage/{id}", c.url);
     let mut shown = (String::new(), u64::MAX);
     let v = loop {
-        let v = match rt.block_on(c.call(c.http.get(&url))) {
+        let v: StageView = match rt.block_on(c.call(c.http.get(&url))) {
             Ok(v) => v,
             Err(e) => return e.exit_if(&[404]),
         };
-        let state = v["state"].as_str().unwrap_or("?").to_string();
-        let done = v["done"].as_u64().unwrap_or(0);
-        if state == "done" {
+        if v.state == "done" {
             break v;
         }
-        if !a.json && (state != shown.0 || done != shown.1) {
+        if !a.json && (v.state != shown.0 || v.done as u64 != shown.1) {
             eprintln!(
-                "stage {id}: {state}, {done}/{} copies, {} under way, {:.0} MB in {:.1} s",
-                v["requests"].as_u64().unwrap_or(0),
-                v["running"].as_u64().unwrap_or(0),
-                v["bytes"].as_f64().unwrap_or(0.0) / 1e6,
-                v["seconds"].as_f64().unwrap_or(0.0),
+                "stage {id}: {}, {}/{} copies, {} under way, {:.0} MB in {:.1} s",
+                v.state,
+                v.done,
+                v.requests,
+                v.running,
+                v.bytes as f64 / 1e6,
+                v.seconds,
             );
-            shown = (state, done);
+            shown = (v.state.clone(), v.done as u64);
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    let failed: Vec<&str> = v["failed"]
-        .as_array()
-        .map(|f| f.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
     if a.json {
-        println!("{v}");
+        println!("{}", serde_json::to_string(&v)?);
     } else {
         print!("{}", summary(&v));
-        for f in &failed {
+        for f in &v.failed {
             eprintln!("not staged: {f}");
         }
     }
-    Ok(if failed.is_empty() {
+    Ok(if v.failed.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -155,34 +152,29 @@ pub fn stage(a: StageArgs) -> Result<ExitCode> {
 }
 
 /// The closing lines: copies, bytes, time, throughput and each source's share.
-fn summary(v: &Value) -> String {
-    let bytes = v["bytes"].as_f64().unwrap_or(0.0);
-    let secs = v["seconds"].as_f64().unwrap_or(0.0);
+fn summary(v: &StageView) -> String {
+    let bytes = v.bytes as f64;
+    let secs = v.seconds;
     let mut out = format!(
         "staged {} of {} copies ({} objects to {} workers, {}): {:.1} MB in {:.2} s, {:.1} MB/s\n",
-        v["done"].as_u64().unwrap_or(0),
-        v["requests"].as_u64().unwrap_or(0),
-        v["objects"].as_u64().unwrap_or(0),
-        v["destinations"].as_array().map_or(0, Vec::len),
-        v["schedule"].as_str().unwrap_or("?"),
+        v.done,
+        v.requests,
+        v.objects,
+        v.destinations.len(),
+        v.schedule,
         bytes / 1e6,
         secs,
         if secs > 0.0 { bytes / 1e6 / secs } else { 0.0 },
     );
-    if let Some(by) = v["by_source"].as_object() {
-        let total: f64 = by.values().filter_map(Value::as_f64).sum();
-        let mut rows: Vec<(&String, f64)> = by
-            .iter()
-            .map(|(k, b)| (k, b.as_f64().unwrap_or(0.0)))
-            .collect();
-        rows.sort_by(|a, b| b.1.total_cmp(&a.1));
-        for (source, b) in rows {
-            out.push_str(&format!(
-                "  from {source}: {:.1} MB ({:.0}%)\n",
-                b / 1e6,
-                if total > 0.0 { 100.0 * b / total } else { 0.0 }
-            ));
-        }
+    let total: f64 = v.by_source.values().map(|b| *b as f64).sum();
+    let mut rows: Vec<(&String, f64)> = v.by_source.iter().map(|(k, b)| (k, *b as f64)).collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (source, b) in rows {
+        out.push_str(&format!(
+            "  from {source}: {:.1} MB ({:.0}%)\n",
+            b / 1e6,
+            if total > 0.0 { 100.0 * b / total } else { 0.0 }
+        ));
     }
     out
 }
@@ -205,11 +197,13 @@ mod tests {
 
     #[test]
     fn the_summary_gives_each_sources_share() {
-        let v = serde_json::json!({
+        let v: StageView = serde_json::from_value(serde_json::json!({
+            "id": 1, "state": "done", "running": 0,
             "done": 4, "requests": 4, "objects": 2, "destinations": ["a", "b"],
-            "schedule": "gds", "bytes": 400e6, "seconds": 2.0,
-            "by_source": {"storage": 100e6, "a": 300e6}
-        });
+            "schedule": "gds", "bytes": 400_000_000u64, "seconds": 2.0,
+            "by_source": {"storage": 100_000_000u64, "a": 300_000_000u64}
+        }))
+        .unwrap();
         let s = summary(&v);
         assert!(s.starts_with("staged 4 of 4 copies (2 objects to 2 workers, gds): 400.0 MB in 2.00 s, 200.0 MB/s"), "{s}");
         assert!(

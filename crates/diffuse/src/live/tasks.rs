@@ -5,7 +5,7 @@ use super::api::{Client, ClientArgs};
 use super::runtime;
 use anyhow::Result;
 use clap::Args;
-use serde_json::Value;
+use diffuse_runtime::dispatcher::answers::{OutcomeState, TaskOutcome, TaskPage, TaskView};
 use std::process::ExitCode;
 
 /// Arguments of `diffuse tasks`.
@@ -25,11 +25,11 @@ pub struct TasksArgs {
 }
 
 /// Why an ended task ended as it did, in a few words (empty for a success).
-pub(crate) fn reason(outcome: &Value) -> String {
-    if outcome.is_null() || outcome["state"] == "succeeded" {
+pub(crate) fn reason(outcome: Option<&TaskOutcome>) -> String {
+    let Some(outcome) = outcome.filter(|o| o.state != OutcomeState::Succeeded) else {
         return String::new();
-    }
-    match (outcome["error"].as_str(), outcome["exit_code"].as_i64()) {
+    };
+    match (&outcome.error, outcome.exit_code) {
         (Some(e), _) => e.to_string(),
         (None, Some(c)) => format!("exit code {c}"),
         (None, None) => "killed by a signal".into(),
@@ -40,7 +40,7 @@ pub(crate) fn reason(outcome: &Value) -> String {
 pub fn tasks(a: TasksArgs) -> Result<ExitCode> {
     let c = Client::new(&a.client)?;
     let rt = runtime()?;
-    let mut all: Vec<Value> = Vec::new();
+    let mut all: Vec<TaskView> = Vec::new();
     let mut after: Option<String> = None;
     while (all.len() as u64) < a.limit {
         let mut q = format!(
@@ -54,15 +54,15 @@ pub fn tasks(a: TasksArgs) -> Result<ExitCode> {
         if let Some(n) = &after {
             q.push_str(&format!("&after={n}"));
         }
-        let page = rt.block_on(c.call(c.http.get(q)))?;
-        all.extend(page["tasks"].as_array().cloned().unwrap_or_default());
-        match page["next"].as_str() {
-            Some(n) => after = Some(n.to_string()),
+        let page: TaskPage = rt.block_on(c.call(c.http.get(q)))?;
+        all.extend(page.tasks);
+        match page.next {
+            Some(n) => after = Some(n),
             None => break,
         }
     }
     if a.json {
-        println!("{}", Value::Array(all));
+        println!("{}", serde_json::to_string(&all)?);
         return Ok(ExitCode::SUCCESS);
     }
     if all.is_empty() {
@@ -71,7 +71,7 @@ pub fn tasks(a: TasksArgs) -> Result<ExitCode> {
     }
     let width = all
         .iter()
-        .map(|t| t["id"].as_str().map_or(0, str::len))
+        .map(|t| t.id.len())
         .max()
         .unwrap_or(2)
         .clamp(2, 40);
@@ -80,14 +80,13 @@ pub fn tasks(a: TasksArgs) -> Result<ExitCode> {
         "id", "state", "worker", "attempt"
     );
     for t in &all {
-        let o = &t["outcome"];
         println!(
             "{:<width$}  {:<9}  {:<12}  {:>7}  {}",
-            t["id"].as_str().unwrap_or_default(),
-            t["state"].as_str().unwrap_or_default(),
-            t["node"].as_str().unwrap_or("-"),
-            t["attempt"],
-            reason(o),
+            t.id,
+            t.state,
+            t.node.as_deref().unwrap_or("-"),
+            t.attempt,
+            reason(t.outcome.as_ref()),
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -9,7 +9,7 @@ use super::views::SubmitError;
 use crate::spec::TaskDef;
 use diffuse_core::{Core, JobId, PolicyKind, TaskId};
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The tasks of one job, in the order they were taken in.
 pub struct JobTasks {
@@ -20,7 +20,7 @@ pub struct JobTasks {
 }
 
 /// What `GET /v1/jobs/{job}` shows.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobView {
     /// Its name.
     pub job: String,
@@ -39,7 +39,7 @@ pub struct JobView {
 }
 
 /// What cancelling a job did.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobCancelled {
     /// Its name.
     pub job: String,

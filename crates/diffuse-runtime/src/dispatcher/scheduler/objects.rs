@@ -9,10 +9,10 @@ use crate::journal::OutcomeState;
 use crate::proto::{AssignedInput, InputSource};
 use diffuse_core::{Core, ObjectId, TaskId};
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What `GET /v1/objects/{uri}` shows.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ObjectView {
     /// Canonical URI.
     pub uri: String,
@@ -20,17 +20,17 @@ pub struct ObjectView {
     /// the workers in `nodes`), `lost` (every copy gone: made again if a task needs it),
     /// `released` (no task needs it; deleted), `failed` (its producer failed). For another
     /// URI: `cached` or `uncached`.
-    pub state: &'static str,
+    pub state: String,
     /// Workers holding a copy.
     pub nodes: Vec<String>,
     /// Bytes, once written (`tmp://` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
     /// The task writing it (`tmp://` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub producer: Option<String>,
     /// The worker it was placed on, if it was.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placed: Option<String>,
 }
 
@@ -154,7 +154,7 @@ impl ObjectTable {
             };
             return Some(ObjectView {
                 uri: uri.to_string(),
-                state,
+                state: state.to_string(),
                 nodes,
                 size: None,
                 producer: None,
@@ -170,7 +170,7 @@ impl ObjectTable {
         };
         Some(ObjectView {
             uri: uri.to_string(),
-            state,
+            state: state.to_string(),
             nodes,
             size: self.tmp_size(o),
             producer: Some(tasks.get(producer).def.id.clone()),

@@ -154,7 +154,7 @@ pub fn place(
         .objects
         .view(uri, sh.core, sh.sessions, tasks)
         .expect("known object");
-    if matches!(view.state, "failed" | "released") {
+    if matches!(view.state.as_str(), "failed" | "released") {
         return Err(PlaceError::Invalid(format!(
             "{uri} is {}: there is nothing to place",
             view.state

@@ -96,20 +96,16 @@ pub struct PoolView {
     /// Requests whose worker never connected (failed submissions, jobs that ended first).
     pub failed_requests: u64,
     /// Objects released workers handed off to survivors before leaving, and their bytes.
-    #[serde(default)]
     pub handed_off: u64,
     /// See `handed_off`.
-    #[serde(default)]
     pub handed_off_bytes: u64,
     /// The last resource-manager error, until a call succeeds again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     /// Jobs under the pool's names that no request owned (a failed `sbatch` that submitted
     /// after all), adopted as workers since the start.
-    #[serde(default)]
     pub extra_jobs_adopted: u64,
     /// Such jobs cancelled since the start.
-    #[serde(default)]
     pub extra_jobs_cancelled: u64,
     /// What was done with the last such job, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,7 +113,6 @@ pub struct PoolView {
     /// Seconds from asking the resource manager for a worker to its joining, over the workers
     /// this dispatcher started (queue wait and start-up; what `diffuse calibrate` writes as
     /// the testbed's `node_startup_s`).
-    #[serde(default)]
     pub startup_seconds: Histogram,
 }
 

@@ -6,7 +6,7 @@
 use crate::journal::OutcomeState;
 use crate::spec::{Cmd, TaskDef};
 use diffuse_core::{ObjectId, TaskId};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Where a task stands in the dispatcher.
@@ -93,7 +93,7 @@ pub struct LiveTask {
 }
 
 /// Counters of one submission batch.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BatchCounts {
     /// Tasks in the batch.
     pub tasks: u64,

@@ -1,6 +1,11 @@
 //! What the scheduler answers with: submissions accepted or refused, the counters of
 //! `/v1/status` and `/metrics`, and the views of a task, an attempt, a batch and a link. Plain
-//! types, shared by the scheduler's modules and the HTTP API.
+//! types, shared by the scheduler's modules and the HTTP API, and read back by the `diffuse`
+//! client commands: each answer of the API has one definition here (or in the module that
+//! owns it, re-exported by [`crate::dispatcher::answers`]), serialized by the dispatcher and
+//! deserialized by the client, so that a field renamed on one side is an error on the other.
+//! A field the dispatcher always sends has no `#[serde(default)]`: a client that finds it
+//! missing refuses the answer instead of showing 0.
 
 use super::pool::{PoolView, WorkerView};
 use super::tasks::{BatchCounts, Listed};
@@ -18,12 +23,12 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// A page of workers (`GET /v1/workers`), in name order.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkerPage {
     /// The workers.
     pub workers: Vec<WorkerView>,
     /// The name to pass as `after` for the next page (None: this is the last).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
 }
 
@@ -42,7 +47,7 @@ pub enum SubmitError {
 }
 
 /// An accepted submission.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Submitted {
     /// Tasks accepted.
     pub submitted: usize,
@@ -96,17 +101,14 @@ pub struct Status {
     pub cancelled: u64,
     /// Of the succeeded since the dispatcher started, those that did not run: an identical
     /// task's kept result stood for them.
-    #[serde(default)]
     pub reused: u64,
     /// Of the succeeded, those running again to remake an intermediate object whose every
     /// copy was lost (not counted in `queued` or `running`).
-    #[serde(default)]
     pub remaking: u64,
     /// Connected workers.
     pub workers: u32,
     /// Workers by state: requested, pending, starting (pool requests not yet connected),
     /// running, idle (connected), lost (disconnected, may come back), releasing.
-    #[serde(default)]
     pub workers_by_state: std::collections::BTreeMap<String, u32>,
     /// The first [`STATUS_WORKER_ROWS`] workers with their state and resource-manager job id
     /// (`GET /v1/workers` pages through all of them); `workers_by_state` counts every one.
@@ -132,26 +134,21 @@ pub struct Status {
     pub traffic: Traffic,
     /// What the transfer scheduler did (`--prefetch`): prefetches issued, landed, failed, read
     /// by a task, evicted unread.
-    #[serde(default)]
     pub prefetch: diffuse_core::PrefetchStats,
     /// The cap on storage reads, bytes/s (`--storage-bandwidth-cap`), and the budgeted rate of
     /// the storage reads under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_cap: Option<f64>,
     /// See `storage_cap`.
-    #[serde(default)]
     pub storage_budget_used: u64,
     /// Input bytes of the tasks queued so far (the paper's demand).
-    #[serde(default)]
     pub demand_bytes: u64,
     /// The last failures (at most 20), newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent_failures: Vec<Failure>,
     /// Seconds from a task's process start to its end, over finished attempts.
-    #[serde(default)]
     pub task_run_seconds: Histogram,
     /// Seconds attempts spent staging their inputs.
-    #[serde(default)]
     pub task_staging_seconds: Histogram,
     /// What 2Mark did (`--two-mark`): phases begun, copies evicted and moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,7 +161,7 @@ pub struct Status {
 }
 
 /// What the API shows of a task.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskView {
     /// Task id.
     pub id: String,
@@ -179,12 +176,12 @@ pub struct TaskView {
     /// The recorded outcome, once there is one.
     pub outcome: Option<TaskOutcome>,
     /// Every attempt dispatched, with the report of each retried one (shown for one task).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<AttemptView>>,
 }
 
 /// One attempt of a task.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttemptView {
     /// Its number.
     pub attempt: u32,
@@ -195,7 +192,7 @@ pub struct AttemptView {
 }
 
 /// What the API shows of a batch.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatchView {
     /// Batch number.
     pub batch: u64,
@@ -217,4 +214,57 @@ pub struct Failure {
     pub why: String,
     /// Unix time it ended.
     pub at: f64,
+}
+
+/// A page of a task listing (`GET /v1/tasks`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskPage {
+    /// The tasks, in submission order.
+    pub tasks: Vec<TaskView>,
+    /// The cursor of the next page (`after=`), or null on the last one.
+    pub next: Option<String>,
+}
+
+/// The answer to `POST /v1/states`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskStates {
+    /// The tasks known, as the listing shows them, in the order asked.
+    pub tasks: Vec<TaskView>,
+    /// The ids no task has.
+    pub unknown: Vec<String>,
+}
+
+/// What a cancel did (`POST /v1/tasks/{id}/cancel`): `cancelled` (it ended at once) or
+/// `stopping` (its processes are being stopped).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelAnswer {
+    /// What happened.
+    pub result: String,
+}
+
+/// The workers holding an object (`GET /v1/locate`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Located {
+    /// The canonical URI.
+    pub uri: String,
+    /// Names of the workers holding it.
+    pub nodes: Vec<String>,
+}
+
+/// What a placement did (`PUT /v1/objects/{uri}/placement`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placed {
+    /// The canonical URI.
+    pub uri: String,
+    /// The worker it goes to.
+    pub node: String,
+    /// What the dispatcher did.
+    pub result: String,
+}
+
+/// A staged batch accepted (`POST /v1/stage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageStarted {
+    /// Its number (`GET /v1/stage/{id}`).
+    pub id: u64,
 }
