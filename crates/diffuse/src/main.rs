@@ -1,8 +1,15 @@
 //! `diffuse`: a data-aware many-task execution engine.
 //!
-//! The binary is thin: it parses arguments and calls the library crates. Subcommands:
-//! `sim` (the discrete-event simulator over the scheduling core); `run`, `dispatcher`, `worker`,
-//! `submit`, `status`, `wait` (the live runtime).
+//! The binary is thin: it parses arguments and calls the library crates. Its subcommands
+//! (`tests/docs.rs` holds this list to clap's):
+//! - on one machine: `run` (a task file on local workers) and `demo`;
+//! - on a cluster: `dispatcher`, `worker`, and `config` (the settings they would start with,
+//!   and where each comes from);
+//! - against a running dispatcher: `submit`, `status`, `tasks`, `logs`, `cancel`, `wait`,
+//!   `locate`, `place`, `stage`, `calibrate` (a testbed file measured on its pool);
+//! - `cache`: the caches `diffuse run` keeps between runs;
+//! - measuring the scheduler: `sim` (the discrete-event simulator over the scheduling core),
+//!   `emulate` (many emulated workers in one process, for a dispatcher at a cluster's size).
 
 /// mimalloc, not glibc's malloc: the dispatcher allocates and frees small objects for every
 /// task on three threads, and glibc's malloc was 40% of the scheduler thread's time in a

@@ -10,9 +10,9 @@
 //! [`Effects`](hook::Effects), which the core carries out after the hook returns (its actions
 //! go to the driver, a copy it gives up is forgotten and the other hooks are told).
 //!
-//! The core calls every hook from one place per event (`Core::notify`), in the order of
-//! [`registry`](registry::registry), and a hook's effects are carried out before the next hook
-//! hears of the same event.
+//! The core calls every hook from one place per event (`Step::notify`, in
+//! `core/lifecycle.rs`), in the order of [`registry`](registry::registry), and a hook's effects
+//! are carried out before the next hook hears of the same event.
 //!
 //! | module | policy | paper |
 //! |---|---|---|

@@ -1,14 +1,20 @@
 //! `diffuse dispatcher`: the HTTP API, worker sessions and metrics around the scheduler thread.
 //!
+//! Every route it serves (`tests/docs.rs` holds this table to the routers):
+//!
 //! | route | token | what |
 //! |---|---|---|
 //! | `POST /v1/tasks` | client | submit a batch (JSON array or JSON Lines); all or nothing |
 //! | `GET /v1/tasks?state=S&limit=N&after=C` | client | a page of tasks, and the cursor of the next |
+//! | `POST /v1/states` | client | `{"ids": [...]}`: the tasks named, with state and outcome (at most 10,000 ids a request) |
 //! | `GET /v1/tasks/{id}` | client | one task, with its outcome |
 //! | `POST /v1/tasks/{id}/cancel` | client | cancel (a running task's processes are stopped) |
 //! | `GET /v1/batches/{batch}` | client | a submission's counters (what `diffuse wait` follows) |
 //! | `GET /v1/tasks/{id}/logs?attempt=N&stream=S` | client | an attempt's stdout or stderr, from its worker |
 //! | `GET /v1/status` | client or metrics | counters |
+//! | `GET /v1/results` | client or metrics | the results kept for reuse by content: how many, their bytes |
+//! | `DELETE /v1/results` | client | forget every kept result; answers the counts before |
+//! | `GET /v1/workers?after=NAME&limit=N` | client or metrics | the workers in name order, a page at a time |
 //! | `GET /v1/locate?uri=U` | client | workers holding an object (Hercules' locate) |
 //! | `GET /v1/jobs/{job}` | client | a job's counters |
 //! | `POST /v1/jobs/{job}/cancel` | client | cancel a job's unfinished tasks (running ones' processes are stopped) |
@@ -19,7 +25,9 @@
 //! | `GET /metrics` | client or metrics | Prometheus text format |
 //! | `GET /v1/series?since=N` | client or metrics | one sample of the counters a second, the last hour |
 //! | `GET /` | none | the web dashboard ([`dashboard`]); its script asks the routes above with a token |
+//! | `GET /dashboard/{file}` | none | the dashboard's script, uPlot and its licence |
 //! | `GET /v1/workers/connect` | worker | WebSocket session of a worker (see [`crate::proto`]) |
+//! | `GET /v1/storage/{*path}` | worker | only under `diffuse run --storage-bandwidth` (emulation): a file of the emulated shared storage, at its rate; workers read it with `--storage-gateway` |
 //!
 //! The dispatcher never reads persistent storage: input sizes and versions are looked up by
 //! workers ([`scheduler::lookup`]).

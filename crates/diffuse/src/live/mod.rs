@@ -1,6 +1,8 @@
-//! The live subcommands: `dispatcher`, `worker` ([`serve`]), `run`, `demo` ([`run`]), `submit`,
-//! `status`, `wait` ([`client`]), and what they share: tokens, logging, the runtime, and the
-//! hardening every long-running process applies at start.
+//! The live subcommands, a module per group: `dispatcher`, `worker` ([`serve`]); `run`, `demo`
+//! ([`run`], with [`each`]); `submit`, `status`, `logs`, `cancel`, `wait` ([`client`], with
+//! [`jobs`]); `tasks` ([`tasks`]); `locate`, `place` ([`objects`]); `stage`, `cache`,
+//! `calibrate`, `emulate` (a module each); and what they share: tokens, logging, the runtime,
+//! and the hardening every long-running process applies at start.
 
 pub mod api;
 pub mod cache;
