@@ -262,6 +262,33 @@ def test_relative_paths_and_stdout_appends(
     assert (tmp_path / "logs" / "say.out").read_text() == "three\n"
 
 
+@bash_app
+def tool(arg: str, stdout: Any = None) -> str:
+    # a program shipped beside the workflow, named by a relative path (as generated benchmarks do)
+    return f"bin/tool --arg {arg}"
+
+
+def test_a_bash_app_runs_a_program_by_a_relative_path(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Apps run in the client's working directory (``app_cwd="client"``), as under HTEX's
+    local workers: ``bin/tool`` and a relative ``stdout`` are the workflow directory's."""
+    workflow = tmp_path / "workflow"
+    (workflow / "bin").mkdir(parents=True)
+    script = workflow / "bin" / "tool"
+    script.write_text("#!/bin/sh\necho \"tool $1 $2 in $(pwd)\"\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(workflow)
+    with loaded(cluster, tmp_path):
+        assert tool("x", stdout="out/tool.out").result(timeout=60) == 0
+    assert (workflow / "out" / "tool.out").read_text() == f"tool --arg x in {workflow}\n"
+    # the task's scratch directory instead: bin/tool is not there
+    with loaded(cluster, tmp_path, app_cwd="scratch"):
+        with pytest.raises(BashExitFailure) as e:
+            tool("y", stdout=str(workflow / "out" / "scratch.out")).result(timeout=60)
+        assert e.value.exitcode == 127
+
+
 def test_bash_app_failures_are_the_apps_own(executor: DiffuseParslExecutor, tmp_path: Path) -> None:
     with pytest.raises(BashExitFailure) as e:
         exits(7).result(timeout=60)

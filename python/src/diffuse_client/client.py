@@ -80,7 +80,8 @@ class Task:
     input or an output, ``False`` never (it reads the clock, the network, a random seed...),
     ``True`` even without inputs or outputs. ``programs`` maps each word of ``cmd`` that names a
     program file to its SHA-256; :meth:`Client.submit` fills it in (see
-    :mod:`diffuse_client.programs`), so it is not normally given.
+    :mod:`diffuse_client.programs`), so it is not normally given. ``cwd``: the absolute path
+    the program starts in on the worker (a shared file system); default its scratch directory.
     """
 
     id: str
@@ -99,6 +100,7 @@ class Task:
     priority: Optional[int] = None
     eviction_priority: Optional[int] = None
     env: Optional[Dict[str, str]] = None
+    cwd: Optional[str] = None
     stdout: Optional[str] = None
     stderr: Optional[str] = None
     job: Optional[str] = None

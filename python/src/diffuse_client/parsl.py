@@ -230,6 +230,12 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             apps (``calls/<sha256>.pkl``) and, briefly, their exceptions (``raised/``).
             Shared storage, like ``staging_dir``. Default ``<label>-reuse`` beside the run
             directories (``runinfo/diffuse-reuse``). Deleting it makes every app new.
+        app_cwd: the directory apps run in on the workers. ``"client"`` (default): the
+            client's working directory when the executor starts, as HTEX's workers started by
+            a ``LocalProvider`` have it, so a bash app's ``bin/tool`` and a relative
+            ``stdout=`` mean what they mean where the workflow script runs (it must be on a
+            file system the workers share). ``"scratch"``: each task's own scratch directory,
+            removed when it ends. Or an absolute path.
     """
 
     def __init__(
@@ -250,11 +256,18 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         input_paths: str = "auto",
         reuse: bool = True,
         reuse_dir: Optional[str] = None,
+        app_cwd: str = "client",
     ) -> None:
         super().__init__()
         if input_paths not in INPUT_PATHS:
             raise ValueError(f"DiffuseParslExecutor: input_paths={input_paths!r}: use one of "
                              f"{', '.join(map(repr, INPUT_PATHS))}")
+        if app_cwd not in ("client", "scratch") and not os.path.isabs(app_cwd):
+            raise ValueError(f"DiffuseParslExecutor: app_cwd={app_cwd!r}: use 'client', "
+                             "'scratch' or an absolute path")
+        self.app_cwd = app_cwd
+        #: The ``cwd`` of every app's task (None: its scratch directory), fixed at start().
+        self._cwd: Optional[str] = None
         self.input_paths = input_paths
         self.reuse = reuse
         self.reuse_dir = reuse_dir
@@ -313,6 +326,10 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         for d in (self._functions_dir, self._calls_dir, self._raised_dir, self._tasks_dir):
             os.makedirs(d, exist_ok=True)
         os.makedirs(self.working_dir, exist_ok=True)
+        if self.app_cwd == "client":
+            self._cwd = os.getcwd()
+        elif self.app_cwd != "scratch":
+            self._cwd = self.app_cwd
         self._client = Client(self.url, token_file=self.token_file)
         try:
             st = self._client.status()
@@ -368,6 +385,8 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         if self._executor is None:
             raise ExecutorError(self, "submit() before start()")
         fields, ignored = resources_to_fields(resource_specification)
+        if self._cwd is not None:
+            fields["cwd"] = self._cwd
         defaults = self.task_defaults or {}
         if ("memory" in fields or "memory" in defaults) and "memory_limit" not in defaults:
             # Parsl's memory is a request: no limit unless task_defaults gives one. Sent only

@@ -121,10 +121,12 @@ def run(function_path: str, payload_path: str, result_path: str, local_inputs: L
     for key, i in payload.get("inputs", {}).items():
         mapping[key] = local_inputs[i]
     outputs: List[List[str]] = [list(o) for o in payload.get("outputs", [])]
-    os.makedirs(OUTPUT_DIR, exist_ok=True)
+    # the task's scratch directory: its working directory may be another (the executor's app_cwd)
+    out_dir = os.path.join(os.environ.get("DIFFUSE_TASK_DIR", os.getcwd()), OUTPUT_DIR)
+    os.makedirs(out_dir, exist_ok=True)
     for j, (key, dest) in enumerate(outputs):
         # a directory per output, so the app writes under the output's own base name
-        local = os.path.abspath(os.path.join(OUTPUT_DIR, str(j), os.path.basename(dest)))
+        local = os.path.abspath(os.path.join(out_dir, str(j), os.path.basename(dest)))
         os.makedirs(os.path.dirname(local), exist_ok=True)
         if key in mapping and os.path.exists(mapping[key]):
             # also an input: the app may read it and write it again (staged copies are read-only)

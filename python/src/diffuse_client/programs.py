@@ -115,8 +115,9 @@ class FileDigests:
 class ProgramHasher:
     """Fills in ``programs`` for tasks that may be reused, looking each word up once.
 
-    Relative words are looked up under ``base_dir`` (default: the current directory when the
-    hasher is made). ``digests`` may be shared between hashers (see :class:`FileDigests`).
+    Relative words are looked up under the task's ``cwd`` when it has one, else under
+    ``base_dir`` (default: the current directory when the hasher is made). ``digests`` may be
+    shared between hashers (see :class:`FileDigests`).
     """
 
     def __init__(
@@ -134,25 +135,28 @@ class ProgramHasher:
         if task.get("reuse") is False:
             return
         found: Dict[str, str] = {}
+        cwd = task.get("cwd")
         for word in command_words(task["cmd"]):
-            sha = self.digest(word)
+            sha = self.digest(word, cwd if isinstance(cwd, str) else None)
             if sha is not None:
                 found[word] = sha
         if found:
             task["programs"] = {**(task.get("programs") or {}), **found}
 
-    def digest(self, word: str) -> Optional[str]:
-        """The SHA-256 of the program file ``word`` names, or ``None`` if it names none."""
-        if word in self._seen:
-            return self._seen[word]
-        sha = self._lookup(word)
-        self._seen[word] = sha
+    def digest(self, word: str, cwd: Optional[str] = None) -> Optional[str]:
+        """The SHA-256 of the program file ``word`` names (relative to ``cwd``, else the
+        base), or ``None`` if it names none."""
+        key = os.path.join(cwd or self.base, word)
+        if key in self._seen:
+            return self._seen[key]
+        sha = self._lookup(word, cwd or self.base)
+        self._seen[key] = sha
         return sha
 
-    def _lookup(self, word: str) -> Optional[str]:
+    def _lookup(self, word: str, base: str) -> Optional[str]:
         if not word or "{" in word or "\0" in word or len(word.encode("utf-8", "surrogatepass")) > MAX_WORD:
             return None
-        path = os.path.join(self.base, word)
+        path = os.path.join(base, word)
         try:
             st = os.stat(path)
             if not stat.S_ISREG(st.st_mode):
