@@ -199,6 +199,7 @@ impl Model {
             // Ready slots have their own tests (tests/ready_tasks.rs); this model counts a
             // node's running tasks against its cores.
             ready_tasks: 0,
+            ready_below_s: 1.0,
             handoff: knobs.handoff.map(|(budget, _)| HandoffConfig {
                 budget,
                 time_bound: Duration::from_secs(5),

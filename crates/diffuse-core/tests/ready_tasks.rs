@@ -1,18 +1,71 @@
 //! Tasks held ready on a node beyond its cores (`CoreConfig::ready_tasks`, Falkon's pre-fetched
 //! tasks): the next task waits on the node while one runs, so a slot never waits for the
 //! driver's round trip. Free cores are offered first; a ready slot holds a one-core task and
-//! nothing else; its task is cancelled, retried and given back like any other.
+//! nothing else; its task is cancelled, retried and given back like any other. A node holds a
+//! task ready only behind a task of a job seen to be short (`ready_below_s`): never behind a
+//! long one, where it could wait while another node idles at the end of a run.
 
 mod support;
 
 use diffuse_core::{CoreConfig, Outcome, PolicyKind, Resources, TaskState};
 use support::*;
 
+/// Nodes hold `ready` tasks ready whatever they run (the rules of the slots themselves).
 fn env(policy: PolicyKind, ready: u32) -> TestEnv {
     TestEnv::with_config(CoreConfig {
         ready_tasks: ready,
+        ready_below_s: f64::INFINITY,
         ..config(policy)
     })
+}
+
+/// One ready slot per node, held only behind tasks of jobs whose attempts end within 1 s.
+fn bounded() -> TestEnv {
+    TestEnv::with_config(CoreConfig {
+        ready_tasks: 1,
+        ready_below_s: 1.0,
+        ..config(PolicyKind::Fa)
+    })
+}
+
+#[test]
+fn a_task_is_held_ready_only_once_its_job_is_seen_to_be_short() {
+    let mut env = bounded();
+    env.node(0, 1);
+    for i in 1..=4 {
+        env.task(i, &[]);
+    }
+    // Nothing known of the job yet: its tasks count as long, no ready slot.
+    assert_eq!(env.take_dispatches().len(), 1);
+    env.advance_ms(10);
+    env.finish(1);
+    // Its first attempt took 10 ms: the next runs, and one waits ready behind it.
+    let d = env.take_dispatches();
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!(env.counts().queued, 1);
+}
+
+#[test]
+fn no_task_is_held_ready_behind_a_long_one() {
+    let mut env = bounded();
+    env.node(0, 1).node(1, 1);
+    for i in 1..=6 {
+        env.task(i, &[]);
+    }
+    assert_eq!(env.take_dispatches().len(), 2);
+    // Task 1 took 5 s: its job is long, so neither node holds a task ready behind the next two.
+    env.advance(5);
+    env.finish(1);
+    env.finish(2);
+    let d = env.take_dispatches();
+    assert_eq!(d.len(), 2, "one per free core, none ready: {d:?}");
+    assert_eq!(env.counts().queued, 2);
+    // Later tasks of the job run as cores free, still none held ready.
+    env.advance(5);
+    env.finish(3);
+    let d = env.take_dispatches();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(env.counts().queued, 1);
 }
 
 #[test]

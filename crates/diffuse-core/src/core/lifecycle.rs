@@ -785,6 +785,9 @@ impl Step<'_> {
                 current: t.attempt,
             });
         }
+        if let Some(job) = self.jobs.get_mut(&t.job) {
+            job.ran(now.since(since).as_secs_f64());
+        }
         if outcome == Outcome::Succeeded && !cancelled {
             self.notify(None, |h, v, _| h.task_succeeded(v, task, since, now));
         }

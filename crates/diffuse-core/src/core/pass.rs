@@ -29,6 +29,23 @@ pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
     }
 }
 
+/// Whether `node` runs a task of a job whose attempts end within the ready bound: a task held
+/// ready there starts soon.
+fn runs_short(s: &Step, node: NodeId) -> bool {
+    let bound = s.cfg.ready_below_s;
+    if bound == f64::INFINITY {
+        return true;
+    }
+    s.nodes.get(node).is_some_and(|n| {
+        n.running.iter().any(|t| {
+            s.tasks
+                .get(t)
+                .and_then(|e| s.jobs.get(&e.job))
+                .is_some_and(|j| j.short(bound))
+        })
+    })
+}
+
 /// One offer of the nodes' room (`ready`: the ready slots, else the free cores).
 fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool) {
     // A dispatch moves the window, which can bring in a task for a node that already
@@ -50,6 +67,10 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                 // a queued task only).
                 if s.queued.queue().is_empty() {
                     break;
+                }
+                // A ready slot only behind a task that ends soon (CoreConfig::ready_below_s).
+                if ready && !runs_short(s, node) {
+                    continue;
                 }
                 // A node takes the tasks hinted at it first.
                 while s.nodes.has_room(node, ready) {

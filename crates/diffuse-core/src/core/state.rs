@@ -208,6 +208,26 @@ pub(super) struct JobEntry {
     /// Cores its running tasks hold (what Fair sharing evens out).
     pub(super) running_cores: u64,
     pub(super) objects: Vec<ObjectId>,
+    /// Seconds its attempts held a node, dispatch to end, as a moving average (weight 1/8 to
+    /// the newest); None until one has ended. What decides whether a node running one of its
+    /// tasks may hold another ready ([`crate::CoreConfig::ready_below_s`]).
+    pub(super) run_s: Option<f64>,
+}
+
+impl JobEntry {
+    /// One of its attempts held a node for `secs`.
+    pub(super) fn ran(&mut self, secs: f64) {
+        self.run_s = Some(match self.run_s {
+            Some(mean) => mean + (secs - mean) / 8.0,
+            None => secs,
+        });
+    }
+
+    /// Whether its attempts end within `bound` seconds, as far as seen (an infinite bound: any
+    /// job, seen or not).
+    pub(super) fn short(&self, bound: f64) -> bool {
+        bound == f64::INFINITY || self.run_s.is_some_and(|s| s < bound)
+    }
 }
 
 #[cfg(test)]

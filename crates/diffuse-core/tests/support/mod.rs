@@ -114,6 +114,12 @@ impl TestEnv {
         self
     }
 
+    /// Move the clock forward by `ms` milliseconds.
+    pub fn advance_ms(&mut self, ms: u64) -> &mut Self {
+        self.now = self.now + Duration::from_millis(ms);
+        self
+    }
+
     /// A node with `slots` slots joins.
     pub fn node(&mut self, id: u32, slots: u32) -> &mut Self {
         self.core

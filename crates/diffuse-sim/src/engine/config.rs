@@ -198,6 +198,7 @@ impl SimConfig {
             // The simulator has no round trip between a task's end and the next dispatch, so
             // a task held ready would gain nothing (docs/simulation.md).
             ready_tasks: 0,
+            ready_below_s: 1.0,
         }
     }
 }

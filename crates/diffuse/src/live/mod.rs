@@ -79,11 +79,28 @@ pub struct SchedArgs {
     transfers: crate::transfer_args::TransferArgs,
     /// Tasks each worker holds ready beyond its cores (one core each): the next task waits on
     /// the worker while one runs and starts the moment a core frees, instead of after a round
-    /// trip to the dispatcher. For short tasks; a ready task's worker is chosen when it is
-    /// sent, so with long tasks it may wait behind a running one while another worker idles.
-    /// Free cores anywhere are offered before a ready slot. 0: none.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64), allow_hyphen_values = true)]
+    /// trip to the dispatcher (with `true` tasks at slots = cores, 0 ran at 0.73-0.79 of
+    /// `xargs -P`). Only behind short tasks (--ready-below): a ready task's worker is chosen
+    /// when it is sent, and behind a long task it would wait while another worker idles at
+    /// the end of a run. Free cores anywhere are offered before a ready slot. 0: none.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=64), allow_hyphen_values = true)]
     ready_tasks: u32,
+    /// Seconds: a worker holds a task ready only while it runs a task of a job whose attempts
+    /// have taken less than this on average (dispatch to end), so a ready task waits at most
+    /// about that long. A job's tasks count as long until one of them has ended. `inf`: behind
+    /// any task.
+    #[arg(long, default_value_t = 1.0, value_parser = ready_below, allow_hyphen_values = true)]
+    ready_below: f64,
+}
+
+/// `--ready-below`: a positive number of seconds, or `inf`.
+fn ready_below(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && !v.is_nan() => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a positive number of seconds (or inf)"
+        )),
+    }
 }
 
 impl SchedArgs {
@@ -104,6 +121,7 @@ impl SchedArgs {
             crash_limit: self.crash_limit,
             tmp_replicas: self.tmp_replicas,
             ready_tasks: self.ready_tasks,
+            ready_below_s: self.ready_below,
             ..CoreConfig::default()
         };
         self.transfers.apply(&mut cfg);
