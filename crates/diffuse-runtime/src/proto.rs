@@ -484,6 +484,9 @@ pub struct TaskReport {
     /// to evict: the worker's fault, not the task's, so the task runs again elsewhere.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_room: bool,
+    /// A function task's result (docs/warm.md): the bytes its entry returned, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
     /// Set by the dispatcher, not the worker: whether the task's placement hint held (it ran
     /// on the worker it named). Absent for a task without a hint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -532,6 +535,7 @@ impl TaskReport {
             reuse_failed: None,
             lost_input: None,
             no_room: false,
+            value: None,
             hint_held: None,
             traffic: Traffic::default(),
         }

@@ -59,6 +59,13 @@ pub fn identity(def: &TaskDef, inputs: &[Content<'_>]) -> Identity {
             put(&mut h, b"sh");
             put(&mut h, line.as_bytes());
         }
+        // The function's bytes are an input (by content, below); what else makes the call:
+        // its arguments, its entry, and the environment it runs in.
+        Cmd::Call(call) => {
+            put(&mut h, b"call");
+            let json = serde_json::to_vec(&**call).expect("a call serializes");
+            put(&mut h, &json);
+        }
     }
     let more = def.more();
     h.update((more.env.len() as u64).to_le_bytes());

@@ -37,6 +37,8 @@ impl ProgramHasher {
         let words: Vec<String> = match &def.cmd {
             Cmd::Argv(argv) => argv.iter().cloned().collect(),
             Cmd::Shell(line) => shell_words(line),
+            // A call's code is its function input, hashed by content already.
+            Cmd::Call(_) => Vec::new(),
         };
         let cwd = def
             .more

@@ -7,6 +7,7 @@
 //! [`crate::proto::Assignment`] that comes from the task. [`TaskWire::check`] then checks what
 //! the types alone do not (ranges, URIs, fields that depend on each other).
 
+pub use super::call::Call;
 use super::error::SpecError;
 use super::values;
 use crate::placeholder::Kind;
@@ -16,15 +17,28 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// How a task's program is given: in JSON an argv list or a string. Shared (`Arc`): tasks
-/// often run one program with the same arguments (their inputs differ through `{inputs[i]}`),
-/// and the dispatcher's task table keeps such a command once for all of them.
+/// How a task's program is given: in JSON an argv list or a string (the task's `cmd`), or a
+/// function call (its `call`, [`Call`]). Shared (`Arc`): tasks often run one program with the
+/// same arguments (their inputs differ through `{inputs[i]}`), and the dispatcher's task table
+/// keeps such a command once for all of them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Cmd {
     /// An argv list, run directly.
     Argv(Arc<[String]>),
     /// A string, run by `sh -c`.
     Shell(Arc<str>),
+    /// A Python function called in a warm process (docs/warm.md).
+    Call(Arc<Call>),
+}
+
+impl Cmd {
+    /// The call, for a function task.
+    pub fn call(&self) -> Option<&Call> {
+        match self {
+            Cmd::Call(c) => Some(c),
+            _ => None,
+        }
+    }
 }
 
 impl Serialize for Cmd {
@@ -32,6 +46,7 @@ impl Serialize for Cmd {
         match self {
             Cmd::Argv(argv) => argv[..].serialize(s),
             Cmd::Shell(line) => s.serialize_str(line),
+            Cmd::Call(call) => call.serialize(s),
         }
     }
 }
@@ -42,7 +57,11 @@ impl<'de> Deserialize<'de> for Cmd {
         impl<'de> Visitor<'de> for V {
             type Value = Cmd;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an argv list or a command string")
+                f.write_str("an argv list, a command string or a call")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Cmd, A::Error> {
+                Call::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(|c| Cmd::Call(Arc::new(c)))
             }
             fn visit_str<E: de::Error>(self, line: &str) -> Result<Cmd, E> {
                 Ok(Cmd::Shell(line.into()))
@@ -320,7 +339,7 @@ impl TaskDef {
 }
 
 /// The keys of a task's object that are not [`TaskMore`]'s.
-const OWN_KEYS: &[&str] = &["id", "cmd", "inputs", "outputs"];
+const OWN_KEYS: &[&str] = &["id", "cmd", "call", "inputs", "outputs"];
 
 /// A task as read, not yet checked ([`TaskWire::check`] makes it a [`TaskDef`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -342,6 +361,7 @@ impl<'de> Deserialize<'de> for TaskWire {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<TaskWire, A::Error> {
                 let (mut id, mut cmd, mut inputs, mut outputs) = (None, None, None, None);
+                let mut call: Option<Call> = None;
                 fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
                     slot: &mut Option<T>,
                     key: &'static str,
@@ -357,13 +377,27 @@ impl<'de> Deserialize<'de> for TaskWire {
                     super::one_pass::read_rest(map, OWN_KEYS, |key, map: &mut A| match key {
                         "id" => once(&mut id, "id", map),
                         "cmd" => once(&mut cmd, "cmd", map),
+                        "call" => once(&mut call, "call", map),
                         "inputs" => once(&mut inputs, "inputs", map),
                         "outputs" => once(&mut outputs, "outputs", map),
                         _ => Ok(false),
                     })?;
+                let cmd = match (cmd, call) {
+                    (Some(Cmd::Call(_)), _) => {
+                        return Err(de::Error::custom(
+                            "cmd must be an argv list or a string (a function call is `call`)",
+                        ))
+                    }
+                    (Some(cmd), None) => cmd,
+                    (None, Some(call)) => Cmd::Call(Arc::new(call)),
+                    (Some(_), Some(_)) => {
+                        return Err(de::Error::custom("a task has cmd or call, not both"))
+                    }
+                    (None, None) => return Err(de::Error::missing_field("cmd")),
+                };
                 Ok(TaskWire {
                     id: id.ok_or_else(|| de::Error::missing_field("id"))?,
-                    cmd: cmd.ok_or_else(|| de::Error::missing_field("cmd"))?,
+                    cmd,
                     inputs: inputs.unwrap_or_default(),
                     outputs: outputs.unwrap_or_default(),
                     more,
@@ -379,7 +413,10 @@ impl Serialize for TaskDef {
         #[derive(Serialize)]
         struct Flat<'a> {
             id: &'a str,
-            cmd: &'a Cmd,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cmd: Option<&'a Cmd>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            call: Option<&'a Call>,
             #[serde(skip_serializing_if = "<[String]>::is_empty")]
             inputs: &'a [String],
             #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -389,7 +426,8 @@ impl Serialize for TaskDef {
         }
         Flat {
             id: &self.id,
-            cmd: &self.cmd,
+            cmd: self.cmd.call().is_none().then_some(&self.cmd),
+            call: self.cmd.call(),
             inputs: &self.inputs,
             outputs: &self.outputs,
             more: self.more.as_deref(),
@@ -434,7 +472,7 @@ impl TaskWire {
             outputs,
             mut more,
         } = self;
-        check_program(&id, &cmd)?;
+        check_program(&id, &cmd, inputs.len())?;
         let (inputs, outputs) = canonical_uris(inputs, outputs)?;
         check_placeholders(&cmd, inputs.len(), outputs.len())?;
         check_more(&id, &mut more)?;
@@ -449,7 +487,7 @@ impl TaskWire {
 }
 
 /// The id, and that the command names something to run.
-fn check_program(id: &str, cmd: &Cmd) -> Result<(), Invalid> {
+fn check_program(id: &str, cmd: &Cmd, inputs: usize) -> Result<(), Invalid> {
     if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) {
         return Err(invalid(
             "id",
@@ -461,6 +499,7 @@ fn check_program(id: &str, cmd: &Cmd) -> Result<(), Invalid> {
             Err(invalid("cmd", "argv list must name a program"))
         }
         Cmd::Shell(s) if s.trim().is_empty() => Err(invalid("cmd", "command string is empty")),
+        Cmd::Call(c) => c.check(inputs),
         _ => Ok(()),
     }
 }
@@ -508,6 +547,8 @@ fn check_placeholders(cmd: &Cmd, inputs: usize, outputs: usize) -> Result<(), In
     let texts: Vec<&str> = match cmd {
         Cmd::Argv(v) => v.iter().map(String::as_str).collect(),
         Cmd::Shell(s) => vec![&s[..]],
+        // A call gets its inputs' paths as a list, not through placeholders.
+        Cmd::Call(_) => Vec::new(),
     };
     for text in texts {
         for (kind, index, _) in crate::placeholder::find(text) {

@@ -2,11 +2,13 @@
 //! `shared/design/brief.md` and docs/runtime.md ("Task fields"). Parsing is all-or-nothing: an
 //! error names the line and the field, and no task of the batch is accepted.
 
+mod call;
 mod def;
 mod error;
 mod one_pass;
 mod values;
 
+pub use call::{Call, Isolation};
 pub use def::{Cmd, Hint, MemoryLimit, TaskDef, TaskDefaults, TaskMore};
 pub use error::SpecError;
 

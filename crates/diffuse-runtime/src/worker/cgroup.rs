@@ -90,33 +90,52 @@ impl Cgroups {
 
     /// A cgroup limited to `bytes`, holding `pid`.
     pub fn limit(&self, pid: u32, bytes: u64) -> std::io::Result<TaskCgroup> {
+        let cg = self.make()?;
+        cg.set_limit(Some(bytes))?;
+        std::fs::write(cg.dir.join("cgroup.procs"), pid.to_string())?;
+        Ok(cg)
+    }
+
+    /// A cgroup without a limit yet, holding `pid`: a warm process kept for many calls, whose
+    /// limit is set to each call's ([`TaskCgroup::set_limit`]).
+    pub fn holding(&self, pid: u32) -> std::io::Result<TaskCgroup> {
+        let cg = self.make()?;
+        std::fs::write(cg.dir.join("cgroup.procs"), pid.to_string())?;
+        Ok(cg)
+    }
+
+    fn make(&self) -> std::io::Result<TaskCgroup> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let dir = self
             .base
             .join(format!("diffuse-task-{}-{n}", std::process::id()));
         std::fs::create_dir(&dir)?;
-        let cg = TaskCgroup { dir, v2: self.v2 };
-        let limit = if self.v2 {
-            "memory.max"
-        } else {
-            "memory.limit_in_bytes"
-        };
-        std::fs::write(cg.dir.join(limit), bytes.to_string())?;
-        if !self.v2 {
-            // Without swap accounting the limit could be escaped into swap; set it where possible.
-            let _ = std::fs::write(
-                cg.dir.join("memory.memsw.limit_in_bytes"),
-                bytes.to_string(),
-            );
-        }
-        std::fs::write(cg.dir.join("cgroup.procs"), pid.to_string())?;
-        Ok(cg)
+        Ok(TaskCgroup { dir, v2: self.v2 })
     }
 }
 
 impl TaskCgroup {
-    /// Whether the kernel killed a process of this cgroup for its memory limit.
-    pub fn oom_killed(&self) -> bool {
+    /// Limit the cgroup's memory to `bytes` (None: no limit).
+    pub fn set_limit(&self, bytes: Option<u64>) -> std::io::Result<()> {
+        let value = match (bytes, self.v2) {
+            (Some(b), _) => b.to_string(),
+            (None, true) => "max".into(),
+            (None, false) => "-1".into(),
+        };
+        if self.v2 {
+            return std::fs::write(self.dir.join("memory.max"), &value);
+        }
+        // Without swap accounting the limit could be escaped into swap; set it where possible
+        // (the swap limit first when raising it, last when lowering it: it must stay above).
+        let swap = self.dir.join("memory.memsw.limit_in_bytes");
+        let _ = std::fs::write(&swap, &value);
+        std::fs::write(self.dir.join("memory.limit_in_bytes"), &value)?;
+        let _ = std::fs::write(&swap, &value);
+        Ok(())
+    }
+
+    /// How many times the kernel killed a process of this cgroup for its memory limit.
+    pub fn oom_kills(&self) -> u64 {
         let (file, key) = if self.v2 {
             ("memory.events", "oom_kill")
         } else {
@@ -126,7 +145,14 @@ impl TaskCgroup {
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.split_once(' '))
-            .any(|(k, v)| k == key && v.trim().parse::<u64>().unwrap_or(0) > 0)
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v.trim().parse::<u64>().unwrap_or(0))
+            .sum()
+    }
+
+    /// Whether the kernel killed a process of this cgroup for its memory limit.
+    pub fn oom_killed(&self) -> bool {
+        self.oom_kills() > 0
     }
 }
 

@@ -75,6 +75,10 @@ pub struct WorkerConfig {
     pub tls: Option<crate::tls::ServerTls>,
     /// What it trusts when it connects over TLS: to the dispatcher (`https://`), and to peers.
     pub trust: crate::tls::Trust,
+    /// Warm Python processes to start with the worker (fork mode; docs/warm.md).
+    pub warm: Vec<super::warm::WarmSpec>,
+    /// Warm processes idle this long are stopped.
+    pub warm_idle: Duration,
 }
 
 /// What this machine has, for a worker's defaults.

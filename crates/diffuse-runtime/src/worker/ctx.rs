@@ -61,6 +61,8 @@ pub(super) struct Ctx {
     pub(super) cores: Arc<tokio::sync::Semaphore>,
     /// How many cores the worker has.
     pub(super) core_count: u32,
+    /// Warm Python processes, for function tasks.
+    pub(super) warm: super::warm::WarmPools,
 }
 
 impl Ctx {
@@ -75,6 +77,7 @@ impl Ctx {
         (work, logs): (PathBuf, PathBuf),
         cgroups: Option<Cgroups>,
     ) -> Result<Ctx, WorkerError> {
+        let logs_dir = logs.clone();
         Ok(Ctx {
             cache: Mutex::new(cache),
             storage: match &cfg.storage_gateway {
@@ -107,6 +110,12 @@ impl Ctx {
             lookups: tokio::sync::Semaphore::new(LOOKUPS_AT_ONCE),
             cores: Arc::new(tokio::sync::Semaphore::new(cfg.slots as usize)),
             core_count: cfg.slots,
+            warm: super::warm::WarmPools::new(
+                Launch::new(&cfg.task_env_drop, cfg.task_user.clone()),
+                logs_dir,
+                cfg.warm_idle,
+                2 * cfg.slots as usize + 2,
+            ),
         })
     }
 

@@ -44,6 +44,7 @@
 //! | `partial` | an object being read in chunks: its file, which chunks landed, its digest |
 //! | `relay` | chunk-level relay: the chunks of an object still being read, served onward |
 //! | `peer` | the peer data server (`/v1/cache/{key}`) and captured output (`/v1/logs/{name}`) |
+//! | [`warm`] | warm Python processes and the function tasks run in them (docs/warm.md) |
 
 pub mod cgroup;
 pub mod config;
@@ -69,6 +70,7 @@ mod session;
 mod signals;
 mod task;
 mod taskdir;
+pub mod warm;
 
 pub use config::{gpu_ids, Machine, WorkerConfig};
 pub use error::WorkerError;
@@ -114,10 +116,22 @@ pub async fn run(mut cfg: WorkerConfig) -> Result<(), WorkerError> {
     )?);
     let peer = peer::PeerServer::start(&cfg, &ctx).await?;
     tokio::spawn(output::prune_logs(logs, cfg.log_retention, cfg.log_max));
+    let warm_keeper = tokio::spawn(keep_warm(ctx.clone(), cfg.warm.clone()));
     let outcome = session::serve(&cfg, &ctx, peer.bound, out_rx).await;
+    warm_keeper.abort();
+    ctx.warm.stop_all().await;
     peer.stop().await;
     local_cache::mark_clean(&cfg.cache_dir).await?;
     outcome
+}
+
+/// Start the warm processes `--warm` names, then stop idle ones every few seconds.
+async fn keep_warm(ctx: Arc<Ctx>, specs: Vec<warm::WarmSpec>) {
+    ctx.warm.prestart(&specs, ctx.cgroups.as_ref()).await;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        ctx.warm.stop_idle().await;
+    }
 }
 
 /// Where memory limits can be enforced (a memory cgroup per task), if anywhere.

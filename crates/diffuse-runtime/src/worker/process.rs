@@ -257,6 +257,7 @@ pub async fn execute(
             c.arg("-c").arg(expand_shell(s, job.inputs, job.outputs));
             c
         }
+        Cmd::Call(_) => return Err("a call runs in a warm process, not as a command".into()),
     };
     let dir = job.dir;
     let cwd = match job.cwd {
@@ -280,7 +281,7 @@ pub async fn execute(
     let mut child = command.spawn().map_err(|e| {
         let program = match job.cmd {
             Cmd::Argv(a) => a[0].clone(),
-            Cmd::Shell(_) => "sh".into(),
+            Cmd::Shell(_) | Cmd::Call(_) => "sh".into(),
         };
         // The child's chdir fails with the same error as a missing program: say which.
         match job.cwd {

@@ -193,7 +193,16 @@ async fn run_attempt(
         Some(Stop::Cancelled) => return Err(Ending::Failed("cancelled".into())),
         _ => {}
     }
-    let ended = run_process(ctx, a, dir, &by_position, stop, report).await?;
+    let ended = match a.cmd.call() {
+        Some(call) => {
+            let (ended, value) = run_call(ctx, a, call, dir, &by_position, stop, report).await?;
+            if let Some(v) = value {
+                report.value = Some(super::warm::result_value(v)?);
+            }
+            ended
+        }
+        None => run_process(ctx, a, dir, &by_position, stop, report).await?,
+    };
     // The process has ended: its cores go to the next task while its outputs are uploaded.
     drop(cores);
     report.stdout = ended.stdout.path.as_ref().map(|p| p.display().to_string());
@@ -305,6 +314,72 @@ async fn run_process(
         },
     };
     let ended = execute(job, &ctx.launch, stop).await;
+    drop(gpus);
+    dir.remove_inputs();
+    ended
+}
+
+/// Run the task's call in a warm process with its GPUs, environment and limits, until it ends
+/// or is stopped; then remove its staged inputs. The entry's bytes come back with it.
+async fn run_call(
+    ctx: &Arc<Ctx>,
+    a: &Assignment,
+    call: &crate::spec::Call,
+    dir: &TaskDir,
+    inputs: &[PathBuf],
+    stop: watch::Receiver<Option<Stop>>,
+    report: &mut TaskReport,
+) -> Result<(Ended, Option<Vec<u8>>), String> {
+    let gpus = ctx.gpus.take(a.gpus());
+    report.gpus = gpus.ids();
+    let position = |i: u32| {
+        let i = i as usize;
+        let uri = a.positions.get(i).map_or(i, |&p| p as usize);
+        (
+            inputs.get(i).cloned(),
+            a.inputs.get(uri).map(|x| x.uri.clone()),
+        )
+    };
+    let (Some(fn_path), Some(function)) = position(call.fn_input) else {
+        return Err(format!("call.fn: input {} is not staged", call.fn_input));
+    };
+    let args = match call.args_input {
+        Some(i) => {
+            let path = position(i)
+                .0
+                .ok_or_else(|| format!("call.args_input: input {i} is not staged"))?;
+            tokio::fs::read(&path)
+                .await
+                .map_err(|e| format!("call.args_input {}: {e}", path.display()))?
+        }
+        None => call.inline_args(),
+    };
+    let job = super::warm::call::CallJob {
+        call,
+        function: &function,
+        fn_path: &fn_path,
+        args,
+        inputs,
+        dir: &dir.path,
+        cwd: a.more.cwd.as_deref().map(Path::new),
+        logs: (
+            ctx.logs.join(log_name(&a.task, a.attempt, "stdout")),
+            ctx.logs.join(log_name(&a.task, a.attempt, "stderr")),
+        ),
+        max_output: ctx.max_output,
+        env: task_env(ctx, a, &gpus, &dir.path),
+        timeout: a.more.timeout_s.map(Duration::from_secs_f64),
+        memory: a.memory_limit().filter(|_| ctx.cgroups.is_some()),
+        make_room: {
+            let ctx = ctx.clone();
+            std::sync::Arc::new(move || {
+                let freed = ctx.cache.lock().expect("cache lock").make_room(1 << 20);
+                ctx.report_evictions();
+                freed
+            })
+        },
+    };
+    let ended = super::warm::call::run(&ctx.warm, ctx.cgroups.as_ref(), job, stop).await;
     drop(gpus);
     dir.remove_inputs();
     ended

@@ -391,6 +391,16 @@ pub struct WorkerArgs {
     /// variable, which tasks never see.
     #[arg(long = "task-env-drop", value_name = "NAME")]
     task_env_drop: Vec<String>,
+    /// Start a warm Python process at start, for function tasks (docs/warm.md): the
+    /// interpreter and the modules it preloads, PYTHON[:MODULE,...] (repeatable). Calls whose
+    /// task names that interpreter and exactly those preloads (fork isolation) use it; any
+    /// other warm process is started at its first call.
+    #[arg(long, value_name = "PYTHON[:MODULES]", value_parser = |s: &str| diffuse_runtime::worker::warm::WarmSpec::parse(s))]
+    warm: Vec<diffuse_runtime::worker::warm::WarmSpec>,
+    /// A warm Python process with no call for this long is stopped (its memory freed); the
+    /// next call of its kind starts another.
+    #[arg(long, default_value = "10m", value_parser = seconds, allow_hyphen_values = true)]
+    warm_idle: Duration,
     /// Run no process: report every task done at once (dispatcher benchmarks).
     #[arg(long)]
     noop: bool,
@@ -504,6 +514,8 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         limits: a.limits.limits(),
         tls,
         trust,
+        warm: a.warm,
+        warm_idle: a.warm_idle,
     }))?;
     Ok(ExitCode::SUCCESS)
 }
