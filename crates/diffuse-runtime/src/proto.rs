@@ -100,6 +100,9 @@ pub enum ToDispatcher {
         /// Objects its cache holds.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cache_objects: Option<u64>,
+        /// Its warm Python processes (docs/warm.md): how many, calls run, resident bytes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        warm: Option<WarmUse>,
     },
     /// The answer to a `Lookup`: one result per URI asked.
     LookedUp {
@@ -410,6 +413,17 @@ pub struct Traffic {
     pub bytes_storage: u64,
 }
 
+/// What a worker's warm Python processes hold (docs/warm.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmUse {
+    /// Warm processes alive.
+    pub processes: u32,
+    /// Calls run since the worker started.
+    pub calls: u64,
+    /// Their resident memory, bytes (pages shared by a fork counted in each).
+    pub rss: u64,
+}
+
 /// An intermediate output a worker keeps for the tasks that read it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeptOutput {
@@ -674,7 +688,8 @@ mod tests {
             ToDispatcher::Load {
                 load1: 1.5,
                 cache_used: None,
-                cache_objects: None
+                cache_objects: None,
+                warm: None
             }
         );
     }

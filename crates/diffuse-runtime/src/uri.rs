@@ -15,7 +15,9 @@
 //! * `tmp://NAME` names an intermediate object: written by one task, kept in its worker's cache,
 //!   read by others, never on persistent storage. NAME is 1-200 characters of `A-Z a-z 0-9 . _ -`
 //!   (no path separator), and not `.` or `..`. Storage never sees these URIs ([`scheme`] is
-//!   `None` for them).
+//!   `None` for them);
+//! * `blob://SHA256` names a blob kept by the dispatcher (`PUT /v1/blobs/{sha256}`), read by
+//!   workers from it: 64 hex digits, lower-cased; its name is its version.
 
 use std::path::PathBuf;
 
@@ -28,6 +30,8 @@ pub enum Scheme {
     S3,
     /// An HTTP or HTTPS URL.
     Http,
+    /// A blob the dispatcher keeps, by its SHA-256.
+    Blob,
 }
 
 /// The scheme of a canonical URI.
@@ -37,6 +41,7 @@ pub fn scheme(uri: &str) -> Option<Scheme> {
         "file" => Some(Scheme::File),
         "s3" => Some(Scheme::S3),
         "http" | "https" => Some(Scheme::Http),
+        "blob" => Some(Scheme::Blob),
         _ => None,
     }
 }
@@ -48,7 +53,7 @@ pub fn canonical(uri: &str) -> Result<String, String> {
     }
     let Some((scheme, rest)) = uri.split_once("://") else {
         return Err(format!(
-            "'{uri}' is not a file://, s3://, http://, https:// or tmp:// URI"
+            "'{uri}' is not a file://, s3://, http://, https://, blob:// or tmp:// URI"
         ));
     };
     match scheme.to_ascii_lowercase().as_str() {
@@ -62,8 +67,17 @@ pub fn canonical(uri: &str) -> Result<String, String> {
             }
             Ok(format!("s3://{rest}"))
         }
+        "blob" => {
+            let sha = rest.to_ascii_lowercase();
+            if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!(
+                    "'{uri}': blob:// URIs are blob://SHA256 (64 hex digits: the SHA-256 of its bytes)"
+                ));
+            }
+            Ok(format!("blob://{sha}"))
+        }
         _ => Err(format!(
-            "'{uri}' is not a file://, s3://, http://, https:// or tmp:// URI"
+            "'{uri}' is not a file://, s3://, http://, https://, blob:// or tmp:// URI"
         )),
     }
 }
@@ -173,6 +187,7 @@ pub fn base_name(uri: &str) -> String {
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_default(),
         Some(Scheme::S3) => uri.rsplit('/').next().unwrap_or_default().to_string(),
+        Some(Scheme::Blob) => "blob".to_string(),
         Some(Scheme::Http) => url::Url::parse(uri)
             .ok()
             .and_then(|u| {

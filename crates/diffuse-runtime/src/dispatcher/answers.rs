@@ -21,8 +21,10 @@
 //! | `PUT /v1/objects/{uri}/placement` | [`Placed`] |
 //! | `POST /v1/stage` | [`StageStarted`] |
 //! | `GET /v1/stage/{id}` | [`StageView`] |
+//! | `PUT /v1/blobs/{sha256}` | [`Stored`] |
 //! | any error | `{"error": "..."}` ([`super::ApiError`]) |
 
+pub use super::blobs::Stored;
 pub use super::scheduler::batches::StageView;
 pub use super::scheduler::jobs::{JobCancelled, JobView};
 pub use super::scheduler::objects::ObjectView;

@@ -44,6 +44,10 @@ pub struct Handle {
     pub(super) pool_tx: Option<tokio::sync::mpsc::UnboundedSender<crate::provisioner::PoolCmd>>,
     /// The API server's evicted and refused connections (in `/metrics`).
     pub(super) connections: Arc<crate::server::ConnectionStats>,
+    /// Blobs clients and workers store (`/v1/blobs`).
+    pub(super) blobs: super::blobs::Blobs,
+    /// Outcomes confirmed on disk so far (a long poll waits for it to change).
+    pub(super) ended: tokio::sync::watch::Receiver<u64>,
 }
 
 pub(super) type PoolTask = (

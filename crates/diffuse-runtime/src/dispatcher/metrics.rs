@@ -126,6 +126,8 @@ pub struct Scrape {
     pub task_run_seconds: Histogram,
     /// Seconds attempts spent staging their inputs.
     pub task_staging_seconds: Histogram,
+    /// The connected workers' warm Python processes, summed.
+    pub warm: crate::proto::WarmUse,
     /// Connections closed at the connection limit to make room for a new one.
     pub connections_evicted: u64,
     /// New connections closed at once at the connection limit.
@@ -235,6 +237,11 @@ impl Value {
 }
 
 /// A metric with one sample.
+/// The warm processes' figures, left out where no worker has any (the feature is unused).
+fn warm(s: &Scrape) -> Option<&crate::proto::WarmUse> {
+    (s.warm.processes > 0 || s.warm.calls > 0).then_some(&s.warm)
+}
+
 fn one<'a>(v: impl Into<Value>) -> Option<Samples<'a>> {
     Some(Samples::One(v.into()))
 }
@@ -419,6 +426,25 @@ const METRICS: &[Def] = &[
         kind: Gauge,
         help: "The budgeted rate of the storage reads under way.",
         samples: |s| one(s.storage_cap?.used_bytes_per_s),
+    },
+    Def {
+        name: "diffuse_warm_processes",
+        kind: Gauge,
+        help: "Warm Python processes on the connected workers (function tasks).",
+        samples: |s| warm(s).and_then(|w| one(w.processes)),
+    },
+    Def {
+        name: "diffuse_warm_calls",
+        kind: Counter,
+        help: "Calls the connected workers have run in warm Python processes since they started.",
+        samples: |s| warm(s).and_then(|w| one(w.calls)),
+    },
+    Def {
+        name: "diffuse_warm_resident_bytes",
+        kind: Gauge,
+        help:
+            "Resident memory of the warm Python processes (pages shared by a fork counted in each).",
+        samples: |s| warm(s).and_then(|w| one(w.rss)),
     },
     Def {
         name: "diffuse_task_run_seconds",

@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `POST /v1/tasks` | client | submit a batch (JSON array or JSON Lines); all or nothing |
 //! | `GET /v1/tasks?state=S&limit=N&after=C` | client | a page of tasks, and the cursor of the next |
-//! | `POST /v1/states` | client | `{"ids": [...]}`: the tasks named, with state and outcome (at most 10,000 ids a request) |
+//! | `POST /v1/states` | client | `{"ids": [...]}`: the tasks named, with state and outcome (at most 10,000 ids a request); with `"wait_s": S`, once one of them has ended (or S seconds, at most 60) |
 //! | `GET /v1/tasks/{id}` | client | one task, with its outcome |
 //! | `POST /v1/tasks/{id}/cancel` | client | cancel (a running task's processes are stopped) |
 //! | `GET /v1/batches/{batch}` | client | a submission's counters (what `diffuse wait` follows) |
@@ -22,6 +22,8 @@
 //! | `PUT /v1/objects/{uri}/placement` | client | `{"node": NAME}`: put a `tmp://` object on that worker (Hercules' place) |
 //! | `POST /v1/stage` | client | `{"uris": [...], "to": [names], "schedule": "gds"}`: copy objects to workers (GDS); answers `{"id": N}` |
 //! | `GET /v1/stage/{id}` | client | a staged batch's progress: requests done, bytes, seconds, bytes by source |
+//! | `PUT /v1/blobs/{sha256}` | client or worker | keep the body as a blob named by its SHA-256 ([`blobs`]: a function task's function, large arguments or results) |
+//! | `GET /v1/blobs/{sha256}` | client or worker | a blob's bytes (`HEAD`: whether it is kept); workers read `blob://<sha256>` inputs here |
 //! | `GET /metrics` | client or metrics | Prometheus text format |
 //! | `GET /v1/series?since=N` | client or metrics | one sample of the counters a second, the last hour |
 //! | `GET /` | none | the web dashboard ([`dashboard`]); its script asks the routes above with a token |
@@ -39,10 +41,12 @@
 //! | [`handle`] | the API's shared state ([`Handle`]): token checks, questions to the scheduler thread, [`ApiError`] |
 //! | [`dashboard`] | the web dashboard's page, assets and `/v1/series` |
 //! | `stage_api` | `POST /v1/stage` and `GET /v1/stage/{id}` |
+//! | [`blobs`] | `PUT` and `GET /v1/blobs/{sha256}`: blobs kept by their digest |
 //! | [`metrics`] | `/metrics` in the Prometheus text format |
 //! | [`scheduler`] | the scheduler thread: the core's decisions carried out on workers |
 
 pub mod answers;
+pub mod blobs;
 pub mod dashboard;
 mod handle;
 pub mod metrics;
@@ -190,7 +194,9 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
     }
     let pool_tx = pool_link.as_ref().map(|(_, ptx)| ptx.clone());
     let comm = scheduler::LiveComm::start(&cfg.scheduler.journal, pool_tx.clone())?;
-    let scheduler = Scheduler::new(core, journal, cfg.scheduler.clone(), Box::new(comm))?;
+    let (ended_tx, ended) = tokio::sync::watch::channel(0u64);
+    let scheduler =
+        Scheduler::new(core, journal, cfg.scheduler.clone(), Box::new(comm))?.with_ended(ended_tx);
     let scheduler = match pool_link {
         Some((link, _)) => scheduler.with_pool(link),
         None => scheduler,
@@ -212,7 +218,18 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
         )),
         None => None,
     };
+    let blob_dir = cfg
+        .scheduler
+        .journal
+        .parent()
+        .map_or_else(|| PathBuf::from("blobs"), |d| d.join("blobs"));
+    let blobs = blobs::Blobs::open(blob_dir.clone()).map_err(|error| StartError::JournalDir {
+        dir: blob_dir,
+        error,
+    })?;
     let handle = Handle {
+        blobs,
+        ended,
         tx,
         reader: Arc::new(Mutex::new(reader)),
         tokens: Arc::new(cfg.tokens),
@@ -265,6 +282,7 @@ pub fn router(handle: Handle) -> Router {
         .route("/v1/workers/connect", get(connect))
         .merge(dashboard::routes())
         .merge(stage_api::routes())
+        .merge(blobs::routes())
         .with_state(handle)
         .merge(gateway)
         .layer(axum::middleware::from_fn_with_state(tokens, prove))
@@ -308,8 +326,25 @@ pub async fn serve(
     }
     let pool_tx = handle.pool_tx.clone();
     let stats = handle.connections.clone();
+    let blobs = handle.blobs.clone();
+    let pruning = tokio::spawn(async move {
+        loop {
+            let b = blobs.clone();
+            let n = tokio::task::spawn_blocking(move || b.prune(blobs::RETENTION))
+                .await
+                .unwrap_or(0);
+            if n > 0 {
+                tracing::info!(
+                    "{n} blob(s) unused for {} days deleted",
+                    blobs::RETENTION.as_secs() / 86400
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+    });
     let served =
         crate::server::serve_with(listener, router(handle), limits, tls, stats, shutdown).await;
+    pruning.abort();
     if let Some(tx) = pool_tx {
         // Give every worker of the pool back before exiting.
         let (done, wait) = oneshot::channel();
@@ -406,10 +441,18 @@ const MAX_STATES: usize = 10_000;
 #[serde(deny_unknown_fields)]
 struct StatesBody {
     ids: Vec<String>,
+    /// Wait up to this many seconds (at most [`MAX_STATES_WAIT`]) for one of them to end.
+    #[serde(default)]
+    wait_s: Option<f64>,
 }
+
+/// The longest `POST /v1/states` waits for a task to end.
+const MAX_STATES_WAIT: f64 = 60.0;
 
 /// `POST /v1/states` with `{"ids": [...]}`: the tasks named, as the listing shows them, in one
 /// request, however many other tasks the dispatcher holds (a workflow engine's status poll).
+/// With `"wait_s": S`, the answer waits until one of them has ended (or S seconds): a client
+/// following its tasks hears of each end at once, without polling.
 async fn states(
     State(h): State<Handle>,
     headers: HeaderMap,
@@ -425,7 +468,29 @@ async fn states(
             body.ids.len()
         )));
     }
-    let (views, unknown) = h.ask(|tx| SchedulerMsg::Tasks(body.ids, tx)).await?;
+    let deadline = body
+        .wait_s
+        .filter(|w| w.is_finite() && *w > 0.0)
+        .map(|w| tokio::time::Instant::now() + Duration::from_secs_f64(w.min(MAX_STATES_WAIT)));
+    let mut ended = h.ended.clone();
+    let (views, unknown) = loop {
+        ended.borrow_and_update();
+        let ids = body.ids.clone();
+        let (views, unknown) = h.ask(|tx| SchedulerMsg::Tasks(ids, tx)).await?;
+        let Some(deadline) = deadline else {
+            break (views, unknown);
+        };
+        let over = views
+            .iter()
+            .any(|v| matches!(v.state.as_str(), "succeeded" | "failed" | "cancelled"));
+        if over || !unknown.is_empty() || tokio::time::Instant::now() >= deadline {
+            break (views, unknown);
+        }
+        tokio::select! {
+            changed = ended.changed() => if changed.is_err() { break (views, unknown) },
+            () = tokio::time::sleep_until(deadline) => {}
+        }
+    };
     let tasks = h.with_outcomes(views).await?;
     Ok(Json(answers::TaskStates { tasks, unknown }).into_response())
 }
@@ -765,6 +830,7 @@ fn scrape(s: Status, c: &crate::server::ConnectionStats) -> metrics::Scrape {
         }),
         task_run_seconds: s.task_run_seconds,
         task_staging_seconds: s.task_staging_seconds,
+        warm: s.warm,
         connections_evicted: c.evicted(),
         connections_refused: c.refused(),
     }

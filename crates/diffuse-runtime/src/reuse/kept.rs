@@ -17,6 +17,8 @@ pub fn is_result_object(uri: &str) -> bool {
 pub const STDOUT: &str = "stdout";
 /// See [`STDOUT`].
 pub const STDERR: &str = "stderr";
+/// The name of a function task's result (its report's `value`) among a kept result's files.
+pub const VALUE: &str = "value";
 
 /// One file of a kept result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,9 +16,11 @@
 //! | [`output`] | writing a task's output to a `file://` destination, through a temporary file |
 //! | [`special`] | which file systems are special (`/proc`, `/sys`, `/dev`...) and never read or written |
 //! | [`http`] | `http(s)://`: head and get with the whole URL |
+//! | [`blob`] | `blob://SHA256`: blobs read from the dispatcher, checked against their names |
 //! | [`throttle`] | the cap on a process's storage reads |
 //! | this module | [`Storage`]: picks the backend for a URI; S3 through `object_store` |
 
+pub mod blob;
 pub mod download;
 pub mod error;
 pub mod file;
@@ -55,6 +57,8 @@ pub struct Storage {
     gateway: Option<(String, String)>,
     /// The cap on this process's storage reads (its share of `--storage-bandwidth-cap`).
     throttle: throttle::Throttle,
+    /// Where `blob://` objects are read (a worker's dispatcher).
+    blobs: Option<blob::BlobSource>,
 }
 
 impl Default for Storage {
@@ -72,7 +76,20 @@ impl Storage {
             buckets: Mutex::new(HashMap::new()),
             gateway: None,
             throttle: throttle::Throttle::default(),
+            blobs: None,
         }
+    }
+
+    /// Read `blob://` objects from `source` (the worker's dispatcher).
+    pub fn with_blobs(mut self, source: blob::BlobSource) -> Storage {
+        self.blobs = Some(source);
+        self
+    }
+
+    fn blob_source(&self, uri: &str) -> Result<&blob::BlobSource, StorageError> {
+        self.blobs
+            .as_ref()
+            .ok_or_else(|| StorageError::Unsupported(uri.to_string()))
     }
 
     /// Limit this process's storage reads to `rate` bytes per second (None: no limit).
@@ -191,6 +208,7 @@ impl Storage {
                     })?
             }
             Some(Scheme::Http) => http::head(&self.http, uri).await,
+            Some(Scheme::Blob) => self.blob_source(uri)?.head(uri).await,
             Some(Scheme::S3) => {
                 let (store, key) = self.bucket(uri)?;
                 let meta = store.head(&key).await.map_err(|e| Self::map_err(uri, e))?;
@@ -234,6 +252,7 @@ impl Storage {
                 })
             }
             Some(Scheme::Http) => http::get(&self.http, uri, dest, &self.throttle).await,
+            Some(Scheme::Blob) => self.blob_source(uri)?.get(uri, dest, &self.throttle).await,
             Some(Scheme::S3) => {
                 let (store, key) = self.bucket(uri)?;
                 let result = store.get(&key).await.map_err(|e| Self::map_err(uri, e))?;

@@ -83,7 +83,16 @@ impl Ctx {
             storage: match &cfg.storage_gateway {
                 Some(url) => storage.with_gateway(url.clone(), cfg.token.clone()),
                 None => storage,
-            },
+            }
+            .with_blobs(crate::storage::blob::BlobSource {
+                url: cfg.dispatcher.clone(),
+                token: cfg.token.clone(),
+                http: cfg
+                    .trust
+                    .reqwest(reqwest::Client::builder())
+                    .build()
+                    .map_err(WorkerError::Http)?,
+            }),
             http: cfg
                 .trust
                 .reqwest(reqwest::Client::builder())

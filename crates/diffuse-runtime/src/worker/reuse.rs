@@ -12,7 +12,7 @@ use super::ctx::Ctx;
 use super::inputs::stage;
 use super::taskdir::{log_name, safe_name};
 use crate::proto::{AssignedInput, Assignment, KeptOutput, ReadInput, ReuseOrder, TaskReport};
-use crate::reuse::kept::{object_uri, STDERR, STDOUT};
+use crate::reuse::kept::{object_uri, STDERR, STDOUT, VALUE};
 use crate::reuse::ResultFile;
 use crate::uri::is_tmp;
 use std::path::{Path, PathBuf};
@@ -113,6 +113,33 @@ pub(super) async fn finish_result(
             }
         }
     }
+    if let Some(value) = &report.value {
+        // A function task's result is kept with its files: a reuse returns it.
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(value)
+            .unwrap_or_default();
+        let path = ctx.work.join(format!(
+            ".value-{}",
+            super::taskdir::dir_name(&a.task, a.attempt)
+        ));
+        let kept = std::fs::write(&path, &bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|()| keep_file(ctx, &path));
+        let _ = std::fs::remove_file(&path);
+        match kept {
+            Ok((size, sha256)) => files.push(ResultFile {
+                name: VALUE.to_string(),
+                size,
+                sha256,
+                written: None,
+            }),
+            Err(e) => {
+                tracing::info!(task = %a.task, "result not kept: its value: {e}");
+                return;
+            }
+        }
+    }
     ctx.report_evictions();
     report.read = read_digests(ctx, a);
     report.result = Some(files);
@@ -129,7 +156,12 @@ pub(super) async fn carry_out(
     dir: &Path,
     report: &mut TaskReport,
 ) -> Result<(), String> {
-    let named = |n: &str| a.outputs.iter().any(|o| o == n) || n == STDOUT || n == STDERR;
+    let named = |n: &str| {
+        a.outputs.iter().any(|o| o == n)
+            || n == STDOUT
+            || n == STDERR
+            || (n == VALUE && a.cmd.call().is_some())
+    };
     if let Some(f) = order.files.iter().find(|f| !named(&f.file.name)) {
         return Err(format!(
             "the kept result names {}, not an output of this task",
@@ -164,6 +196,10 @@ pub(super) async fn carry_out(
             } else {
                 report.stderr = shown;
             }
+        } else if f.name == VALUE {
+            use base64::Engine;
+            let bytes = std::fs::read(path).map_err(|e| format!("its value: {e}"))?;
+            report.value = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
         } else if is_tmp(&f.name) {
             report.kept.push(keep_as(ctx, &f, path)?);
         } else {

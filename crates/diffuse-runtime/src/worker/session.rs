@@ -228,10 +228,16 @@ async fn send_load(ctx: &Ctx, sink: &mut Sink) -> Result<(), Lost> {
             let c = ctx.cache.lock().expect("cache lock");
             (c.used(), c.len() as u64)
         };
+        let w = ctx.warm.figures();
         let load = ToDispatcher::Load {
             load1,
             cache_used: Some(used),
             cache_objects: Some(objects),
+            warm: (w.processes > 0 || w.calls > 0).then_some(crate::proto::WarmUse {
+                processes: w.processes,
+                calls: w.calls,
+                rss: w.rss,
+            }),
         };
         sink.send(Message::Text(serde_json::to_string(&load)?.into()))
             .await?;

@@ -338,6 +338,14 @@ fn print_status(s: &Status, json: bool) {
                 s.remaking
             );
         }
+        if s.warm.processes > 0 || s.warm.calls > 0 {
+            println!(
+                "warm Python: {} process(es), {} calls run, {} resident",
+                s.warm.processes,
+                s.warm.calls,
+                crate::size::format_size(s.warm.rss)
+            );
+        }
         print_workers(s);
     }
 }
@@ -378,8 +386,12 @@ fn print_workers(s: &Status) {
         println!("workers: {}", by_state.join(", "));
     }
     for w in &s.worker_list {
+        let warm = w
+            .warm
+            .map(|u| format!(" warm {} ({} calls)", u.processes, u.calls))
+            .unwrap_or_default();
         println!(
-            "  {:<24} {:<10} {}",
+            "  {:<24} {:<10} {}{warm}",
             w.name,
             w.state,
             w.job

@@ -153,14 +153,17 @@ function showStatus(s) {
     } else {
       cache.textContent = "-";
     }
-    tr.append(cache, el("td", w.cache ? w.cache[2] : "-"), el("td", w.job || ""));
+    const warm = w.warm
+      ? w.warm.processes + " (" + w.warm.calls + " calls, " + size(w.warm.rss) + ")"
+      : "-";
+    tr.append(cache, el("td", w.cache ? w.cache[2] : "-"), el("td", warm), el("td", w.job || ""));
     wb.append(tr);
   }
   if (s.worker_list_more) {
     // A large pool: the status lists the first workers; the counts above cover all of them.
     const tr = el("tr");
     const td = el("td", "... and " + s.worker_list_more + " more (GET /v1/workers)");
-    td.colSpan = 6;
+    td.colSpan = 7;
     tr.append(td);
     wb.append(tr);
   }

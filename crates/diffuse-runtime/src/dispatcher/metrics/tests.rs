@@ -55,6 +55,11 @@ fn full() -> Scrape {
         }),
         task_run_seconds: h.clone(),
         task_staging_seconds: Histogram::default(),
+        warm: crate::proto::WarmUse {
+            processes: 2,
+            calls: 15,
+            rss: 1 << 20,
+        },
         connections_evicted: 13,
         connections_refused: 14,
     }
@@ -97,6 +102,9 @@ fn every_metric_keeps_its_name_type_and_help() {
         ("diffuse_link_predicted_bytes_per_second", "gauge", "The rate predicted from one worker (or storage) to another by the transfers between them (GDS's mean over a window, times its feedback scale)."),
         ("diffuse_storage_cap_bytes_per_second", "gauge", "The cap on reads from persistent storage (--storage-bandwidth-cap)."),
         ("diffuse_storage_budget_used_bytes_per_second", "gauge", "The budgeted rate of the storage reads under way."),
+        ("diffuse_warm_processes", "gauge", "Warm Python processes on the connected workers (function tasks)."),
+        ("diffuse_warm_calls_total", "counter", "Calls the connected workers have run in warm Python processes since they started."),
+        ("diffuse_warm_resident_bytes", "gauge", "Resident memory of the warm Python processes (pages shared by a fork counted in each)."),
         ("diffuse_task_run_seconds", "histogram", "Seconds from a task's process start to its end, over finished attempts."),
         ("diffuse_task_staging_seconds", "histogram", "Seconds an attempt spent staging its inputs before its process started."),
         ("diffuse_pool_worker_startup_seconds", "histogram", "Seconds from asking the resource manager for a worker to its joining."),
@@ -129,6 +137,9 @@ fn samples_carry_their_labels_and_values() {
         "diffuse_storage_cap_bytes_per_second 1000000000",
         "diffuse_storage_budget_used_bytes_per_second 12",
         "diffuse_connections_refused_total 14",
+        "diffuse_warm_processes 2",
+        "diffuse_warm_calls_total 15",
+        "diffuse_warm_resident_bytes 1048576",
         // Cumulative buckets; the negative and NaN observations are ignored.
         "diffuse_task_run_seconds_bucket{le=\"0.01\"} 0",
         "diffuse_task_run_seconds_bucket{le=\"0.05\"} 2",

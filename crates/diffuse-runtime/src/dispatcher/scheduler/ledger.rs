@@ -49,6 +49,9 @@ pub struct Ledger {
     looking_up: u64,
     /// What a task that does not say gets (`--retries`, `--task-timeout`).
     defaults: TaskDefaults,
+    /// Counts the outcomes confirmed on disk, for the API's waiters (`POST /v1/states` with
+    /// `wait_s`).
+    pub ended: Option<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Ledger {
@@ -63,6 +66,7 @@ impl Ledger {
             counters: Status::default(),
             looking_up: 0,
             defaults,
+            ended: None,
         }
     }
 
@@ -250,11 +254,16 @@ impl Ledger {
     /// Take the journal writer's confirmations (those tasks are listed and counted as ended)
     /// and hand it this round's attempts and outcomes.
     pub fn confirm_outcomes(&mut self, comm: &mut dyn Comm) {
+        let mut confirmed = 0;
         for o in self.progress.flush(comm) {
             self.count_outcome(o.state);
             if let Some(t) = self.tasks.id_of(&o.id) {
                 self.tasks.ended(t, o.state);
             }
+            confirmed += 1;
+        }
+        if let Some(ended) = self.ended.as_ref().filter(|_| confirmed > 0) {
+            ended.send_modify(|n| *n += confirmed);
         }
     }
 

@@ -232,6 +232,12 @@ impl Scheduler {
         self
     }
 
+    /// Count the outcomes confirmed on disk in `ended` (the API's long polls wait on it).
+    pub fn with_ended(mut self, ended: tokio::sync::watch::Sender<u64>) -> Scheduler {
+        self.ledger.ended = Some(ended);
+        self
+    }
+
     fn now(&self) -> Time {
         since(self.start)
     }
@@ -496,6 +502,14 @@ impl Scheduler {
             recent_failures: self.ledger.series.recent_failures(),
             links: prefetch::links(&self.core, &self.sessions),
             reused: self.results.reused,
+            warm: self
+                .sessions
+                .iter()
+                .fold(Default::default(), |sum, (_, s)| crate::proto::WarmUse {
+                    processes: sum.processes + s.warm.processes,
+                    calls: sum.calls + s.warm.calls,
+                    rss: sum.rss + s.warm.rss,
+                }),
             ..self.ledger.counters().clone()
         }
     }
@@ -595,12 +609,16 @@ impl Scheduler {
                 load1,
                 cache_used,
                 cache_objects,
+                warm,
             } => {
                 let slots = self.sessions.get(&node).map_or(1, |s| s.slots.max(1));
                 self.core.handle_node_load(node, load1 / slots as f64);
-                if let (Some(s), Some(used)) = (self.sessions.get_mut(&node), cache_used) {
-                    s.cache.1 = used;
-                    s.cache.2 = cache_objects.unwrap_or(0);
+                if let Some(s) = self.sessions.get_mut(&node) {
+                    if let Some(used) = cache_used {
+                        s.cache.1 = used;
+                        s.cache.2 = cache_objects.unwrap_or(0);
+                    }
+                    s.warm = warm.unwrap_or_default();
                 }
             }
             ToDispatcher::Cached { objects } => {

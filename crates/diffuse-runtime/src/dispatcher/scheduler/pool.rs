@@ -82,6 +82,9 @@ pub struct WorkerView {
     /// few seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<(u64, u64, u64)>,
+    /// Its warm Python processes: how many, calls run, resident bytes (as it last said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::proto::WarmUse>,
 }
 
 /// The pool as `status` shows it.
@@ -334,6 +337,7 @@ pub fn workers_view(
                 job: None,
                 slots: Some(slot_use(core, *node, s)),
                 cache: Some(s.cache),
+                warm: (s.warm.processes > 0 || s.warm.calls > 0).then_some(s.warm),
             }),
         }
     }
@@ -363,6 +367,7 @@ pub fn workers_view(
                 job: job.clone(),
                 slots: None,
                 cache: None,
+                warm: None,
             });
         }
     }
@@ -381,6 +386,7 @@ pub fn workers_view(
             job: p.rows.get(r).and_then(|(j, _)| j.clone()),
             slots: Some(slot_use(core, *node, s)),
             cache: Some(s.cache),
+            warm: (s.warm.processes > 0 || s.warm.calls > 0).then_some(s.warm),
         });
     }
     views.sort_by(|a, b| a.name.cmp(&b.name));

@@ -23,6 +23,8 @@ pub struct Session {
     pub last_seen: Instant,
     /// Its cache's quota, and what it last said it holds: bytes, objects.
     pub cache: (u64, u64, u64),
+    /// What its warm Python processes hold, as it last said.
+    pub warm: crate::proto::WarmUse,
 }
 
 /// Every connected worker. A session removed here is no longer the core's business (lost, left

@@ -156,6 +156,9 @@ pub struct Status {
     /// The rates predicted between connected workers (and from storage) by past transfers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkView>,
+    /// The connected workers' warm Python processes, summed (docs/warm.md).
+    #[serde(default)]
+    pub warm: crate::proto::WarmUse,
     /// Seconds since the dispatcher started.
     pub uptime_s: f64,
 }

@@ -76,6 +76,7 @@ pub fn introduce(
         slots,
         last_seen: Instant::now(),
         cache: (cache_quota, 0, 0),
+        warm: Default::default(),
     };
     Some((session, held))
 }
