@@ -138,7 +138,9 @@ def test_a_task_cancelled_through_diffuse_cancels_its_future(client: Client) -> 
 
 def test_shutdown_cancel_futures_cancels_queued_tasks_and_lets_running_ones_end(client: Client) -> None:
     slots = WORKERS * CORES
-    ex = DiffuseExecutor(client)
+    # A job of its own: the default job's tasks were short, and a worker holds the next task
+    # ready behind a task of a short job (--ready-below), which then shows as running.
+    ex = DiffuseExecutor(client, job=unique("sleepers"))
     running = [ex.submit("echo started; sleep 5") for _ in range(slots)]
     wait_until(lambda: all(started(client, f.task_id) for f in running), what="every slot to be busy")
     queued = [ex.submit("echo started; sleep 5") for _ in range(slots)]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import json
 import os
 import threading
@@ -82,10 +84,15 @@ class Task:
     program file to its SHA-256; :meth:`Client.submit` fills it in (see
     :mod:`diffuse_client.programs`), so it is not normally given. ``cwd``: the absolute path
     the program starts in on the worker (a shared file system); default its scratch directory.
+
+    ``call`` instead of ``cmd``: a function task, run in a warm Python process on the worker
+    (docs/warm.md): ``{"fn": i, "entry": "module:function", "args": base64, ...}`` where input
+    ``i`` is the serialized function. :class:`~diffuse_client.functions.FunctionExecutor` makes
+    these; most code does not write them by hand.
     """
 
     id: str
-    cmd: Cmd
+    cmd: Optional[Cmd] = None
     inputs: List[str] = field(default_factory=list)
     outputs: List[str] = field(default_factory=list)
     after: List[str] = field(default_factory=list)
@@ -110,6 +117,11 @@ class Task:
     hint: Optional[Dict[str, Any]] = None
     reuse: Optional[bool] = None
     programs: Optional[Dict[str, str]] = None
+    call: Optional[Dict[str, Any]] = None
+
+    def __post_init__(self) -> None:
+        if (self.cmd is None) == (self.call is None):
+            raise TypeError(f"task {self.id!r}: give cmd (a command) or call (a function call), one of them")
 
     @classmethod
     def field_names(cls) -> Tuple[str, ...]:
@@ -134,6 +146,9 @@ class Task:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if v is None or (isinstance(v, list) and not v and f.name != "cmd"):
+                continue
+            if f.name == "call":
+                out[f.name] = dict(v)
                 continue
             if f.name in ("inputs", "outputs"):
                 v = [to_uri(x) for x in v]
@@ -205,6 +220,13 @@ class Outcome:
             report=report,
             finished_at=o.get("finished_at"),
         )
+
+    @property
+    def value(self) -> Optional[bytes]:
+        """A function task's result: the bytes its entry returned (``None`` for a command, or
+        a call that did not end well)."""
+        v = self.report.get("value")
+        return base64.b64decode(v) if isinstance(v, str) else None
 
     @property
     def stderr_tail(self) -> str:
@@ -522,6 +544,8 @@ class Client:
         self._http = Transport(self.url, _read_token(token, token_file), timeout)
         self._submit_lock = threading.Lock()
         self._next_floor: Optional[int] = None
+        #: Blobs this client has seen kept at the dispatcher.
+        self._blobs: Set[str] = set()
 
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
@@ -729,15 +753,24 @@ class Client:
 
     # ----------------------------------------------------------------- waiting
 
-    def states(self, task_ids: Iterable[str]) -> Tuple[Dict[str, TaskInfo], List[str]]:
+    def states(
+        self, task_ids: Iterable[str], wait_s: Optional[float] = None
+    ) -> Tuple[Dict[str, TaskInfo], List[str]]:
         """Each named task's :class:`TaskInfo` (state and outcome, as the listing shows it), and
         the ids no task has, in one request (``POST /v1/states``) per 10,000 ids: the cost is
-        the number of ids asked, not the number of tasks the dispatcher holds."""
+        the number of ids asked, not the number of tasks the dispatcher holds.
+
+        ``wait_s``: the dispatcher answers once one of the named tasks has ended, or after that
+        many seconds (at most 60): a follower hears of each end at once without polling (with
+        more than 10,000 ids, only the first request waits)."""
         ids = list(dict.fromkeys(task_ids))
         found: Dict[str, TaskInfo] = {}
         unknown: List[str] = []
         for i in range(0, len(ids), MAX_STATES):
-            body = json.dumps({"ids": ids[i : i + MAX_STATES]}).encode()
+            ask: Dict[str, Any] = {"ids": ids[i : i + MAX_STATES]}
+            if wait_s is not None and i == 0:
+                ask["wait_s"] = wait_s
+            body = json.dumps(ask).encode()
             obj = self._http.request("POST", "/v1/states", body=body).json()
             for t in obj.get("tasks", []):
                 info = TaskInfo.from_json(t)
@@ -781,6 +814,35 @@ class Client:
             else:
                 time.sleep(poll)
         return done
+
+    # ----------------------------------------------------------------- blobs
+
+    def put_blob(self, data: bytes) -> str:
+        """Keeps ``data`` at the dispatcher as a blob (``PUT /v1/blobs/{sha256}``), unless it is
+        kept already; returns its URI, ``blob://<sha256>``, an input workers read and cache.
+        Each blob is sent once per client."""
+        sha = hashlib.sha256(data).hexdigest()
+        with self._submit_lock:
+            if sha in self._blobs:
+                return f"blob://{sha}"
+        try:
+            self._http.request("HEAD", f"/v1/blobs/{sha}")
+        except DiffuseAPIError as e:
+            if e.status != 404:
+                raise
+            self._http.request("PUT", f"/v1/blobs/{sha}", body=data,
+                               content_type="application/octet-stream", ok=(200, 201))
+        with self._submit_lock:
+            self._blobs.add(sha)
+        return f"blob://{sha}"
+
+    def get_blob(self, uri: str) -> bytes:
+        """A blob's bytes (``blob://<sha256>``), checked against its name."""
+        sha = uri[len("blob://"):] if uri.startswith("blob://") else uri
+        data = self._http.request("GET", f"/v1/blobs/{sha}").body
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise DiffuseError(f"blob {sha}: the bytes read do not match its name")
+        return data
 
     def close(self) -> None:
         """Closes the calling thread's connection."""

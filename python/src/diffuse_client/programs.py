@@ -132,7 +132,7 @@ class ProgramHasher:
     def fill(self, task: MutableMapping[str, Any]) -> None:
         """Adds the digest of every program file ``task["cmd"]`` names to ``task["programs"]``
         (a task with ``"reuse": false`` is left alone; no field is added when none is found)."""
-        if task.get("reuse") is False:
+        if task.get("reuse") is False or "cmd" not in task:
             return
         found: Dict[str, str] = {}
         cwd = task.get("cwd")

@@ -68,10 +68,10 @@ pub struct CoreConfig {
     /// are offered tasks first; a ready slot takes a task only when none has. 0: none.
     #[serde(default)]
     pub ready_tasks: u32,
-    /// A node holds a task ready only while one of the tasks it runs belongs to a job whose
-    /// attempts have held a node for less than this many seconds on average (dispatch to end,
-    /// a moving average): the ready task then waits behind a short task, and never behind a
-    /// long one while another node idles at the end of a run. Before a job's first attempt
+    /// A node holds a task ready only while one of the tasks it runs has run for less than
+    /// this many seconds and belongs to a job whose attempts have held a node for less than
+    /// that on average (dispatch to end, a moving average): the ready task then waits behind a
+    /// short task, and never behind a long one while another node idles at the end of a run. Before a job's first attempt
     /// ends, its tasks count as long. Infinity: a node holds tasks ready whatever it runs.
     #[serde(default = "ready_below_s")]
     pub ready_below_s: f64,

@@ -29,19 +29,22 @@ pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
     }
 }
 
-/// Whether `node` runs a task of a job whose attempts end within the ready bound: a task held
-/// ready there starts soon.
-fn runs_short(s: &Step, node: NodeId) -> bool {
+/// Whether `node` runs a task that should end soon: of a job whose attempts end within the
+/// ready bound, and not yet running for longer than it. A task held ready there starts soon.
+fn runs_short(s: &Step, node: NodeId, now: Time) -> bool {
     let bound = s.cfg.ready_below_s;
     if bound == f64::INFINITY {
         return true;
     }
     s.nodes.get(node).is_some_and(|n| {
         n.running.iter().any(|t| {
-            s.tasks
-                .get(t)
-                .and_then(|e| s.jobs.get(&e.job))
-                .is_some_and(|j| j.short(bound))
+            s.tasks.get(t).is_some_and(|e| {
+                let young = match &e.phase {
+                    Phase::Running(r) => now.since(r.since).as_secs_f64() < bound,
+                    _ => false,
+                };
+                young && s.jobs.get(&e.job).is_some_and(|j| j.short(bound))
+            })
         })
     })
 }
@@ -69,7 +72,7 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                     break;
                 }
                 // A ready slot only behind a task that ends soon (CoreConfig::ready_below_s).
-                if ready && !runs_short(s, node) {
+                if ready && !runs_short(s, node, now) {
                     continue;
                 }
                 // A node takes the tasks hinted at it first.

@@ -85,9 +85,9 @@ pub struct SchedArgs {
     /// the end of a run. Free cores anywhere are offered before a ready slot. 0: none.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=64), allow_hyphen_values = true)]
     ready_tasks: u32,
-    /// Seconds: a worker holds a task ready only while it runs a task of a job whose attempts
-    /// have taken less than this on average (dispatch to end), so a ready task waits at most
-    /// about that long. A job's tasks count as long until one of them has ended. `inf`: behind
+    /// Seconds: a worker holds a task ready only while it runs a task that has run for less
+    /// than this, of a job whose attempts have taken less than this on average (dispatch to
+    /// end), so a ready task waits about that long at most. A job's tasks count as long until one of them has ended. `inf`: behind
     /// any task.
     #[arg(long, default_value_t = 1.0, value_parser = ready_below, allow_hyphen_values = true)]
     ready_below: f64,
