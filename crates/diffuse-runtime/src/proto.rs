@@ -501,6 +501,10 @@ pub struct TaskReport {
     /// A function task's result (docs/warm.md): the bytes its entry returned, base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// A function task's result over 1 MiB: the blob the worker stored it as
+    /// (`blob://<sha256>`, read with `GET /v1/blobs/{sha256}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_blob: Option<String>,
     /// Set by the dispatcher, not the worker: whether the task's placement hint held (it ran
     /// on the worker it named). Absent for a task without a hint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -550,6 +554,7 @@ impl TaskReport {
             lost_input: None,
             no_room: false,
             value: None,
+            value_blob: None,
             hint_held: None,
             traffic: Traffic::default(),
         }

@@ -24,7 +24,7 @@
 //! | `PUT /v1/blobs/{sha256}` | [`Stored`] |
 //! | any error | `{"error": "..."}` ([`super::ApiError`]) |
 
-pub use super::blobs::Stored;
+pub use super::blob_store::Stored;
 pub use super::scheduler::batches::StageView;
 pub use super::scheduler::jobs::{JobCancelled, JobView};
 pub use super::scheduler::objects::ObjectView;

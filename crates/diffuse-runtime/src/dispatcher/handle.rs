@@ -45,7 +45,7 @@ pub struct Handle {
     /// The API server's evicted and refused connections (in `/metrics`).
     pub(super) connections: Arc<crate::server::ConnectionStats>,
     /// Blobs clients and workers store (`/v1/blobs`).
-    pub(super) blobs: super::blobs::Blobs,
+    pub(super) blobs: super::blob_store::Blobs,
     /// Outcomes confirmed on disk so far (a long poll waits for it to change).
     pub(super) ended: tokio::sync::watch::Receiver<u64>,
 }

@@ -42,10 +42,12 @@
 //! | [`dashboard`] | the web dashboard's page, assets and `/v1/series` |
 //! | `stage_api` | `POST /v1/stage` and `GET /v1/stage/{id}` |
 //! | [`blobs`] | `PUT` and `GET /v1/blobs/{sha256}`: blobs kept by their digest |
+//! | [`blob_store`] | where blobs are kept: files named by their SHA-256, written whole or not at all |
 //! | [`metrics`] | `/metrics` in the Prometheus text format |
 //! | [`scheduler`] | the scheduler thread: the core's decisions carried out on workers |
 
 pub mod answers;
+pub mod blob_store;
 pub mod blobs;
 pub mod dashboard;
 mod handle;
@@ -223,10 +225,11 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
         .journal
         .parent()
         .map_or_else(|| PathBuf::from("blobs"), |d| d.join("blobs"));
-    let blobs = blobs::Blobs::open(blob_dir.clone()).map_err(|error| StartError::JournalDir {
-        dir: blob_dir,
-        error,
-    })?;
+    let blobs =
+        blob_store::Blobs::open(blob_dir.clone()).map_err(|error| StartError::JournalDir {
+            dir: blob_dir,
+            error,
+        })?;
     let handle = Handle {
         blobs,
         ended,
@@ -330,13 +333,13 @@ pub async fn serve(
     let pruning = tokio::spawn(async move {
         loop {
             let b = blobs.clone();
-            let n = tokio::task::spawn_blocking(move || b.prune(blobs::RETENTION))
+            let n = tokio::task::spawn_blocking(move || b.prune(blob_store::RETENTION))
                 .await
                 .unwrap_or(0);
             if n > 0 {
                 tracing::info!(
                     "{n} blob(s) unused for {} days deleted",
-                    blobs::RETENTION.as_secs() / 86400
+                    blob_store::RETENTION.as_secs() / 86400
                 );
             }
             tokio::time::sleep(Duration::from_secs(3600)).await;

@@ -65,6 +65,25 @@ impl BlobSource {
         })
     }
 
+    /// Store `bytes`; the blob's URI.
+    pub async fn put(&self, bytes: Vec<u8>) -> Result<String, StorageError> {
+        use sha2::Digest;
+        let sha = hex::encode(sha2::Sha256::digest(&bytes));
+        let uri = format!("blob://{sha}");
+        let resp = self
+            .http
+            .put(self.url_of(&uri))
+            .bearer_auth(&self.token)
+            .body(bytes)
+            .send()
+            .await
+            .map_err(|e| other(&uri, e))?;
+        if !resp.status().is_success() {
+            return Err(other(&uri, format!("dispatcher: status {}", resp.status())));
+        }
+        Ok(uri)
+    }
+
     /// Read it into `dest`, checking its digest against its name.
     pub async fn get(
         &self,

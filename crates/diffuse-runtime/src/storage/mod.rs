@@ -86,6 +86,11 @@ impl Storage {
         self
     }
 
+    /// Store `bytes` as a blob at the dispatcher; its URI.
+    pub async fn put_blob(&self, bytes: Vec<u8>) -> Result<String, StorageError> {
+        self.blob_source("blob://")?.put(bytes).await
+    }
+
     fn blob_source(&self, uri: &str) -> Result<&blob::BlobSource, StorageError> {
         self.blobs
             .as_ref()

@@ -197,7 +197,7 @@ async fn run_attempt(
         Some(call) => {
             let (ended, value) = run_call(ctx, a, call, dir, &by_position, stop, report).await?;
             if let Some(v) = value {
-                report.value = Some(super::warm::result_value(v)?);
+                super::warm::keep_value(&ctx.storage, v, report).await?;
             }
             ended
         }

@@ -17,53 +17,24 @@
 //! | this one | the pools: which process a call goes to, starting, idling, stopping, figures |
 //! | [`call`] | one call: FIFOs, the order, go, waiting, stopping, the result |
 //! | [`process`] | one warm process: start, hello, setup, messages routed to their calls |
+//! | [`key`] | what a warm process is kept for: which calls may share it |
 //! | [`frame`] | the protocol's frames and messages |
 
 pub(super) mod call;
 mod frame;
+mod key;
 mod process;
 
 use super::cgroup::Cgroups;
 use super::process::Launch;
-use crate::spec::{Call, Isolation};
+use crate::spec::Isolation;
+pub use key::Key;
 use process::Warm;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-
-/// What a warm process is started for: calls with the same key may share it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Key {
-    /// The interpreter.
-    pub python: String,
-    /// Modules imported before the first call.
-    pub preload: Vec<String>,
-    /// Code run once.
-    pub setup: Option<String>,
-    /// Fork per call, or reuse.
-    pub isolation: Isolation,
-    /// Reuse mode: the function (its input's URI, a `blob://` digest for the clients'): a
-    /// process is kept for calls of one function.
-    pub function: Option<String>,
-    /// The user it runs as (`--task-user`): one user's process never runs another's call.
-    pub uid: Option<u32>,
-}
-
-impl Key {
-    /// The key of `call`, whose function is the input `function`, run as `uid`.
-    pub fn of(call: &Call, function: &str, uid: Option<u32>) -> Key {
-        Key {
-            python: call.python.clone(),
-            preload: call.preload.clone(),
-            setup: call.setup.clone(),
-            isolation: call.isolation,
-            function: (call.isolation == Isolation::Reuse).then(|| function.to_string()),
-            uid,
-        }
-    }
-}
 
 /// A warm process to start with the worker (`diffuse worker --warm PYTHON:MODULE,...`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -316,28 +287,29 @@ impl WarmPools {
 /// Most bytes of a result carried inline in a report (and journaled with the outcome).
 pub const MAX_INLINE_RESULT: usize = 1 << 20;
 
-/// A call's result as its report carries it: base64.
-pub(super) fn result_value(v: Vec<u8>) -> Result<String, String> {
+/// Put a call's result in its report: inline (base64) up to [`MAX_INLINE_RESULT`], else
+/// stored as a blob at the dispatcher (at most [`crate::dispatcher::blob_store::MAX_BLOB`]).
+pub(super) async fn keep_value(
+    storage: &crate::storage::Storage,
+    v: Vec<u8>,
+    report: &mut crate::proto::TaskReport,
+) -> Result<(), String> {
     use base64::Engine;
-    if v.len() > MAX_INLINE_RESULT {
+    if v.len() <= MAX_INLINE_RESULT {
+        report.value = Some(base64::engine::general_purpose::STANDARD.encode(v));
+        return Ok(());
+    }
+    if v.len() > crate::dispatcher::blob_store::MAX_BLOB {
         return Err(format!(
-            "the call's result is {} bytes: at most {} travel back inline; return a file (an output) instead",
+            "the call's result is {} bytes: at most {} come back; return a file (an output) instead",
             v.len(),
-            MAX_INLINE_RESULT
+            crate::dispatcher::blob_store::MAX_BLOB
         ));
     }
-    Ok(base64::engine::general_purpose::STANDARD.encode(v))
-}
-
-/// The last lines of a warm process's log, to explain why it did not start.
-pub(super) fn tail_of(log: &Path) -> String {
-    let text = std::fs::read(log).unwrap_or_default();
-    let start = text.len().saturating_sub(2048);
-    let tail = String::from_utf8_lossy(&text[start..]);
-    let tail = process::last_lines(&tail, 15);
-    if tail.trim().is_empty() {
-        String::new()
-    } else {
-        format!("; its output ({}):\n{tail}", log.display())
-    }
+    let uri = storage
+        .put_blob(v)
+        .await
+        .map_err(|e| format!("the call's result: {e}"))?;
+    report.value_blob = Some(uri);
+    Ok(())
 }

@@ -3,7 +3,7 @@
 //! connection does), every call still waiting hears so, and the process is gone from its pool.
 
 use super::frame::{self, FromWarm, ToWarm, PROTOCOL};
-use super::Key;
+use super::key::Key;
 use crate::worker::cgroup::{Cgroups, TaskCgroup};
 use crate::worker::process::Launch;
 use rustix::process::{Pid, Signal};
@@ -98,7 +98,7 @@ impl Warm {
         let stream =
             tokio::net::UnixStream::from_std(ours).map_err(|e| format!("warm process: {e}"))?;
         let (mut reader, mut writer) = stream.into_split();
-        let log_tail = || crate::worker::warm::tail_of(log);
+        let log_tail = || tail_of(log);
         let hello = tokio::time::timeout(HELLO_WAIT, frame::read(&mut reader)).await;
         let version = match hello {
             Ok(Ok(Some((
@@ -313,4 +313,17 @@ async fn read_replies(
 pub(super) fn last_lines(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.trim_end().lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The last lines of a warm process's log, to explain why it did not start.
+pub(super) fn tail_of(log: &Path) -> String {
+    let text = std::fs::read(log).unwrap_or_default();
+    let start = text.len().saturating_sub(2048);
+    let tail = String::from_utf8_lossy(&text[start..]);
+    let tail = last_lines(&tail, 15);
+    if tail.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; its output ({}):\n{tail}", log.display())
+    }
 }
