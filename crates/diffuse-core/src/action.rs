@@ -136,4 +136,16 @@ pub enum Action {
         /// The nodes that held it.
         nodes: Vec<NodeId>,
     },
+    /// Take back a task held ready on `node` ([`crate::CoreConfig::ready_tasks`]) if it has
+    /// not started: another node has a free core and nothing else to run. The node answers
+    /// with [`Outcome::Withdrawn`](crate::Outcome::Withdrawn) for this attempt if it had not
+    /// started it (it is queued again), or runs it as usual if it had.
+    Withdraw {
+        /// The task.
+        task: TaskId,
+        /// Its attempt.
+        attempt: u32,
+        /// The node holding it.
+        node: NodeId,
+    },
 }

@@ -190,6 +190,9 @@ pub enum Outcome {
     /// node if one has room; each such attempt counts toward the crash limit, like a lost
     /// node, so a task that no node can run fails in the end, with this reason.
     NodeFault(String),
+    /// Taken back before it started ([`crate::Action::Withdraw`]): it is queued again, with
+    /// no retry spent and nothing counted against it.
+    Withdrawn,
 }
 
 /// Where a task is in its life.

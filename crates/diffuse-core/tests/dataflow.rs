@@ -559,6 +559,7 @@ impl Model {
                 }
                 Action::Abandon { task, .. } => self.end(task.0, "failed"),
                 Action::DropObject { .. } | Action::Provision { .. } | Action::Release { .. } => {}
+                Action::Withdraw { .. } => panic!("no task is held ready here"),
                 Action::Prefetch { .. } | Action::Evict { .. } | Action::Move { .. } => {
                     panic!("prefetching and 2Mark are off")
                 }

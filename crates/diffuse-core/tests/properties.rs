@@ -535,6 +535,7 @@ impl Model {
                 Action::Prefetch { .. } | Action::Evict { .. } | Action::Move { .. } => {
                     panic!("prefetching and 2Mark are off")
                 }
+                Action::Withdraw { .. } => panic!("no task is held ready here"),
                 Action::Release { node, handoff } => {
                     assert!(self.dynamic, "static core released {node}");
                     self.check_handoff(node, &handoff);

@@ -174,3 +174,39 @@ fn a_ready_task_is_cancelled_retried_and_given_back_like_a_running_one() {
     );
     env.check();
 }
+
+#[test]
+fn a_ready_task_stranded_behind_a_long_one_is_taken_back_for_a_free_core() {
+    let mut env = env(PolicyKind::Fa, 1);
+    env.node(0, 1).node(1, 1);
+    for i in 1..=3 {
+        env.task(i, &[]);
+    }
+    let d = env.take_dispatches();
+    assert_eq!(d.len(), 3, "two cores and a ready slot: {d:?}");
+    let ready = d[2].clone();
+    let other = if ready.node == n(0) { 1 } else { 0 };
+    let running_there = d.iter().find(|x| x.node == n(other)).unwrap().task;
+    // The other node's task ends, and nothing is queued: the ready task is asked back.
+    env.finish(running_there.0);
+    let actions = env.take_actions();
+    assert!(
+        actions.iter().any(|a| matches!(a, diffuse_core::Action::Withdraw { task, node, .. } if *task == ready.task && *node == ready.node)),
+        "{actions:?}"
+    );
+    // Once only, however often the core is asked.
+    env.timeout();
+    assert!(!env
+        .take_actions()
+        .iter()
+        .any(|a| matches!(a, diffuse_core::Action::Withdraw { .. })));
+    // Given back unstarted: queued again with no retry spent, and sent to the free core.
+    assert_eq!(
+        env.finish_with(ready.task.0, Outcome::Withdrawn),
+        TaskState::Queued
+    );
+    let again = env.take_one();
+    assert_eq!((again.task, again.node), (ready.task, n(other)));
+    assert_eq!(again.attempt, ready.attempt + 1, "a new attempt, fenced");
+    env.check();
+}

@@ -394,6 +394,14 @@ pub enum ToWorker {
         /// Attempt.
         attempt: u32,
     },
+    /// Give back an attempt held ready if it has not started (reported `withdrawn`); one that
+    /// has started runs on as if nothing was asked.
+    Withdraw {
+        /// Task id.
+        task: String,
+        /// Attempt.
+        attempt: u32,
+    },
 }
 
 /// Bytes and accesses by source for one task.
@@ -494,6 +502,9 @@ pub struct TaskReport {
     /// again, and runs again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_input: Option<String>,
+    /// It was held ready and given back unstarted, as the dispatcher asked (`Withdraw`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub withdrawn: bool,
     /// An input could not be staged because the worker's cache disk is full with nothing left
     /// to evict: the worker's fault, not the task's, so the task runs again elsewhere.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -553,6 +564,7 @@ impl TaskReport {
             reuse_failed: None,
             lost_input: None,
             no_room: false,
+            withdrawn: false,
             value: None,
             value_blob: None,
             hint_held: None,

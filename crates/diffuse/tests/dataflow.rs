@@ -180,9 +180,16 @@ fn killing_the_worker_with_the_only_copy_makes_its_producer_run_again() {
     let made = c.task("make");
     assert_eq!(made["state"], "succeeded");
     assert_eq!(made["outcome"]["attempt"], 1, "{made}");
-    let attempts = made["attempts"].as_array().expect("attempts");
-    assert_eq!(attempts.len(), 2, "{made}");
-    assert_eq!(attempts[1]["node"], "c", "{made}");
+    // The remake may first be held ready behind the gate on the other worker, and given back
+    // unstarted when c joins (docs/runtime.md, "Tasks held ready"): such an attempt never ran.
+    let ran: Vec<&Value> = made["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .filter(|a| a["report"]["withdrawn"] != true)
+        .collect();
+    assert_eq!(ran.len(), 2, "{made}");
+    assert_eq!(ran[1]["node"], "c", "{made}");
 }
 
 #[test]

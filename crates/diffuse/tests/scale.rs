@@ -154,10 +154,11 @@ fn an_emulated_worker_runs_for_compute_s_and_answers_cancel_and_leave_as_a_worke
 /// `--ready-tasks 1`: each worker holds one task ready beyond its cores (Falkon's pre-fetched
 /// tasks). A ready task waits on the worker without starting; cancelled, it ends without its
 /// program ever running; when its worker leaves it is given back with the running one and
-/// runs elsewhere; every task ends once.
+/// runs elsewhere; every task ends once. (`--ready-below inf`: held behind any task, even
+/// these long ones.)
 #[test]
 fn a_task_held_ready_on_a_worker_is_cancelled_unstarted_and_given_back_when_the_worker_leaves() {
-    let mut c = Cluster::start_with(&[], &["--ready-tasks", "1"], &[]);
+    let mut c = Cluster::start_with(&[], &["--ready-tasks", "1", "--ready-below", "inf"], &[]);
     c.worker("w1", 1, "10MB");
     c.wait_workers(1);
     let marks = c.path("marks");

@@ -55,6 +55,7 @@ fn a_task_sees_no_token_in_its_environment() {
             "DIFFUSE_ATTEMPT",
             "DIFFUSE_CORES",
             "DIFFUSE_NODE",
+            "DIFFUSE_TASK_DIR",
             "DIFFUSE_TASK_ID"
         ],
         "{env}"

@@ -192,7 +192,10 @@ fn calls_return_their_values_with_their_own_environment_in_fork_and_reuse() {
         (s["warm"]["calls"].as_u64() >= Some(7)).then_some(s)
     });
     assert!(s["warm"]["processes"].as_u64().unwrap() >= 1, "{s}");
-    assert!(s["worker_list"][0]["warm"]["calls"].as_u64() >= Some(7), "{s}");
+    assert!(
+        s["worker_list"][0]["warm"]["calls"].as_u64() >= Some(7),
+        "{s}"
+    );
     assert!(w.c.metrics().contains("diffuse_warm_processes "));
 }
 

@@ -785,7 +785,11 @@ impl Step<'_> {
                 current: t.attempt,
             });
         }
-        if let Some(job) = self.jobs.get_mut(&t.job) {
+        if let Some(job) = self
+            .jobs
+            .get_mut(&t.job)
+            .filter(|_| outcome != Outcome::Withdrawn)
+        {
             job.ran(now.since(since).as_secs_f64());
         }
         if outcome == Outcome::Succeeded && !cancelled {
@@ -843,11 +847,19 @@ impl Step<'_> {
                 let name = format!("{reason} ({} times)", t.rare().crashes);
                 TaskState::Finished(Outcome::Failed(name))
             }
+            Outcome::Withdrawn if !cancelled => {
+                self.counts.blocked -= 1;
+                self.requeue(task);
+                return Ok(TaskState::Queued);
+            }
             _ if cancelled => TaskState::Cancelled,
             Outcome::Retryable(reason) | Outcome::Failed(reason) => {
                 TaskState::Finished(Outcome::Failed(reason))
             }
-            Outcome::Succeeded | Outcome::InputLost(_) | Outcome::NodeFault(_) => {
+            Outcome::Succeeded
+            | Outcome::InputLost(_)
+            | Outcome::NodeFault(_)
+            | Outcome::Withdrawn => {
                 unreachable!("handled above")
             }
         };

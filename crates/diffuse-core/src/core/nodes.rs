@@ -28,6 +28,8 @@ pub(super) struct Nodes {
     /// One-core tasks each node may hold ready beyond its cores
     /// ([`crate::CoreConfig::ready_tasks`]).
     ready: u32,
+    /// Nodes holding a task ready: more cores held than they have.
+    holding_ready: BTreeSet<NodeId>,
 }
 
 impl Nodes {
@@ -86,6 +88,7 @@ impl Nodes {
         let entry = self.nodes.remove(&node)?;
         self.ids.remove(&node);
         self.free.remove(&node);
+        self.holding_ready.remove(&node);
         self.slots -= entry.capacity.cores as u64;
         self.busy -= entry.used.cores.min(entry.capacity.cores) as u64;
         Some(entry)
@@ -149,6 +152,9 @@ impl Nodes {
         if n.used.cores >= n.capacity.cores + self.ready {
             self.free.remove(&node);
         }
+        if n.used.cores > n.capacity.cores {
+            self.holding_ready.insert(node);
+        }
         self.busy += (n.used.cores.min(n.capacity.cores) - before) as u64;
     }
 
@@ -165,7 +171,24 @@ impl Nodes {
         n.used = n.used.minus(&held);
         self.busy -= (before - n.used.cores.min(n.capacity.cores)) as u64;
         self.free.insert(node);
+        if n.used.cores <= n.capacity.cores {
+            self.holding_ready.remove(&node);
+        }
         true
+    }
+
+    /// Nodes holding a task ready beyond their cores.
+    pub(super) fn holding_ready(&self) -> &BTreeSet<NodeId> {
+        &self.holding_ready
+    }
+
+    /// How many nodes have a free core (a ready slot does not count), up to `most`.
+    pub(super) fn with_a_free_core(&self, most: usize) -> usize {
+        self.free
+            .iter()
+            .filter(|n| self.has_room(**n, false))
+            .take(most)
+            .count()
     }
 
     /// `node` is idle from `now` if it runs nothing.

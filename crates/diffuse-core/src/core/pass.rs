@@ -19,13 +19,50 @@ use crate::time::Time;
 /// before one that takes any task. Where nodes hold tasks ready beyond their cores
 /// ([`crate::CoreConfig::ready_tasks`]), the free cores are offered first, then the ready slots.
 pub(super) fn run(s: &mut Step, sources: &Sources, racks: &Racks, now: Time) {
-    if s.queued.queue().is_empty() {
-        return;
+    if !s.queued.queue().is_empty() {
+        s.hints.time(s.tasks, now);
+        offer(s, sources, racks, now, false);
+        if s.nodes.keeps_ready() && !s.queued.queue().is_empty() {
+            offer(s, sources, racks, now, true);
+        }
     }
-    s.hints.time(s.tasks, now);
-    offer(s, sources, racks, now, false);
-    if s.nodes.keeps_ready() && !s.queued.queue().is_empty() {
-        offer(s, sources, racks, now, true);
+    if s.queued.queue().is_empty() && !s.nodes.holding_ready().is_empty() {
+        withdraw_stranded(s);
+    }
+}
+
+/// With nothing queued, a core free on one node while another node holds a task ready behind
+/// a running one: ask that task back (the newest held on each such node, one per free core),
+/// so that it runs on the free core instead of waiting. The node gives it back if it has not
+/// started it ([`crate::Outcome::Withdrawn`]); the pass then sends it to the free core.
+fn withdraw_stranded(s: &mut Step) {
+    let holding: Vec<NodeId> = s.nodes.holding_ready().iter().copied().collect();
+    let mut free = s.nodes.with_a_free_core(holding.len());
+    for node in holding {
+        if free == 0 {
+            return;
+        }
+        let Some(n) = s.nodes.get(node) else { continue };
+        let newest = n
+            .running
+            .iter()
+            .filter_map(|t| match &s.tasks.get(t)?.phase {
+                Phase::Running(r) if !r.withdrawing && !r.cancelled => Some((r.since, *t)),
+                _ => None,
+            })
+            .max();
+        let Some((_, task)) = newest else { continue };
+        let t = s.tasks.get_mut(&task).expect("running task exists");
+        let attempt = t.attempt;
+        if let Phase::Running(r) = &mut t.phase {
+            r.withdrawing = true;
+        }
+        s.actions.push_back(Action::Withdraw {
+            task,
+            attempt,
+            node,
+        });
+        free -= 1;
     }
 }
 
@@ -247,6 +284,7 @@ fn assign(s: &mut Step, sources: &Sources, racks: &Racks, task: TaskId, node: No
         peers,
         fetching: fetching.clone(),
         cancelled: false,
+        withdrawing: false,
     }));
     let attempt = t.attempt;
     let held = t.resources;

@@ -30,6 +30,8 @@ pub(super) struct Running {
     /// Inputs this attempt fetches to its node (counted in transfer by [`super::copies::Copies`]).
     pub(super) fetching: Vec<ObjectId>,
     pub(super) cancelled: bool,
+    /// Asked back from its node ([`crate::Action::Withdraw`]), once.
+    pub(super) withdrawing: bool,
 }
 
 /// The tasks the core keeps, by id. Each entry is boxed: a map's buckets hold a whole value

@@ -161,6 +161,20 @@ impl Emulated {
                     self.finish(&a, unix_now(), Some("cancelled".into()), tally);
                 }
             }
+            ToWorker::Withdraw { task, attempt } => {
+                // Only a task still waiting for a slot is given back.
+                if let Some(i) = self
+                    .waiting
+                    .iter()
+                    .position(|a| a.task == task && a.attempt == attempt)
+                {
+                    let a = self.waiting.remove(i).expect("found");
+                    let mut report = TaskReport::blank(&a, unix_now());
+                    report.withdrawn = true;
+                    report.error = Some("given back before it started".into());
+                    self.out.push(ToDispatcher::Finished(Box::new(report)));
+                }
+            }
             ToWorker::Drop { uris } => {
                 for u in &uris {
                     self.held.remove(u);

@@ -12,10 +12,16 @@ use tokio::sync::watch;
 /// A task id and an attempt number.
 type Attempt = (String, u32);
 
+/// How to reach one running attempt: its stop, and its withdrawal (before it starts).
+struct Handles {
+    stop: watch::Sender<Option<Stop>>,
+    withdraw: watch::Sender<bool>,
+}
+
 /// The running attempts, and whether the worker is leaving.
 #[derive(Default)]
 pub(super) struct Running {
-    stops: Mutex<HashMap<Attempt, watch::Sender<Option<Stop>>>>,
+    stops: Mutex<HashMap<Attempt, Handles>>,
     /// A signal is stopping the worker.
     leaving: AtomicBool,
 }
@@ -24,15 +30,32 @@ impl Running {
     /// List an attempt, as soon as its `Run` arrives.
     pub(super) fn register(self: &Arc<Self>, task: &str, attempt: u32) -> Registered {
         let (stop_tx, stop) = watch::channel(None);
+        let (withdraw_tx, withdraw) = watch::channel(false);
         let key = (task.to_string(), attempt);
-        self.stops
-            .lock()
-            .expect("running lock")
-            .insert(key.clone(), stop_tx);
+        self.stops.lock().expect("running lock").insert(
+            key.clone(),
+            Handles {
+                stop: stop_tx,
+                withdraw: withdraw_tx,
+            },
+        );
         Registered {
             running: self.clone(),
             key,
             stop,
+            withdraw,
+        }
+    }
+
+    /// Ask an attempt held ready to be given back, if it has not started.
+    pub(super) fn withdraw(&self, task: String, attempt: u32) {
+        if let Some(h) = self
+            .stops
+            .lock()
+            .expect("running lock")
+            .get(&(task, attempt))
+        {
+            let _ = h.withdraw.send(true);
         }
     }
 
@@ -44,7 +67,7 @@ impl Running {
             .expect("running lock")
             .get(&(task, attempt))
         {
-            let _ = stop.send(Some(why));
+            let _ = stop.stop.send(Some(why));
         }
     }
 
@@ -53,8 +76,8 @@ impl Running {
         if why == Stop::Leaving {
             self.leaving.store(true, Ordering::SeqCst);
         }
-        for stop in self.stops.lock().expect("running lock").values() {
-            let _ = stop.send(Some(why));
+        for h in self.stops.lock().expect("running lock").values() {
+            let _ = h.stop.send(Some(why));
         }
     }
 
@@ -78,6 +101,8 @@ pub(super) struct Registered {
     key: Attempt,
     /// Why it is asked to stop, once it is.
     pub(super) stop: watch::Receiver<Option<Stop>>,
+    /// Whether it is asked back (only before it starts: see [`Running::withdraw`]).
+    pub(super) withdraw: watch::Receiver<bool>,
 }
 
 impl Drop for Registered {

@@ -191,6 +191,7 @@ fn on_message(cfg: &WorkerConfig, ctx: &Arc<Ctx>, msg: ToWorker, tasks: &mut Joi
             ));
         }
         ToWorker::Cancel { task, attempt } => ctx.running.stop(task, attempt, Stop::Cancelled),
+        ToWorker::Withdraw { task, attempt } => ctx.running.withdraw(task, attempt),
         ToWorker::Drop { uris } => {
             {
                 let mut cache = ctx.cache.lock().expect("cache lock");

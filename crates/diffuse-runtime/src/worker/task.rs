@@ -70,6 +70,8 @@ enum Ending {
     /// It was stopped because the worker is stopping: no report (the dispatcher is told that
     /// the worker left, and runs it elsewhere).
     Left,
+    /// Held ready, it was asked back before it started.
+    Withdrawn,
 }
 
 impl From<String> for Ending {
@@ -86,6 +88,7 @@ pub(super) async fn run_task(
     registered: Registered,
 ) -> Option<TaskReport> {
     let stop = registered.stop.clone();
+    let withdraw = registered.withdraw.clone();
     let mut report = TaskReport::blank(&a, unix_now());
     let dir = TaskDir::new(
         &ctx.work,
@@ -108,7 +111,7 @@ pub(super) async fn run_task(
             "cannot create {}: {e}",
             dir.path.display()
         ))),
-        Ok(()) => run_attempt(ctx, &a, &dir, stop, &mut report).await,
+        Ok(()) => run_attempt(ctx, &a, &dir, (stop, withdraw), &mut report).await,
     };
     match ended {
         Ok(()) => {
@@ -121,6 +124,12 @@ pub(super) async fn run_task(
             Some(report)
         }
         Err(Ending::Left) => None,
+        Err(Ending::Withdrawn) => {
+            report.withdrawn = true;
+            report.error = Some("given back before it started".into());
+            report.finished_at = unix_now();
+            Some(report)
+        }
     }
 }
 
@@ -145,17 +154,21 @@ async fn reuse_result(
 }
 
 /// Take the cores `a` asks for (at most the worker's), waiting while other attempts hold
-/// them; a stop while waiting ends the attempt as it would a running one.
+/// them; a stop while waiting ends the attempt as it would a running one, and a withdrawal
+/// gives it back unstarted.
 async fn take_cores(
     ctx: &Ctx,
     a: &Assignment,
     mut stop: watch::Receiver<Option<Stop>>,
+    mut withdraw: watch::Receiver<bool>,
 ) -> Result<tokio::sync::OwnedSemaphorePermit, Ending> {
     let want = a.cores().clamp(1, ctx.core_count.max(1));
     tokio::select! {
+        biased;
         permit = ctx.cores.clone().acquire_many_owned(want) => {
             Ok(permit.expect("the cores' semaphore is never closed"))
         }
+        _ = withdraw.wait_for(|w| *w) => Err(Ending::Withdrawn),
         why = stop.wait_for(Option::is_some) => match why.ok().and_then(|w| *w) {
             Some(Stop::Leaving) => Err(Ending::Left),
             Some(Stop::Cancelled) => Err(Ending::Failed("cancelled".into())),
@@ -170,12 +183,12 @@ async fn run_attempt(
     ctx: &Arc<Ctx>,
     a: &Assignment,
     dir: &TaskDir,
-    stop: watch::Receiver<Option<Stop>>,
+    (stop, withdraw): (watch::Receiver<Option<Stop>>, watch::Receiver<bool>),
     report: &mut TaskReport,
 ) -> Result<(), Ending> {
     // A task sent ahead of a free core waits for its cores here; its attempt starts when it
-    // has them.
-    let cores = take_cores(ctx, a, stop.clone()).await?;
+    // has them (or is given back, if asked before).
+    let cores = take_cores(ctx, a, stop.clone(), withdraw).await?;
     report.started_at = unix_now();
     stage_inputs(ctx, a, &dir.staged, report).await?;
     // `{inputs[i]}` counts the task's inputs as written, repeats included.

@@ -267,6 +267,8 @@ impl Simulation {
                 from,
                 to,
             } => self.move_copy(object, size, from, to),
+            // The simulator holds no task ready (its `ready_tasks` is 0): nothing to take back.
+            Action::Withdraw { .. } => {}
         }
     }
 

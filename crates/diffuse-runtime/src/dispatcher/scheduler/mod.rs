@@ -738,6 +738,14 @@ impl Scheduler {
                 } => self
                     .prefetch
                     .move_copy(object, size, from, to, &mut shared!(self)),
+                Action::Withdraw {
+                    task,
+                    attempt,
+                    node,
+                } => {
+                    let id = self.ledger.tasks.get(task).def.id.clone();
+                    shared!(self).send_connected(node, ToWorker::Withdraw { task: id, attempt });
+                }
             }
         }
     }

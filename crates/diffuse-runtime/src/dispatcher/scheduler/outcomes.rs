@@ -73,9 +73,13 @@ pub fn finished(
     }
     match result {
         Ok(TaskState::Queued) => {
-            // A retryable failure with retries left: the task runs again; this attempt's
-            // report is kept with the attempt.
-            tracing::info!(task = %report.task, attempt = report.attempt, "failed ({}); retrying", report.failure());
+            // A retryable failure with retries left, or an attempt given back unstarted: the
+            // task runs again; this attempt's report is kept with the attempt.
+            if report.withdrawn {
+                tracing::debug!(task = %report.task, attempt = report.attempt, "given back unstarted; queued again");
+            } else {
+                tracing::info!(task = %report.task, attempt = report.attempt, "failed ({}); retrying", report.failure());
+            }
             ledger.tasks.list_as(t, Listed::Queued);
             ledger.attempt_without_outcome(&report);
         }

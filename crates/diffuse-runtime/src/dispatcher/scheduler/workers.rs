@@ -126,7 +126,9 @@ pub fn note_version(o: ObjectId, uri: &str, version: String, sh: &mut Shared) {
 /// What a finished attempt's report says happened, for the core (`lost`: the object of its
 /// lost input, if it names one the dispatcher knows).
 pub fn outcome_of(report: &TaskReport, lost: Option<ObjectId>) -> Outcome {
-    if report.succeeded() {
+    if report.withdrawn {
+        Outcome::Withdrawn
+    } else if report.succeeded() {
         Outcome::Succeeded
     } else if let Some(o) = lost {
         Outcome::InputLost(o)
