@@ -2,7 +2,11 @@
 against the session's real dispatcher and workers (conftest.py), with a real Snakemake (9.27).
 
 - Snakemake's own tests for executor plugins (``snakemake.common.tests``), as the official
-  plugins run them;
+  plugins run them, with jobs run warm (the default: each job a child forked from a warm
+  Snakemake on the worker) and cold (``--diffuse-warm false``: a new Snakemake process each);
+- jobs run warm: in a child of the worker's warm process, as a fresh ``python -m snakemake``
+  would (run directory, argv, exit codes), a changed interpreter setting in a new interpreter,
+  and a worker that cannot start a warm Snakemake recognised (the job then runs cold);
 - job inputs read from the workers' caches (traffic counters, hard-linked local copies);
 - files beside the inputs (index files): the tutorial's read mapping with the real bwa,
   samtools and bcftools gives the local executor's calls and reads the genome's index from the
@@ -16,6 +20,7 @@ against the session's real dispatcher and workers (conftest.py), with a real Sna
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -34,7 +39,15 @@ import pytest
 pytest.importorskip("snakemake", reason="Snakemake 9 needs Python 3.11+ (scripts/test-python.sh installs it)")
 
 from snakemake.common.tests import TestWorkflowsLocalStorageBase  # noqa: E402
-from snakemake_executor_plugin_diffuse import ExecutorSettings, find_siblings, task_resources  # noqa: E402
+from snakemake_executor_plugin_diffuse import (  # noqa: E402
+    ExecutorSettings,
+    _is_warm_start_failure,
+    find_siblings,
+    parse_bool,
+    snakemake_argv,
+    task_resources,
+)
+from snakemake_executor_plugin_diffuse import warm as warm_entry  # noqa: E402
 from snakemake_storage_plugin_diffuse import ENV_INPUTS, ENV_STAGED, StorageObject, StorageProvider  # noqa: E402
 from snakemake_storage_plugin_diffuse.siblings import MAX_SIBLINGS, Listings, is_sibling, sibling_names  # noqa: E402
 
@@ -47,6 +60,9 @@ CACHED = [
     "--default-storage-provider", "diffuse",
     "--shared-fs-usage", "persistence", "software-deployment", "sources", "source-cache",
 ]
+
+#: The executor's arguments for each way of running jobs: warm (the default) and cold.
+PATHS = {"warm": [], "cold": ["--diffuse-warm", "false"]}
 
 
 # ---------------------------------------------------------------- Snakemake's own tests
@@ -71,8 +87,16 @@ class TestWorkflows(TestWorkflowsLocalStorageBase):
         return ExecutorSettings(url=self.cluster.url, job=unique("smk-base"))
 
 
+class TestWorkflowsCold(TestWorkflows):
+    """The same with ``warm=False``: each job a new ``python -m snakemake`` process."""
+
+    def get_executor_settings(self) -> ExecutorSettings:
+        return ExecutorSettings(url=self.cluster.url, job=unique("smk-base-cold"), warm=False)
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
 @pytest.mark.parametrize("case", ["simple", "groups"])
-def test_snakemakes_testcases_with_the_diffuse_storage(cluster: Cluster, tmp_path: Path, case: str) -> None:
+def test_snakemakes_testcases_with_the_diffuse_storage(cluster: Cluster, tmp_path: Path, case: str, path: str) -> None:
     """The same two workflows of Snakemake's test base, run with the quick start's storage
     settings (inputs through the ``diffuse`` provider, local copies made in the tasks), which the
     base class cannot set (its ``shared-fs-usage`` is all or nothing)."""
@@ -80,7 +104,7 @@ def test_snakemakes_testcases_with_the_diffuse_storage(cluster: Cluster, tmp_pat
 
     work = tmp_path / case
     shutil.copytree(Path(base.__file__).parent / "testcases" / case, work)
-    run_snakemake(cluster, work, *CACHED)
+    run_snakemake(cluster, work, *CACHED, *PATHS[path])
     expected = ["test3.out"] + (
         ["test1.out", "test2.out", "a.log", "b.log", "c.log", "res/somedir1.out", "res/somedir2/subdir.out"]
         if case == "simple"
@@ -559,10 +583,11 @@ rule cores:
 """
 
 
-def test_temp_protected_shadow_log_and_threads(cluster: Cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_temp_protected_shadow_log_and_threads(cluster: Cluster, tmp_path: Path, path: str) -> None:
     inputs = write_inputs(tmp_path / "data", 2, 10_000)
     (tmp_path / "Snakefile").write_text(SEMANTICS)
-    run_snakemake(cluster, tmp_path, *CACHED, "--cores", "4")
+    run_snakemake(cluster, tmp_path, *CACHED, "--cores", "4", *PATHS[path])
     assert (tmp_path / "final.txt").read_text().strip() == sha(inputs[0])
     assert not (tmp_path / "tmp.txt").exists(), "temp() output not removed after its consumer"
     prot = tmp_path / "prot.txt"
@@ -641,18 +666,154 @@ def test_rerun_after_one_input_changes_and_reuse_does_not_contradict(
     assert (tmp_path / "summary.txt").read_text().split() == [sha(p) for p in inputs]
 
 
+# ---------------------------------------------------------------- jobs run warm
+
+
+#: Each job records the process it runs in: the shell rule its shell's parent (the job's
+#: Snakemake) and that one's parent; the run: rule (in the job's Snakemake itself) its parent,
+#: and what a fresh interpreter would show (argv, sys.path[0], SIGINT's handler, hash seed).
+WHO = r"""
+rule all:
+    input: "shell.txt", "run.txt"
+rule shell_rule:
+    output: "shell.txt"
+    shell: "P=$PPID; PP=$(cut -d' ' -f4 /proc/$P/stat); tr '\\0' ' ' < /proc/$PP/cmdline > {output}"
+rule run_rule:
+    output: "run.txt"
+    run:
+        import json, os, signal, sys
+        ppid = os.getppid()
+        with open(f"/proc/{ppid}/cmdline") as f:
+            parent = f.read().replace("\0", " ")
+        with open(output[0], "w") as f:
+            json.dump({"parent": parent, "argv0": sys.argv[0], "path0": sys.path[0], "cwd": os.getcwd(),
+                       "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+                       "pgid_is_pid": os.getpgid(0) == os.getpid()}, f)
+"""
+
+
+def _warm_calls(client: Client) -> int:
+    return int((client.status().raw.get("warm") or {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_jobs_run_in_a_child_of_the_warm_snakemake(cluster: Cluster, tmp_path: Path, path: str) -> None:
+    """Warm (the default): each job's Snakemake is a child of the worker's warm process
+    (``python -m diffuse_client.warm``), the worker counts a call per job, and the job sees what
+    ``cd <workdir> && python -m snakemake ...`` would show it: ``sys.argv[0]`` Snakemake's
+    ``__main__.py``, ``sys.path[0]`` and the run directory the working directory, SIGINT as
+    KeyboardInterrupt. Cold: the job's Snakemake is a child of the shell of its command."""
+    client = cluster.client()
+    (tmp_path / "Snakefile").write_text(WHO)
+    job = unique("smk-who")
+    calls = _warm_calls(client)
+    run_snakemake(cluster, tmp_path, *CACHED, "--diffuse-job", job, *PATHS[path])
+    assert client.job(job).succeeded == 2
+    shell_parent = (tmp_path / "shell.txt").read_text()
+    run = json.loads((tmp_path / "run.txt").read_text())
+    if path == "warm":
+        assert "-m diffuse_client.warm --mode fork" in shell_parent, shell_parent
+        assert "-m diffuse_client.warm --mode fork" in run["parent"], run
+        wait_until(lambda: _warm_calls(client) >= calls + 2, 10, "the workers' count of warm calls")
+    else:
+        assert "diffuse_client.warm" not in shell_parent and "diffuse_client.warm" not in run["parent"]
+        assert run["parent"].startswith("sh -c "), run
+    assert run["argv0"].endswith("/snakemake/__main__.py"), run
+    assert run["path0"] == str(tmp_path) and run["cwd"] == str(tmp_path) and run["sigint"], run
+    for log in (tmp_path / ".snakemake" / "diffuse_logs").rglob("*.log"):
+        text = log.read_text()
+        assert f"Run directory: {tmp_path}\n" in text, text[-2000:]
+        # the job's Snakemake ended at once, not a second later (its rate limiter's timer)
+        assert "Finished jobid" in text
+    assert run["pgid_is_pid"] == (path == "warm")  # a cold job's group is led by its shell
+
+
+def test_a_job_whose_interpreter_settings_differ_runs_in_a_new_interpreter(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variable the interpreter reads only at its start (here ``PYTHONHASHSEED``, passed with
+    ``--envvars``) cannot take effect in a forked child: such a job runs ``python -m snakemake``
+    as a new process from the warm child, and sees it (the string hashes of that seed), as a
+    cold job does."""
+    (tmp_path / "Snakefile").write_text(
+        'rule h:\n    output: "h.txt"\n    run:\n'
+        '        import os\n'
+        '        open(output[0], "w").write(f"{hash(\'diffuse\')} {os.environ.get(\'PYTHONHASHSEED\')}")\n'
+    )
+    seeded = subprocess.run(
+        [sys.executable, "-c", "print(hash('diffuse'))"], env=dict(os.environ, PYTHONHASHSEED="123"),
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    monkeypatch.setenv("PYTHONHASHSEED", "123")  # the main Snakemake's, passed on to the job
+    run_snakemake(cluster, tmp_path, *CACHED, "--envvars", "PYTHONHASHSEED")
+    assert (tmp_path / "h.txt").read_text().split() == [seeded, "123"]
+    log = next((tmp_path / ".snakemake" / "diffuse_logs" / "h").glob("*.log")).read_text()
+    assert "diffuse: PYTHONHASHSEED differ(s) from the warm process's" in log, log[-2000:]
+
+
+def test_a_worker_that_cannot_start_a_warm_snakemake_is_recognised(cluster: Cluster, tmp_path: Path) -> None:
+    """The failures after which the executor runs a job cold instead (and the rest of the run):
+    the worker's own errors for an interpreter that does not exist and for a warm process whose
+    preload fails (Snakemake or the plugin missing there); a job that failed is not one."""
+    client = cluster.client()
+    fn = client.put_blob(warm_entry.FUNCTION)
+    args = base64.b64encode(warm_entry.encode_args(["--version"], staged=False)).decode()
+    base = {"fn": 0, "entry": warm_entry.ENTRY, "args": args}
+    ids = {k: unique(f"warm-{k}") for k in ("nopython", "nopreload", "ran", "failed")}
+    client.submit_many([
+        Task(id=ids["nopython"], inputs=[fn], call={**base, "python": str(tmp_path / "no-python")}),
+        Task(id=ids["nopreload"], inputs=[fn], call={**base, "python": sys.executable, "preload": ["no_such_module_here"]}),
+        Task(id=ids["ran"], inputs=[fn], cwd=str(tmp_path), call={**base, "python": sys.executable, "preload": list(warm_entry.PRELOAD)}),
+        Task(id=ids["failed"], inputs=[fn], cwd=str(tmp_path), call={
+            **base, "python": sys.executable, "preload": list(warm_entry.PRELOAD),
+            "args": base64.b64encode(warm_entry.encode_args(["--no-such-option"], staged=False)).decode(),
+        }),
+    ])
+    got = client.wait(list(ids.values()), timeout=120)
+    seen = {k: _is_warm_start_failure(got[i]) for k, i in ids.items()}
+    assert seen == {"nopython": True, "nopreload": True, "ran": False, "failed": False}, {
+        k: (got[i].state, got[i].outcome and got[i].outcome.error) for k, i in ids.items()
+    }
+    assert got[ids["ran"]].state == "succeeded"
+    assert client.logs(ids["ran"]).strip() == "9.27.0"
+    failed = got[ids["failed"]]
+    assert failed.state == "failed" and failed.outcome is not None and failed.outcome.exit_code == 2
+
+
+def test_job_commands_become_snakemake_arguments() -> None:
+    """The arguments of a warm job are those the cold command's shell would pass to
+    ``python -m snakemake``; a command that is more than that runs cold."""
+    py = "/venv/bin/python"
+    cmd = f"{py} -m snakemake --snakefile '/w/Snakefile' --target-jobs 'a:i=1' --cores 2 --force-use-threads --mode 'remote'"
+    assert snakemake_argv(cmd, py) == [
+        "--snakefile", "/w/Snakefile", "--target-jobs", "a:i=1", "--cores", "2", "--force-use-threads", "--mode", "remote",
+    ]
+    assert snakemake_argv(f"export A='x y' B='2' && {cmd}", py) == snakemake_argv(cmd, py)
+    assert snakemake_argv(f"module load x && {cmd}", py) is None  # a precommand
+    assert snakemake_argv(f"export A='1' && module load x && {cmd}", py) is None
+    assert snakemake_argv(cmd.replace(py, "python"), py) is None  # another interpreter
+    assert snakemake_argv(cmd + " --config 'x=\"$HOME\"'", py) is None  # the shell might expand it
+    assert snakemake_argv(cmd + " && touch done", py) is None
+    assert parse_bool("False") is False and parse_bool("on") is True and parse_bool(True) is True
+
+
 # ---------------------------------------------------------------- failures, cancel, status
 
 
-def test_failure_reports_diffuse_reason_and_log(cluster: Cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_failure_reports_diffuse_reason_and_log(cluster: Cluster, tmp_path: Path, path: str) -> None:
+    """A failed job's error names diffuse's reason (the task's exit code: 1, as the job's
+    Snakemake exits after its rule's shell command exited 3), its log, and the end of its
+    stderr, where Snakemake's own error names the command's exit status."""
     (tmp_path / "Snakefile").write_text(
         'rule bad:\n    output: "x.txt"\n    shell: "echo going wrong >&2; exit 3"\n'
     )
-    p = run_snakemake(cluster, tmp_path, check=False)
+    p = run_snakemake(cluster, tmp_path, *PATHS[path], check=False)
     assert p.returncode != 0
     err = p.stdout + p.stderr
     assert "exit code 3" in err or "exit status 3" in err, err[-3000:]
-    assert re.search(r"diffuse task smk-\S+ failed", err), err[-3000:]
+    assert re.search(r"diffuse task smk-\S+ failed, on w\d, exit code 1; log: \S+/bad/\d+\.log", err), err[-3000:]
+    assert "end of its stderr:" in err and "going wrong" in err, err[-3000:]
     logs = list((tmp_path / ".snakemake" / "diffuse_logs" / "bad").glob("*.log"))
     assert logs and "going wrong" in logs[0].read_text()
 

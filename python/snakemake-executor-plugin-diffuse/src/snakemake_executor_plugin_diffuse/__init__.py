@@ -1,7 +1,12 @@
 """Snakemake executor plugin ``diffuse``: each Snakemake job is a diffuse task.
 
-The task's command is the one Snakemake gives every remote executor (``format_job_exec``: a
-Snakemake process that runs the one job), run in the workflow's working directory on a worker.
+The task runs what Snakemake gives every remote executor (``format_job_exec``: a Snakemake
+process that runs the one job) in the workflow's working directory on a worker. By default it
+is a function task (docs/warm.md): the job's ``python -m snakemake`` arguments run in a child
+forked from a Snakemake the worker keeps imported (:mod:`.warm`), about 0.05 s of CPU before the
+rule instead of 0.9; with ``--diffuse-warm false``, or when warm cannot give a new process's
+result (a precommand, interpreter settings in ``--envvars``, a worker that cannot start a warm
+Snakemake), it is the command itself, a new process.
 Its resources become the task's fields (:func:`task_resources`). Its input files that the
 ``diffuse`` storage plugin serves (``--default-storage-provider diffuse``) are declared as the
 task's inputs, so the dispatcher places it on a worker that already caches them and the worker
@@ -23,11 +28,15 @@ found...) and the end of its stderr.
 """
 
 
+import asyncio
+import base64
+import dataclasses
 import json
 import math
 import os
 import re
 import shlex
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +57,15 @@ from snakemake_interface_executor_plugins.settings import (
 from snakemake_storage_plugin_diffuse import ENV_INPUTS, ENV_INPUTS_FILE, ENV_STAGED
 from snakemake_storage_plugin_diffuse.siblings import MAX_SIBLINGS, Listings, sibling_names
 
+from . import warm as _warm
+
 #: The longest input list passed in the task's environment; a longer one goes in a file.
 MAX_ENV_INPUTS = 24 * 1024
+#: The most argument bytes sent inline in a call (diffuse's limit is 256 KiB); more go as a blob.
+MAX_INLINE_ARGS = 192 * 1024
+#: Words of a shell command that end or join commands: a job command holding one in its
+#: arguments is not a plain ``python -m snakemake ARGS`` and runs cold.
+_SHELL_OPERATORS = {"&&", "||", ";", "|", "&", ">", "<", ">>", "2>", "2>&1"}
 
 
 @dataclass
@@ -145,6 +161,32 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=0,
         metadata={"help": "The tasks' diffuse priority.", "env_var": False, "required": False},
     )
+    warm: Optional[bool] = field(
+        default=True,
+        metadata={
+            "help": "Run each job in a child forked from a warm Snakemake that each worker "
+            "keeps (a function task: about 0.05 s of CPU per job instead of 0.9; the workers' "
+            "interpreter needs diffuse-client, Snakemake and these plugins, as for the cold "
+            "path). false: each job is a new `python -m snakemake` process (see "
+            "docs/snakemake.md).",
+            "env_var": False,
+            "required": False,
+            "parse_func": lambda v: parse_bool(v),
+            "unparse_func": lambda v: "true" if v else "false",
+        },
+    )
+
+
+def parse_bool(value: Any) -> bool:
+    """A setting's yes or no: true/false, yes/no, on/off, 1/0 (any case), or a bool."""
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in ("true", "yes", "on", "1"):
+        return True
+    if s in ("false", "no", "off", "0"):
+        return False
+    raise WorkflowError(f"diffuse: {value!r} is not true or false")
 
 
 common_settings = CommonSettings(
@@ -260,6 +302,53 @@ def find_siblings(
     return out, listed, over
 
 
+def snakemake_argv(exec_job: str, python: str) -> Optional[List[str]]:
+    """The arguments after ``PYTHON -m snakemake`` in a job command that ``format_job_exec``
+    made, as the shell would pass them to that process (the command may begin with
+    ``export K=V ... &&``: the job's ``--envvars``, which the warm path passes in the task's
+    environment). None when the command is anything else (a ``--precommand``, another prefix,
+    a shell operator among the arguments) or holds ``$`` or a backquote, which a shell might
+    expand: such a job runs cold, through the shell, as before."""
+    try:
+        words = shlex.split(exec_job)
+    except ValueError:
+        return None
+    i = 0
+    if words[:1] == ["export"]:
+        if "&&" not in words:
+            return None
+        i = words.index("&&") + 1
+        if not all("=" in w for w in words[1 : i - 1]):
+            return None
+    if words[i : i + 3] != [python, "-m", "snakemake"]:
+        return None
+    argv = words[i + 3 :]
+    if any(w in _SHELL_OPERATORS for w in argv):
+        return None
+    tail = exec_job.split(" -m snakemake", 1)[-1]
+    if "$" in tail or "`" in tail:
+        return None
+    return argv
+
+
+def _is_warm_start_failure(info: TaskInfo) -> bool:
+    """Whether a job's function task failed because the worker could not start its warm
+    process (no such interpreter, diffuse_client or Snakemake missing there, an older
+    diffuse_client, a setup that failed): the job never ran, and runs cold instead."""
+    oc = info.outcome
+    if info.state != "failed" or oc is None or oc.exit_code is not None or not oc.error:
+        return False
+    e = oc.error
+    return (
+        "diffuse_client.warm did not start" in e
+        or "warm process's setup" in e
+        or "warm process: exec" in e
+        or "speaks protocol" in e
+        or "warm process setup" in e
+        or "said nothing for" in e
+    )
+
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -293,10 +382,17 @@ class Executor(RemoteExecutor):
         # again only when it changed (within a share of the time: see Listings).
         self.listings = Listings()
         self._warned_siblings = False
+        # Jobs run warm (function tasks) unless turned off, or until a worker cannot start
+        # a warm Snakemake (then this run's jobs run cold: _warm_failed).
+        self.warm = parse_bool(self.settings.warm if self.settings.warm is not None else True)
+        self._function_uri: Optional[str] = None
+        self._warm_checked = False
         self.max_cores = self.settings.max_cores or max(
             (int((w.get("slots") or [0])[0]) for w in self.client.workers()), default=0
         )
         self.next_seconds_between_status_checks = self.settings.poll
+        self._poll = self.settings.poll
+        self._waited = 0.0  # how long the last status check waited for a job to end
         # The jobs read cached copies only when they make their own local copies of storage
         # files (storage-local-copies not on the shared file system); otherwise the main
         # process makes them on the shared file system and the jobs read those.
@@ -327,8 +423,55 @@ class Executor(RemoteExecutor):
             return self._job_cores
         return super().cores
 
+    def _warm_usable(self) -> bool:
+        """Whether jobs may run warm: the setting, and (checked once) no ``--precommand``
+        (a shell command run before each job's Snakemake) and a dispatcher that keeps blobs
+        (the function input)."""
+        if not self.warm:
+            return False
+        if self._warm_checked:
+            return True
+        self._warm_checked = True
+        precommand = self.workflow.spawned_job_args_factory.precommand(
+            executor_common_settings=self.common_settings
+        )
+        if precommand:
+            self.warm = False
+            self.logger.info(
+                "diffuse: jobs run cold (a new Snakemake process each): a precommand runs "
+                "before each job"
+            )
+            return False
+        try:
+            self._function_uri = self.client.put_blob(_warm.FUNCTION)
+        except DiffuseError as e:
+            self.warm = False
+            self.logger.warning(f"diffuse: jobs run cold: the dispatcher keeps no blobs ({e})")
+            return False
+        return True
+
+    def _warm_call(self, argv: List[str]) -> Tuple[Dict[str, Any], List[str]]:
+        """The ``call`` of a job run warm, and the inputs to add after the job's (the function
+        input, and the arguments when too large to go inline)."""
+        assert self._function_uri is not None
+        data = _warm.encode_args(argv, staged=self.cached_inputs)
+        extra = [self._function_uri]
+        call: Dict[str, Any] = {
+            "entry": _warm.ENTRY,
+            "python": self.get_python_executable(),
+            "preload": list(_warm.PRELOAD),
+            "isolation": "fork",
+        }
+        if len(data) <= MAX_INLINE_ARGS:
+            call["args"] = base64.b64encode(data).decode("ascii")
+        else:
+            extra.append(self.client.put_blob(data))
+        return call, extra
+
     def task_for(self, job: JobExecutorInterface) -> Tuple[Task, Dict[str, Any]]:
-        """The diffuse task that runs ``job``, and what the executor remembers of it."""
+        """The diffuse task that runs ``job``, and what the executor remembers of it: a
+        function task (warm) when the job can run warm, else a command (cold); ``aux["cold"]``
+        is the cold task of a warm job, run if its worker cannot start a warm Snakemake."""
         name = _UNSAFE.sub("_", str(job.name))
         task_id = f"smk-{self.run_id}-{job.jobid}-{name}-a{job.attempt}"
         env: Dict[str, str] = {}
@@ -379,7 +522,21 @@ class Executor(RemoteExecutor):
             priority=self.settings.priority or None,
             **fields,
         )
-        aux = {"log": str(log_base.with_suffix(".log")), "inputs": len(inputs), "siblings": len(siblings)}
+        aux: Dict[str, Any] = {
+            "log": str(log_base.with_suffix(".log")), "inputs": len(inputs), "siblings": len(siblings),
+        }
+        argv = snakemake_argv(exec_job, self.get_python_executable()) if self._warm_usable() else None
+        if argv is not None:
+            call, extra = self._warm_call(argv)
+            call["fn"] = len(inputs)
+            if len(extra) > 1:
+                call["args_input"] = len(inputs) + 1
+            warm_env = dict(env)
+            warm_env.update(self.envvars())  # the cold command's `export K=V &&`
+            aux["cold"] = dataclasses.replace(task, id=f"smk-{self.run_id}-{job.jobid}-{name}-cold-a{job.attempt}")
+            task = dataclasses.replace(
+                task, cmd=None, call=call, inputs=inputs + extra, env=warm_env or None, cwd=self.workdir,
+            )
         return task, aux
 
     def run_jobs(self, jobs: List[JobExecutorInterface]) -> None:
@@ -405,6 +562,18 @@ class Executor(RemoteExecutor):
 
     # ------------------------------------------------------------------ status
 
+    async def sleep(self) -> None:
+        """The pause between status checks: what is left of ``--diffuse-poll`` after the last
+        check, which waited at the dispatcher until one of the jobs ended (a long poll): none
+        after a check that saw a job end or waited the whole time, so a job's end is heard of
+        at once. (RemoteExecutor's pause reads ``next_seconds_between_status_checks``, which
+        its status thread may read before ``__post_init__`` has set it: the first pause was
+        then Snakemake's default, 10 s, and a run of short jobs waited that long, measured.)"""
+        rest = getattr(self, "_poll", 0.5) - getattr(self, "_waited", 0.0)
+        self._waited = 0.0
+        if rest > 0:
+            await asyncio.sleep(rest)
+
     async def check_active_jobs(
         self, active_jobs: List[SubmittedJobInfo]
     ) -> AsyncGenerator[SubmittedJobInfo, None]:
@@ -412,9 +581,15 @@ class Executor(RemoteExecutor):
             return
         async with self.status_rate_limiter:
             try:
-                # One request per 10,000 jobs, whatever else the dispatcher holds.
-                states, unknown_ids = self.client.states([str(j.external_jobid) for j in active_jobs])
+                # One request per 10,000 jobs, whatever else the dispatcher holds; answered
+                # once one of them has ended, or after --diffuse-poll seconds.
+                t0 = time.monotonic()
+                states, unknown_ids = self.client.states(
+                    [str(j.external_jobid) for j in active_jobs], wait_s=self._poll
+                )
                 unknown = set(unknown_ids)
+                ended = bool(unknown) or any(t.state in ENDED_STATES for t in states.values())
+                self._waited = self._poll if ended else time.monotonic() - t0
             except DiffuseError as e:
                 self.logger.warning(f"diffuse: status check failed ({e}); trying again")
                 for j in active_jobs:
@@ -431,10 +606,41 @@ class Executor(RemoteExecutor):
                 yield j
                 continue
             self.unended.discard(info.id)
+            cold = (j.aux or {}).get("cold")
+            if cold is not None and _is_warm_start_failure(info):
+                resubmitted = self._run_cold_instead(j, info, cold)
+                if resubmitted is not None:
+                    yield resubmitted
+                    continue
             if info.state == "succeeded":
                 self.report_job_success(j)
             else:
                 self.report_job_error(j, msg=self.failure_message(j, info), aux_logs=[(j.aux or {}).get("log")])
+
+    def _run_cold_instead(
+        self, j: SubmittedJobInfo, info: TaskInfo, cold: Task
+    ) -> Optional[SubmittedJobInfo]:
+        """A worker could not start a warm Snakemake for this job: run it cold, and every later
+        job of this run too (the workers' environments are alike). The job's new submission, or
+        None if it cannot be submitted (the job then fails with the warm task's reason)."""
+        oc = info.outcome
+        reason = (oc.error if oc is not None else None) or "no reason given"
+        if self.warm:
+            self.warm = False
+            self.logger.warning(
+                f"diffuse: a worker could not start a warm Snakemake ({reason.strip()}); this "
+                "run's jobs run cold from now on (a new Snakemake process each; "
+                "--diffuse-warm false says so from the start)"
+            )
+        try:
+            self.client.submit_many([cold], base_dir=self.workdir)
+        except DiffuseError as e:
+            self.logger.warning(f"diffuse: submitting job {j.job.jobid} cold failed: {e}")
+            return None
+        self.unended.add(cold.id)
+        aux = dict(j.aux or {})
+        aux.pop("cold", None)
+        return SubmittedJobInfo(j.job, external_jobid=cold.id, aux=aux)
 
     def failure_message(self, j: SubmittedJobInfo, info: TaskInfo) -> str:
         """diffuse's reason for a failed or cancelled task, and the end of its stderr."""
