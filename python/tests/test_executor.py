@@ -35,24 +35,44 @@ def test_map_runs_1000_commands_and_returns_every_result_in_order(
     client: Client, requests_seen: Counter[str]
 ) -> None:
     t0 = time.monotonic()
-    with DiffuseExecutor(client, poll=0.2) as ex:
+    with DiffuseExecutor(client, poll=0.05) as ex:
         results = list(ex.map("echo", range(1000)))
     took = time.monotonic() - t0
     assert len(results) == 1000
     assert all(isinstance(r, TaskResult) and r.ok and r.exit_code == 0 for r in results)
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(1000)]
     assert {r.node for r in results} == {f"w{i}" for i in range(WORKERS)}
-    # One stdout fetch per task; everything else is batched: a handful of submissions, and per
-    # poll one /v1/status and, when tasks ended, one /v1/states for the unfinished ones.
+    # One stdout fetch per task; everything else is batched: a handful of submissions, and
+    # long polls (/v1/states with wait_s), at most one per `poll` seconds by each of the two
+    # followers; no /v1/status polling (one /v1/status: the first batch's floor).
     assert requests_seen["GET logs"] == 1000
     assert requests_seen["GET /v1/tasks/{id}"] == 0
-    others = sum(n for k, n in requests_seen.items() if k != "GET logs")
-    polls = requests_seen["GET /v1/status"]
+    assert requests_seen["GET /v1/status"] <= 1
     assert requests_seen["POST /v1/tasks"] <= 10
-    assert requests_seen["POST /v1/states"] <= polls, dict(requests_seen)
-    assert others <= 10 + polls * 2, dict(requests_seen)
-    assert polls <= took / 0.2 + 3, dict(requests_seen)
+    polls = requests_seen["POST /v1/states"]
+    assert polls <= 2 * took / 0.05 + 5, dict(requests_seen)
+    others = sum(n for k, n in requests_seen.items() if k != "GET logs")
+    assert others <= 12 + polls, dict(requests_seen)
     print(f"\n1000 tasks in {took:.1f} s; requests: {dict(requests_seen)}")
+
+
+def test_a_result_comes_as_soon_as_its_task_ends_while_a_long_poll_waits(
+    client: Client, requests_seen: Counter[str]
+) -> None:
+    with DiffuseExecutor(client, job=unique("latency")) as ex:
+        slow = ex.submit("echo started; sleep 60")
+        wait_until(lambda: started(client, slow.task_id), what="the slow task to start")
+        time.sleep(3)  # a poll naming only the slow task now waits for seconds
+        waits = requests_seen["POST /v1/states"]
+        t0 = time.monotonic()
+        fast = ex.submit("echo fast")
+        assert fast.result(timeout=30).stdout == "fast\n"
+        took = time.monotonic() - t0
+        assert slow.cancel()
+    # heard of by the other follower's poll at once, not when the first poll's wait ends
+    assert took < 1.0, took
+    assert requests_seen["POST /v1/states"] - waits <= 6, dict(requests_seen)
+    assert requests_seen["GET /v1/status"] <= 1
 
 
 def test_a_failed_task_raises_with_its_error_and_stderr(client: Client) -> None:

@@ -3,6 +3,9 @@
 - :class:`Client`: the dispatcher's HTTP API (submit, get, wait, cancel, locate, status, logs,
   kept results).
 - :class:`DiffuseExecutor`: a ``concurrent.futures.Executor`` that runs commands as tasks.
+- :class:`FunctionExecutor`: a ``concurrent.futures.Executor`` that runs Python functions as
+  function tasks, in warm processes on the workers (:class:`Input`: a file argument declared as
+  an input).
 - ``diffuse_client.parsl.DiffuseParslExecutor``: a Parsl executor (needs ``parsl``).
 """
 
@@ -27,7 +30,8 @@ from .client import (
     to_uri,
 )
 from .errors import DiffuseAPIError, DiffuseConnectionError, DiffuseError
-from .executor import DiffuseExecutor, TaskFuture
+from .executor import DiffuseExecutor, TaskExecutorBase, TaskFuture, call_value
+from .functions import CallFuture, FunctionExecutor, Input
 from .programs import ProgramHasher, fill_programs
 from .result import TaskFailed, TaskResult
 
@@ -38,11 +42,14 @@ __all__ = [
     "STATES",
     "Attempt",
     "BatchInfo",
+    "CallFuture",
     "Client",
     "DiffuseAPIError",
     "DiffuseConnectionError",
     "DiffuseError",
     "DiffuseExecutor",
+    "FunctionExecutor",
+    "Input",
     "JobCancelled",
     "JobInfo",
     "Location",
@@ -53,12 +60,14 @@ __all__ = [
     "Status",
     "Submitted",
     "Task",
+    "TaskExecutorBase",
     "TaskFailed",
     "TaskFuture",
     "TaskInfo",
     "TaskResult",
     "Traffic",
     "WaitTimeout",
+    "call_value",
     "fill_programs",
     "to_uri",
 ]
