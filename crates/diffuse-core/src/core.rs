@@ -249,6 +249,7 @@ impl Core {
             nodes: self.nodes.count(),
             slots: self.nodes.slots(),
             busy_slots: self.nodes.busy(),
+            held_ready: self.nodes.held_ready(),
             ..self.counts
         }
     }

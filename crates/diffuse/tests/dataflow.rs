@@ -157,6 +157,7 @@ fn killing_the_worker_with_the_only_copy_makes_its_producer_run_again() {
             "queued",
             "running",
             "ending",
+            "held_ready",
             "succeeded",
             "failed",
             "cancelled",

@@ -325,9 +325,10 @@ class Traffic:
 class Status:
     """The dispatcher's counters (``GET /v1/status``); ``raw`` has every field as received.
 
-    Each task counts in exactly one of ``queued``, ``running``, ``ending``, ``succeeded``,
-    ``failed`` and ``cancelled``. ``reused``: tasks that succeeded by reuse (a kept result
-    stood in) since the dispatcher started.
+    Each task counts in exactly one of ``queued``, ``held_ready``, ``running``, ``ending``,
+    ``succeeded``, ``failed`` and ``cancelled``. ``held_ready``: sent to a worker ahead of a
+    free core (``--ready-tasks``), not started. ``reused``: tasks that succeeded by reuse (a
+    kept result stood in) since the dispatcher started.
     """
 
     submitted: int
@@ -345,6 +346,7 @@ class Status:
     traffic: Traffic
     raw: Dict[str, Any] = field(repr=False)
     reused: int = 0
+    held_ready: int = 0
 
     @classmethod
     def from_json(cls, o: Mapping[str, Any]) -> "Status":
@@ -367,6 +369,7 @@ class Status:
             traffic=Traffic(**{n: int(t.get(n, 0)) for n in names}),
             raw=dict(o),
             reused=int(o.get("reused", 0)),
+            held_ready=int(o.get("held_ready", 0)),
         )
 
     @property
@@ -377,7 +380,7 @@ class Status:
     @property
     def unfinished(self) -> int:
         """Tasks not yet in a final state."""
-        return self.queued + self.running + self.ending
+        return self.queued + self.held_ready + self.running + self.ending
 
 
 @dataclass

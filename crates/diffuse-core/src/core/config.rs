@@ -193,4 +193,8 @@ pub struct Counts {
     pub slots: u64,
     /// Slots running a task.
     pub busy_slots: u64,
+    /// Of the running, tasks held ready beyond a node's cores ([`CoreConfig::ready_tasks`]):
+    /// sent to their node, not started there yet (as far as the core knows).
+    #[serde(default)]
+    pub held_ready: u64,
 }

@@ -30,6 +30,9 @@ pub(super) struct Nodes {
     ready: u32,
     /// Nodes holding a task ready: more cores held than they have.
     holding_ready: BTreeSet<NodeId>,
+    /// Nodes with a free core (`free` without those whose only room is a ready slot): what
+    /// the policies see as free when cores are offered.
+    free_cores: BTreeSet<NodeId>,
 }
 
 impl Nodes {
@@ -79,6 +82,7 @@ impl Nodes {
         );
         self.ids.insert(node);
         self.free.insert(node);
+        self.free_cores.insert(node);
         self.slots += capacity.cores as u64;
         Ok(())
     }
@@ -88,6 +92,7 @@ impl Nodes {
         let entry = self.nodes.remove(&node)?;
         self.ids.remove(&node);
         self.free.remove(&node);
+        self.free_cores.remove(&node);
         self.holding_ready.remove(&node);
         self.slots -= entry.capacity.cores as u64;
         self.busy -= entry.used.cores.min(entry.capacity.cores) as u64;
@@ -152,6 +157,9 @@ impl Nodes {
         if n.used.cores >= n.capacity.cores + self.ready {
             self.free.remove(&node);
         }
+        if n.used.cores >= n.capacity.cores {
+            self.free_cores.remove(&node);
+        }
         if n.used.cores > n.capacity.cores {
             self.holding_ready.insert(node);
         }
@@ -171,6 +179,9 @@ impl Nodes {
         n.used = n.used.minus(&held);
         self.busy -= (before - n.used.cores.min(n.capacity.cores)) as u64;
         self.free.insert(node);
+        if n.used.cores < n.capacity.cores {
+            self.free_cores.insert(node);
+        }
         if n.used.cores <= n.capacity.cores {
             self.holding_ready.remove(&node);
         }
@@ -182,13 +193,23 @@ impl Nodes {
         &self.holding_ready
     }
 
+    /// Cores held beyond the nodes' own, by tasks held ready.
+    pub(super) fn held_ready(&self) -> u64 {
+        self.holding_ready
+            .iter()
+            .filter_map(|n| self.nodes.get(n))
+            .map(|n| n.used.cores.saturating_sub(n.capacity.cores) as u64)
+            .sum()
+    }
+
     /// How many nodes have a free core (a ready slot does not count), up to `most`.
     pub(super) fn with_a_free_core(&self, most: usize) -> usize {
-        self.free
-            .iter()
-            .filter(|n| self.has_room(**n, false))
-            .take(most)
-            .count()
+        self.free_cores.len().min(most)
+    }
+
+    /// Nodes with a free core (a ready slot does not count).
+    pub(super) fn free_cores(&self) -> &BTreeSet<NodeId> {
+        &self.free_cores
     }
 
     /// `node` is idle from `now` if it runs nothing.
@@ -296,6 +317,12 @@ impl Nodes {
             }
             if (n.used.cores < room.cores) != self.free.contains(&id) {
                 return Err(format!("{id}: free set disagrees with its cores"));
+            }
+            if (n.used.cores < n.capacity.cores) != self.free_cores.contains(&id) {
+                return Err(format!("{id}: set of free cores disagrees with its cores"));
+            }
+            if (n.used.cores > n.capacity.cores) != self.holding_ready.contains(&id) {
+                return Err(format!("{id}: set of nodes holding a task ready disagrees"));
             }
             busy += n.used.cores.min(n.capacity.cores) as u64;
             slots += n.capacity.cores as u64;

@@ -174,7 +174,13 @@ fn offer(s: &mut Step, sources: &Sources, racks: &Racks, now: Time, ready: bool)
                         total_slots: s.nodes.slots(),
                         fits: &fits,
                         fits_on: &fits_on,
-                        free: s.nodes.free(),
+                        // Under the cores' offer, a node whose only room is a ready slot
+                        // is busy: a policy must not wait for it as if it were free.
+                        free: if ready {
+                            s.nodes.free()
+                        } else {
+                            s.nodes.free_cores()
+                        },
                         load: &load,
                     };
                     // Shares of the queue, each chosen from by its policy, in the job order's

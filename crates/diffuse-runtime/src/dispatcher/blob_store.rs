@@ -47,9 +47,9 @@ fn valid_name(sha: &str) -> bool {
 }
 
 impl Blobs {
-    /// Blobs kept in `dir` (made if missing).
+    /// Blobs kept in `dir`, made when the first blob is stored (a dispatcher that never gets
+    /// one leaves nothing beside its journal).
     pub fn open(dir: PathBuf) -> std::io::Result<Blobs> {
-        std::fs::create_dir_all(&dir)?;
         Ok(Blobs { dir })
     }
 
@@ -82,6 +82,7 @@ impl Blobs {
             rand::random::<u64>()
         ));
         let written = (|| {
+            std::fs::create_dir_all(&self.dir)?;
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(bytes)?;
             f.sync_all()?;

@@ -94,6 +94,8 @@ pub struct Scrape {
     pub queued: u64,
     /// Tasks dispatched and not finished.
     pub running: u64,
+    /// Tasks held ready on a worker, not started (`--ready-tasks`).
+    pub held_ready: u64,
     /// Tasks finished with exit code 0.
     pub succeeded: u64,
     /// Tasks finished otherwise.
@@ -324,6 +326,7 @@ const METRICS: &[Def] = &[
                 [
                     ("queued", s.queued),
                     ("running", s.running),
+                    ("held_ready", s.held_ready),
                     ("succeeded", s.succeeded),
                     ("failed", s.failed),
                     ("cancelled", s.cancelled),

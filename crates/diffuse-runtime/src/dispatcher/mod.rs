@@ -803,6 +803,7 @@ fn scrape(s: Status, c: &crate::server::ConnectionStats) -> metrics::Scrape {
     metrics::Scrape {
         queued: s.queued,
         running: s.running,
+        held_ready: s.held_ready,
         succeeded: s.succeeded,
         failed: s.failed,
         cancelled: s.cancelled,

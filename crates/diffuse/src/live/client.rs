@@ -318,7 +318,7 @@ fn print_status(s: &Status, json: bool) {
         println!(
             "queued {}  running {}  succeeded {}  failed {}  cancelled {}  workers {} ({} slots, {} busy)",
             s.queued,
-            s.running + s.ending,
+            s.running + s.held_ready + s.ending,
             s.succeeded,
             s.failed,
             s.cancelled,
@@ -653,7 +653,7 @@ async fn progress(c: &Client, all: bool, batches: &[u64]) -> Result<(Status, Pro
     if all {
         let p = Progress {
             tasks: status.submitted,
-            pending: status.queued + status.running + status.ending,
+            pending: status.queued + status.held_ready + status.running + status.ending,
             succeeded: status.succeeded,
             failed: status.failed,
             cancelled: status.cancelled,
@@ -730,7 +730,7 @@ impl Watch {
                 "waiting: {done}/{} done ({} failed); dispatcher: {} running, {} queued, {} workers",
                 p.tasks,
                 p.failed,
-                status.running + status.ending,
+                status.running + status.held_ready + status.ending,
                 status.queued,
                 workers
             );

@@ -122,6 +122,7 @@ function showStatus(s) {
   };
   add("waiting", s.queued);
   add("running", s.running);
+  if (s.held_ready) add("held ready", s.held_ready);
   add("succeeded", s.succeeded);
   if (s.reused) add("of which reused", s.reused);
   add("failed", s.failed);

@@ -13,6 +13,7 @@ fn full() -> Scrape {
     Scrape {
         queued: 5,
         running: 3,
+        held_ready: 1,
         succeeded: 10,
         failed: 4,
         cancelled: 1,

@@ -80,7 +80,8 @@ pub struct LinkView {
 }
 
 /// Dispatcher-wide counters (`/v1/status`, `/metrics`). Every submitted task is counted in
-/// exactly one of `queued`, `running`, `ending`, `succeeded`, `failed` and `cancelled`.
+/// exactly one of `queued`, `held_ready`, `running`, `ending`, `succeeded`, `failed` and
+/// `cancelled`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Status {
     /// Tasks ever submitted (including those replayed from the journal).
@@ -91,6 +92,9 @@ pub struct Status {
     pub looking_up: u64,
     /// Dispatched and not finished (at most the busy slots).
     pub running: u64,
+    /// Dispatched and held ready on a worker, not started (`--ready-tasks`).
+    #[serde(default)]
+    pub held_ready: u64,
     /// Finished on their worker, outcome not yet journaled (shown as running).
     pub ending: u64,
     /// Finished with exit code 0.
