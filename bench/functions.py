@@ -2,7 +2,7 @@
 """Function tasks end to end: no-op calls/s through FunctionExecutor, and a 100 MB file
 argument placed where it is cached (docs/performance.md, "Function tasks").
 
-    target/python-venv/bin/python bench/functions.py [--calls N] [--modes reuse,fork]
+    target/python-venv/bin/python bench/functions.py [--calls N] [--fork-calls M] [--modes reuse,fork]
         [--rounds R] [--file-mb 100] [--no-locality] [--profile] [--dir DIR]
 
 Starts a dispatcher and 2 workers x 2 slots (as python/tests/helpers.py does: the binary at
@@ -11,13 +11,15 @@ with diffuse_client imported from python/src of this checkout on both sides (PYT
 the workers' warm processes run this interpreter (it needs cloudpickle: the test venv has it,
 scripts/test-python.sh makes it).
 
-1. For each isolation mode: 200 calls to start the warm processes, and 50 calls one at a time
-   (the latency from submit to result: median and 90th percentile). Then, alternating the
-   modes, ``--rounds`` times: N calls of a no-op function (``noop(i)`` returns ``i``: defined here, in
-   ``__main__``, so sent by value) submitted in a loop, every result read. Prints calls/s from
-   the first submit to the last result, and the CPU per call of this client, the dispatcher
-   and the workers with their warm processes (utime+stime of every process in each one's
-   session, from /proc).
+1. For each mode: 200 calls to start the warm processes, and 50 calls one at a time (the
+   latency from submit to result: median and 90th percentile). Then, alternating the modes,
+   ``--rounds`` times: N calls (M in fork mode) of a no-op function (``noop(i)`` returns
+   ``i``: defined here, in ``__main__``, so sent by value) submitted in a loop, every result
+   read. Prints calls/s from the first submit to the last result, and the CPU per call of
+   this client, the dispatcher and the workers with their warm processes (utime+stime of
+   every process in each one's session, from /proc), and of the ``diffuse`` worker processes
+   alone. The mode ``true`` (``--modes reuse,fork,true``) runs ``true`` commands through
+   DiffuseExecutor instead, for comparison.
 2. Locality: a 100 MB file given as ``Input(path)`` to a function that reads it (md5). The
    first call reads it from storage; the next three go to the worker that caches it and read
    it from its cache: where each ran, and its input reads by source (the task's report).
@@ -180,8 +182,8 @@ def run_true(ex: DiffuseExecutor, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def throughput(cluster: Cluster, client: Client, modes: List[str], n: int, rounds: int,
-               profile: bool) -> None:
+def throughput(cluster: Cluster, client: Client, modes: List[str], n: int, fork_n: int,
+               rounds: int, profile: bool) -> None:
     executors: Dict[str, Any] = {}
     for m in modes:
         if m == "true":
@@ -199,7 +201,7 @@ def throughput(cluster: Cluster, client: Client, modes: List[str], n: int, round
         lat.sort()
         print(f"{m}: one call at a time, submit to result: median {lat[25] * 1e3:.1f} ms, "
               f"90th percentile {lat[45] * 1e3:.1f} ms (50 calls)")
-    print(f"{n} no-op calls, 2 workers x {cluster.cores} slots")
+    print(f"{n} no-op calls ({fork_n} in fork mode), 2 workers x {cluster.cores} slots")
     print(f"{'mode':6} {'calls/s':>8} {'wall s':>7}   CPU us per call: {'client':>7} {'dispatcher':>10} "
           f"{'workers':>8} (of which the diffuse worker processes: {'':>4}, warm processes: {'':>4})")
     results: Dict[str, List[float]] = {m: [] for m in modes}
@@ -210,13 +212,14 @@ def throughput(cluster: Cluster, client: Client, modes: List[str], n: int, round
             prof = cProfile.Profile() if profile and not profiled else None
             if prof is not None:
                 prof.enable()
-            took = run_true(executors[m], n) if m == "true" else run_calls(executors[m], n)
+            k = fork_n if m == "fork" else n
+            took = run_true(executors[m], k) if m == "true" else run_calls(executors[m], k)
             if prof is not None:
                 prof.disable()
             after = cluster.cpu()
-            d = {k: (after[k] - before[k]) / n * 1e6 for k in after}
-            results[m].append(n / took)
-            print(f"{m:6} {n / took:8.0f} {took:7.2f}   {'':16}{d['client']:7.0f} "
+            d = {x: (after[x] - before[x]) / k * 1e6 for x in after}
+            results[m].append(k / took)
+            print(f"{m:6} {k / took:8.0f} {took:7.2f}   {'':16}{d['client']:7.0f} "
                   f"{d['dispatcher']:10.0f} {d['workers']:8.0f} {d['worker processes']:42.0f} "
                   f"{d['workers'] - d['worker processes']:22.0f}", flush=True)
             if prof is not None:
@@ -254,7 +257,8 @@ def locality(client: Client, root: str, mb: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--calls", type=int, default=10000)
+    ap.add_argument("--fork-calls", type=int, default=2000)
     ap.add_argument("--modes", default="reuse,fork")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--file-mb", type=int, default=100)
@@ -269,7 +273,7 @@ def main() -> None:
     cluster = Cluster(root)
     try:
         client = cluster.start()
-        throughput(cluster, client, a.modes.split(","), a.calls, a.rounds, a.profile)
+        throughput(cluster, client, a.modes.split(","), a.calls, a.fork_calls, a.rounds, a.profile)
         if not a.no_locality:
             locality(client, root, a.file_mb)
     finally:
