@@ -256,12 +256,6 @@ def _state(client: Client, task_id: str) -> Optional[str]:
     return found[task_id].state if task_id in found else None
 
 
-@pytest.mark.xfail(
-    reason="the dispatcher keeps no result naming the call's value (scheduler/results.rs keep: "
-    "'a result that does not name the task's outputs: not kept'); remove once fixed",
-    raises=AssertionError,
-    strict=False,
-)
 def test_reuse_true_lets_a_kept_result_stand_in(reuse_cluster: Cluster) -> None:
     client = reuse_cluster.client()
     with FunctionExecutor(client, reuse=True, by_value=[THIS_MODULE]) as ex:

@@ -204,10 +204,13 @@ impl Results {
         let Some(files) = &report.result else {
             return;
         };
-        // A result names the task's own outputs, each once, and its captured output: nothing
-        // else is ever written from it.
+        // A result names the task's own outputs, each once, its captured output, and a
+        // function task's value: nothing else is ever written from it.
         let named = |f: &crate::reuse::ResultFile| {
-            def.outputs.contains(&f.name) || f.name == STDOUT || f.name == STDERR
+            def.outputs.contains(&f.name)
+                || f.name == STDOUT
+                || f.name == STDERR
+                || (f.name == crate::reuse::kept::VALUE && def.cmd.call().is_some())
         };
         if !files.iter().all(named)
             || def
