@@ -28,6 +28,9 @@ pub struct Dispatch {
     pub node: NodeId,
     /// One entry per distinct input, in the task's order.
     pub inputs: Vec<(ObjectId, Source)>,
+    /// Sent into a ready slot ([`crate::CoreConfig::ready_tasks`]): the node holds it until a
+    /// core frees, and says when it starts ([`crate::Core::handle_task_started`]).
+    pub held: bool,
 }
 
 /// Why the core ended a task without running it ([`Action::Abandon`]).

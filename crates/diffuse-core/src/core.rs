@@ -417,6 +417,17 @@ impl Core {
         self.step().cancel(task)
     }
 
+    /// A task sent into a ready slot (`Dispatch::held`) started on its node: from now on a
+    /// crash of the node counts against it, and it is no longer asked back. Stale attempts and
+    /// tasks not held are ignored.
+    pub fn handle_task_started(&mut self, task: TaskId, attempt: u32) {
+        if let Some(t) = self.tasks.get_mut(&task).filter(|t| t.attempt == attempt) {
+            if let Phase::Running(r) = &mut t.phase {
+                r.held = false;
+            }
+        }
+    }
+
     /// The current attempt of `task` ended on its node. Returns the task's final state.
     pub fn handle_task_finished(
         &mut self,

@@ -210,3 +210,48 @@ fn a_ready_task_stranded_behind_a_long_one_is_taken_back_for_a_free_core() {
     assert_eq!(again.attempt, ready.attempt + 1, "a new attempt, fenced");
     env.check();
 }
+
+#[test]
+fn a_lost_node_counts_the_crash_against_its_running_task_not_the_one_held_ready() {
+    let mut env = TestEnv::with_config(CoreConfig {
+        ready_tasks: 1,
+        ready_below_s: f64::INFINITY,
+        crash_limit: 1,
+        ..config(PolicyKind::Fa)
+    });
+    env.node(0, 1);
+    env.task(1, &[]);
+    env.advance(1);
+    env.task(2, &[]);
+    assert_eq!(
+        env.take_dispatches().len(),
+        2,
+        "one running, one held ready"
+    );
+    // The node dies (its running task killed it): that task reaches the crash limit; the one
+    // held ready had not started, and runs again.
+    let failed = env.lose(0);
+    assert_eq!(failed, vec![t(1)]);
+    assert_eq!(env.state(2), Some(TaskState::Queued));
+    env.check();
+}
+
+#[test]
+fn once_its_node_says_it_started_a_held_task_counts_the_crash_and_is_not_asked_back() {
+    let mut env = TestEnv::with_config(CoreConfig {
+        ready_tasks: 1,
+        ready_below_s: f64::INFINITY,
+        crash_limit: 1,
+        ..config(PolicyKind::Fa)
+    });
+    env.node(0, 1);
+    env.task(1, &[]).task(2, &[]);
+    let d = env.take_dispatches();
+    assert_eq!((d[0].held, d[1].held), (false, true));
+    // Task 1 ended on the node (its report not in yet) and task 2 started: it counts.
+    env.core.handle_task_started(t(2), d[1].attempt);
+    let mut failed = env.lose(0);
+    failed.sort();
+    assert_eq!(failed, vec![t(1), t(2)]);
+    env.check();
+}

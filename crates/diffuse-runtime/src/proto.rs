@@ -87,6 +87,13 @@ pub enum ToDispatcher {
     },
     /// An attempt of a task ended.
     Finished(Box<TaskReport>),
+    /// An attempt held ready (`Assignment::held`) got its cores and starts now.
+    Started {
+        /// Task id.
+        task: String,
+        /// Attempt.
+        attempt: u32,
+    },
     /// Still alive.
     Heartbeat,
     /// Its machine's 1-minute load average (`/proc/loadavg`), every few seconds (DAD's load),
@@ -240,6 +247,11 @@ pub struct Assignment {
     /// cannot be read, the task runs instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reuse: Option<Box<ReuseOrder>>,
+    /// Sent ahead of a free core (`--ready-tasks`): the worker says `Started` when it starts
+    /// it, before its process runs, so that a crash of the worker is counted against it only
+    /// then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// A kept result to stand for an assignment's task.
@@ -310,6 +322,7 @@ impl Assignment {
             stderr_uri: more.stderr.take(),
             more,
             keep_result: false,
+            held: false,
             reuse: None,
         }
     }
@@ -682,6 +695,7 @@ mod tests {
             },
             keep_result: true,
             reuse: None,
+            held: false,
             stdout_uri: None,
             stderr_uri: None,
         }));

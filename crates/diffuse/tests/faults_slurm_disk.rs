@@ -92,6 +92,9 @@ fn fault6_a_cache_disk_filled_during_a_prefetch_evicts_and_fails_no_task() {
         "--storage-bandwidth-cap",
         "100MB/s",
         "--prefetch",
+        // The next task waits in the queue, to be prefetched for, not held ready on W.
+        "--ready-tasks",
+        "0",
     ];
     let Some((s, mut c)) = small_disk_pool("fault 6 (prefetch)", 1, &more) else {
         return;

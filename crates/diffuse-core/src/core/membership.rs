@@ -67,7 +67,9 @@ pub(super) fn joined(
 }
 
 /// A node is gone (`crashed`: not stopped cleanly, so its running tasks count it toward the
-/// crash limit): its running tasks are queued again or ended, its copies forgotten.
+/// crash limit): its running tasks are queued again or ended, its copies forgotten. Tasks it
+/// held ready ([`crate::CoreConfig::ready_tasks`]) and had not said it started: the crash is
+/// not theirs, and is not counted against them.
 pub(super) fn remove_node(
     s: &mut Step,
     racks: &mut Racks,
@@ -83,7 +85,9 @@ pub(super) fn remove_node(
         s.release_slot(task, node);
         let t = s.tasks.get_mut(&task).expect("running task exists");
         let was_cancelled = matches!(&t.phase, Phase::Running(r) if r.cancelled);
-        if crashed {
+        // A task held ready that the node had not said it started: the crash is not its own.
+        let held = matches!(&t.phase, Phase::Running(r) if r.held);
+        if crashed && !held {
             t.rare_mut().crashes += 1;
         }
         s.counts.running -= 1;

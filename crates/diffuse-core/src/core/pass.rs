@@ -47,7 +47,9 @@ fn withdraw_stranded(s: &mut Step) {
             .running
             .iter()
             .filter_map(|t| match &s.tasks.get(t)?.phase {
-                Phase::Running(r) if !r.withdrawing && !r.cancelled => Some((r.since, *t)),
+                Phase::Running(r) if r.held && !r.withdrawing && !r.cancelled => {
+                    Some((r.since, *t))
+                }
                 _ => None,
             })
             .max();
@@ -282,6 +284,8 @@ fn assign(s: &mut Step, sources: &Sources, racks: &Racks, task: TaskId, node: No
     for p in &peers {
         s.nodes.serve(*p);
     }
+    // No core free: it goes into a ready slot, held until one frees.
+    let held_ready = !s.nodes.has_room(node, false);
     let t = s.tasks.get_mut(&task).expect("task exists");
     t.inputs = task_inputs;
     t.phase = Phase::Running(Box::new(Running {
@@ -291,6 +295,7 @@ fn assign(s: &mut Step, sources: &Sources, racks: &Racks, task: TaskId, node: No
         fetching: fetching.clone(),
         cancelled: false,
         withdrawing: false,
+        held: held_ready,
     }));
     let attempt = t.attempt;
     let held = t.resources;
@@ -306,6 +311,7 @@ fn assign(s: &mut Step, sources: &Sources, racks: &Racks, task: TaskId, node: No
         attempt,
         node,
         inputs,
+        held: held_ready,
     }));
     for object in fetching {
         s.copies.transfer_started(node, object);

@@ -32,6 +32,8 @@ pub(super) struct Running {
     pub(super) cancelled: bool,
     /// Asked back from its node ([`crate::Action::Withdraw`]), once.
     pub(super) withdrawing: bool,
+    /// Held ready on its node, not started there yet (as far as the node has said).
+    pub(super) held: bool,
 }
 
 /// The tasks the core keeps, by id. Each entry is boxed: a map's buckets hold a whole value

@@ -234,6 +234,12 @@ impl Emulated {
 
     /// Start `a`: it ends at once without a `compute_s`, else when its timer fires.
     fn start(&mut self, cfg: &EmulatorConfig, a: Box<Assignment>, tally: &Tally) {
+        if a.held {
+            self.out.push(ToDispatcher::Started {
+                task: a.task.clone(),
+                attempt: a.attempt,
+            });
+        }
         let compute = if cfg.honour_compute {
             a.more.compute_s.unwrap_or(0.0)
         } else {

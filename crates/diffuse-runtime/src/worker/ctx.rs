@@ -63,6 +63,9 @@ pub(super) struct Ctx {
     pub(super) core_count: u32,
     /// Warm Python processes, for function tasks.
     pub(super) warm: super::warm::WarmPools,
+    /// Attempts held ready that started, waiting for their `Started` to be written to the
+    /// dispatcher's connection before their process runs.
+    started: Mutex<std::collections::HashMap<(String, u32), tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl Ctx {
@@ -125,6 +128,7 @@ impl Ctx {
                 cfg.warm_idle,
                 2 * cfg.slots as usize + 2,
             ),
+            started: Mutex::default(),
         })
     }
 
@@ -137,6 +141,41 @@ impl Ctx {
                 bytes,
                 seconds: started.elapsed().as_secs_f64(),
             });
+        }
+    }
+
+    /// Tell the dispatcher that an attempt held ready starts, and wait (at most 5 s) until that
+    /// is written to its connection: if the attempt then kills the worker, the dispatcher
+    /// knows it ran and counts the crash against it, not against a task still held.
+    pub(super) async fn say_started(&self, task: &str, attempt: u32) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.started
+            .lock()
+            .expect("started lock")
+            .insert((task.to_string(), attempt), tx);
+        let _ = self.out.send(ToDispatcher::Started {
+            task: task.to_string(),
+            attempt,
+        });
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), rx).await;
+        self.started
+            .lock()
+            .expect("started lock")
+            .remove(&(task.to_string(), attempt));
+    }
+
+    /// A message was written to the dispatcher's connection: if it said an attempt started,
+    /// that attempt may run.
+    pub(super) fn written(&self, m: &ToDispatcher) {
+        if let ToDispatcher::Started { task, attempt } = m {
+            if let Some(tx) = self
+                .started
+                .lock()
+                .expect("started lock")
+                .remove(&(task.clone(), *attempt))
+            {
+                let _ = tx.send(());
+            }
         }
     }
 

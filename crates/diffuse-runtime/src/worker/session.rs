@@ -151,7 +151,13 @@ async fn session(
                     draining = true;
                 }
             }
-            Some(m) = outbox.rx.recv() => deliver(&mut sink, m, &mut outbox.unsent).await?,
+            Some(m) = outbox.rx.recv() => {
+                let started = matches!(m, ToDispatcher::Started { .. }).then(|| m.clone());
+                deliver(&mut sink, m, &mut outbox.unsent).await?;
+                if let Some(m) = started {
+                    ctx.written(&m);
+                }
+            }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             _ = beat.tick() => {
                 sink.send(Message::Text(serde_json::to_string(&ToDispatcher::Heartbeat)?.into())).await?;

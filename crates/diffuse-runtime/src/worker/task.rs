@@ -189,6 +189,9 @@ async fn run_attempt(
     // A task sent ahead of a free core waits for its cores here; its attempt starts when it
     // has them (or is given back, if asked before).
     let cores = take_cores(ctx, a, stop.clone(), withdraw).await?;
+    if a.held {
+        ctx.say_started(&a.task, a.attempt).await;
+    }
     report.started_at = unix_now();
     stage_inputs(ctx, a, &dir.staged, report).await?;
     // `{inputs[i]}` counts the task's inputs as written, repeats included.

@@ -622,6 +622,11 @@ impl Scheduler {
                     s.warm = warm.unwrap_or_default();
                 }
             }
+            ToDispatcher::Started { task, attempt } => {
+                if let Some(t) = self.ledger.tasks.id_of(&task) {
+                    self.core.handle_task_started(t, attempt);
+                }
+            }
             ToDispatcher::Cached { objects } => {
                 let sh = &mut shared!(self);
                 worker_msgs::cached(node, objects, sh, pool, prefetch, batches)

@@ -49,6 +49,7 @@ pub fn dispatch(d: Dispatch, sh: &mut Shared, ledger: &mut Ledger, results: &mut
         attempt,
         node,
         inputs,
+        held,
     } = d;
     let task = tasks.get(t);
     let assigned = inputs
@@ -84,6 +85,7 @@ pub fn dispatch(d: Dispatch, sh: &mut Shared, ledger: &mut Ledger, results: &mut
         positions(&task.def.inputs),
         task_timeout,
     );
+    a.held = held;
     match plan {
         Plan::Run { keep } => a.keep_result = keep,
         Plan::Reuse(order) => a.reuse = Some(Box::new(order)),
