@@ -60,7 +60,7 @@ rule hash:
 EOF
 }
 served() { "$PY" -c "import json; print(json.load(open('$WORK/fs.json'))['bytes'])"; }
-declare -A BYTES_OF STORAGE_OF CALLS_OF
+declare -A BYTES_OF STORAGE_OF CALLS_OF JOBS_CPU_OF DIFFUSE_CPU_OF
 measure() { # name dir snakemake-args...
   local name=$1 dir=$2; shift 2
   sleep 0.5; local b0; b0=$(served)
@@ -78,6 +78,7 @@ diffuse_run() { # name snakemake-args...: a fresh dispatcher, workers and caches
   sleep 1.5  # the workers' load reports (warm calls)
   STORAGE_OF[$name]=$(status s.traffic.bytes_storage)
   CALLS_OF[$name]=$(status "(s.raw.get('warm') or {}).get('calls', 0)")
+  read -r "JOBS_CPU_OF[$name]" "DIFFUSE_CPU_OF[$name]" < <(cluster_cpu)
   stop_diffuse
 }
 
@@ -92,15 +93,18 @@ for run in $RUNS; do
 done
 
 echo "Snakemake 9.27: $JOBS jobs over $FILES files of $SIZE B (each read by $PER jobs), storage at $RATE, $CORES cores ($(nproc) on the machine)"
-printf '%-44s %10s %16s %16s %10s\n' "executor" "makespan" "storage served" "diffuse counted" "warm calls"
+printf '%-40s %9s %15s %16s %6s  %s\n' "executor" "makespan" "storage served" "diffuse counted" "warm" \
+  "CPU s: Snakemake (local: with its jobs) / jobs / diffuse"
 for run in $RUNS; do
   case $run in
-    local) printf '%-44s %9ss %14s B %16s %10s\n' "local (--cores $CORES)" "${SECONDS_OF[local]}" "${BYTES_OF[local]}" "-" "-"
+    local) printf '%-40s %8ss %13s B %16s %6s  %s\n' "local (--cores $CORES)" "${SECONDS_OF[local]}" "${BYTES_OF[local]}" "-" "-" \
+             "${CPU_OF[local]}"
            continue ;;
     warm) label="diffuse, warm (2 workers x $((CORES / 2)))" ;;
     cold) label="diffuse, cold (--diffuse-warm false)" ;;
     grouped) label="diffuse, cold, groups of $GROUP jobs" ;;
   esac
-  printf '%-44s %9ss %14s B %14s B %10s\n' "$label" "${SECONDS_OF[$run]}" "${BYTES_OF[$run]}" "${STORAGE_OF[$run]}" "${CALLS_OF[$run]}"
+  printf '%-40s %8ss %13s B %14s B %6s  %s / %s / %s\n' "$label" "${SECONDS_OF[$run]}" "${BYTES_OF[$run]}" \
+    "${STORAGE_OF[$run]}" "${CALLS_OF[$run]}" "${CPU_OF[$run]}" "${JOBS_CPU_OF[$run]}" "${DIFFUSE_CPU_OF[$run]}"
 done
 echo "one read of each file: $((FILES * SIZE)) B; every job reading its file: $((JOBS * SIZE)) B"

@@ -47,17 +47,52 @@ stop_diffuse() {
 }
 # warm_processes: the warm processes the workers report (their load reports: a second behind).
 warm_processes() { status "(s.raw.get('warm') or {}).get('processes', 0)"; }
-
-# run_snakemake NAME DIR ARGS...: Snakemake's command in DIR, timed (SECONDS_OF[NAME]); its
-# output in $WORK/NAME.log, shown if it fails.
-declare -A SECONDS_OF
+# cluster_cpu: CPU seconds of the running cluster's process trees (call it before stop_diffuse),
+# "JOBS DIFFUSE": diffuse's own (its processes, dispatcher and workers) and the rest: the jobs
+# (commands, their Snakemake processes, warm processes and their children), alive or reaped.
+cluster_cpu() {
+  "$PY" - $PIDS <<'PY'
+import os, sys
+tick = os.sysconf("SC_CLK_TCK")
+procs = {}
+for name in os.listdir("/proc"):
+    if name.isdigit():
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)
+            v = tail.split()
+            procs[int(name)] = (head.split("(", 1)[1], int(v[1]), [int(x) / tick for x in v[11:15]])
+        except (OSError, IndexError, ValueError):
+            pass
+children = {}
+for pid, (_, ppid, _) in procs.items():
+    children.setdefault(ppid, []).append(pid)
+todo = [int(p) for p in sys.argv[1:] if int(p) in procs]
+jobs = own = 0.0
+while todo:
+    pid = todo.pop()
+    comm, _, (u, s, cu, cs) = procs[pid]
+    if comm == "diffuse":
+        own += u + s
+        jobs += cu + cs
+    else:
+        jobs += u + s + cu + cs
+    todo.extend(children.get(pid, []))
+print(f"{jobs:.1f} {own:.1f}")
+PY
+}
+# run_snakemake NAME DIR ARGS...: Snakemake's command in DIR, timed (SECONDS_OF[NAME]) and its
+# CPU seconds with its children's (CPU_OF[NAME]: the local executor's jobs too); its output in
+# $WORK/NAME.log, shown if it fails.
+declare -A SECONDS_OF CPU_OF
 run_snakemake() {
   local name=$1 dir=$2; shift 2
   local t0; t0=$(now)
-  (cd "$dir" && "$PY" -m snakemake --nocolor --quiet all "$@" >"$WORK/$name.log" 2>&1) ||
-    { tail -50 "$WORK/$name.log"; exit 1; }
+  (cd "$dir" && /usr/bin/time -f "%U %S" -o "$WORK/$name.cpu" "$PY" -m snakemake --nocolor --quiet all "$@" \
+    >"$WORK/$name.log" 2>&1) || { tail -50 "$WORK/$name.log"; exit 1; }
   local t1; t1=$(now)
   SECONDS_OF[$name]=$(secs "$t0" "$t1")
+  CPU_OF[$name]=$(awk '{printf "%.1f", $1 + $2}' "$WORK/$name.cpu")
 }
 
 CACHED=(--executor diffuse --default-storage-provider diffuse

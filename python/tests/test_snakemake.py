@@ -556,7 +556,7 @@ def test_an_index_newer_than_its_data_stays_newer(tmp_path: Path, monkeypatch: p
 
 SEMANTICS = """
 rule all:
-    input: "final.txt", "prot.txt", "shadowed.txt", "cores.txt"
+    input: "final.txt", "prot.txt", "shadowed.txt", "cores.txt", "benched.txt", "scripted.txt"
 rule make_temp:
     input: "data/in0.bin"
     output: temp("tmp.txt")
@@ -580,13 +580,25 @@ rule cores:
     threads: 2
     resources: mem_mb=100
     shell: "echo $DIFFUSE_CORES {threads} > {output}"
+rule benched:
+    output: "benched.txt"
+    benchmark: "benchmarks/benched.tsv"
+    shell: "echo benched > {output}"
+rule scripted:
+    input: "data/in1.bin"
+    output: "scripted.txt"
+    script: "scripted.py"
 """
+
+#: The script of the ``script:`` rule (run by the job's Snakemake in a new interpreter).
+SCRIPTED = "with open(snakemake.input[0], 'rb') as f, open(snakemake.output[0], 'w') as out:\n    out.write(str(len(f.read())))\n"
 
 
 @pytest.mark.parametrize("path", ["warm", "cold"])
-def test_temp_protected_shadow_log_and_threads(cluster: Cluster, tmp_path: Path, path: str) -> None:
+def test_temp_protected_shadow_log_threads_benchmark_script(cluster: Cluster, tmp_path: Path, path: str) -> None:
     inputs = write_inputs(tmp_path / "data", 2, 10_000)
     (tmp_path / "Snakefile").write_text(SEMANTICS)
+    (tmp_path / "scripted.py").write_text(SCRIPTED)
     run_snakemake(cluster, tmp_path, *CACHED, "--cores", "4", *PATHS[path])
     assert (tmp_path / "final.txt").read_text().strip() == sha(inputs[0])
     assert not (tmp_path / "tmp.txt").exists(), "temp() output not removed after its consumer"
@@ -600,6 +612,10 @@ def test_temp_protected_shadow_log_and_threads(cluster: Cluster, tmp_path: Path,
     logged = (tmp_path / "logs" / "make_temp.log").read_text().strip()
     assert logged.startswith("wrote /") and logged.endswith("/snakemake-storage/tmp.txt"), logged
     assert (tmp_path / "cores.txt").read_text().split() == ["2", "2"]
+    # benchmark: files and script: rules (the script in a new interpreter the job starts)
+    assert (tmp_path / "benchmarks" / "benched.tsv").read_text().startswith("s\th:m:s\t")
+    assert (tmp_path / "benched.txt").read_text() == "benched\n"
+    assert (tmp_path / "scripted.txt").read_text() == "10000"
     # nothing left to do: Snakemake's own bookkeeping (metadata, mtimes) holds
     p = run_snakemake(cluster, tmp_path, *CACHED, "-n")
     assert "Nothing to be done" in p.stdout + p.stderr
