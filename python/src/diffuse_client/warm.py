@@ -433,10 +433,13 @@ def _run_child_call(msg: Message, payload: bytes) -> int:
         value = entry(str(msg["fn"]), payload, list(msg.get("inputs") or []))
     except SystemExit as e:
         code = _exit_code(e)
-        print(
-            f"the entry {entry_spec} raised SystemExit({e.code!r}) instead of returning bytes",
-            file=sys.stderr,
-        )
+        if code == 0:
+            # Success without a result is not one: the worker would find no result file.
+            print(
+                f"the entry {entry_spec} raised SystemExit({e.code!r}) instead of returning bytes",
+                file=sys.stderr,
+            )
+        # A non-zero status ends the call with it, as the interpreter would, and says nothing.
         return code or 1
     data = _as_bytes(value, entry_spec)
     result = str(msg["result"])

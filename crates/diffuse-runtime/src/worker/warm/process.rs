@@ -92,6 +92,9 @@ impl Warm {
         let child = cmd
             .spawn()
             .map_err(|e| format!("warm process: exec {}: {e}", key.python))?;
+        // The command holds the child's end of the socket: without it, a child that exits at
+        // once (no diffuse_client for that interpreter) is seen at once, not after the wait.
+        drop(cmd);
         let pid = child.id().unwrap_or(0);
         ours.set_nonblocking(true)
             .map_err(|e| format!("warm process: {e}"))?;
