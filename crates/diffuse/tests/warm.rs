@@ -156,10 +156,9 @@ fn calls_return_their_values_with_their_own_environment_in_fork_and_reuse() {
         assert_eq!(f["task"], format!("fork{i}"));
         assert_eq!(f["x"], format!("x{i}"), "the task's own env: {f}");
         assert_eq!(f["count"], 1, "a fork never sees another call's state: {f}");
-        assert!(
-            f["cwd"].as_str().unwrap().contains(&format!("fork{i}")),
-            "{f}"
-        );
+        // Its only input is its function, kept for later calls: it needs no directory of its
+        // own, and runs in the work directory, as a process task without inputs does.
+        assert!(f["cwd"].as_str().unwrap().ends_with("/work"), "{f}");
         for var in f["env"].as_array().unwrap() {
             let var = var.as_str().unwrap();
             assert!(

@@ -61,6 +61,10 @@ pub(super) async fn connect(
         .map_err(|_| unreachable(format!("no answer in {CUT_OFF_AFTER:?}")))?
         .map_err(|e| unreachable(e.to_string()))?;
     give_up_unacknowledged(&tcp, CUT_OFF_AFTER);
+    // Each message goes at once (no Nagle): a task held ready says `Started`, to which the
+    // dispatcher answers nothing, so with Nagle the next report (the task's end, a few ms
+    // later) waited for the dispatcher's delayed ACK: 40 ms per short task.
+    let _ = tcp.set_nodelay(true);
     let (mut ws, _) = tokio_tungstenite::client_async_tls_with_config(
         request,
         tcp,

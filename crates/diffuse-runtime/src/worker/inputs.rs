@@ -103,6 +103,38 @@ pub(super) async fn stage(
     }
 }
 
+/// Stage `input` at `dest` to be kept beyond the attempt (a function task's function,
+/// [`super::warm::functions`]): under a temporary name, then renamed into place, so that
+/// concurrent calls of one function never see it half made.
+pub(super) async fn stage_kept(
+    ctx: Arc<Ctx>,
+    input: AssignedInput,
+    dest: PathBuf,
+) -> Result<(Staged, bool), String> {
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    let tmp = dest.with_file_name(format!(
+        ".staging-{}-{}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let uri = input.uri.clone();
+    match stage(ctx, input, tmp.clone()).await {
+        Ok(staged) => {
+            std::fs::rename(&tmp, &dest).map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                format!("{uri}: {e}")
+            })?;
+            Ok(staged)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
 /// Read an input straight from persistent storage to `dest`, bypassing the cache (FA).
 pub(super) async fn read_uncached(
     ctx: &Ctx,

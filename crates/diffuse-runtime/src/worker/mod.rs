@@ -105,6 +105,11 @@ pub async fn run(mut cfg: WorkerConfig) -> Result<(), WorkerError> {
     .map_err(WorkerError::InputRoots)?;
     let cache = local_cache::open(&cfg).await?;
     let (work, logs) = local_cache::task_dirs(&cfg)?;
+    warm::functions::reset(&work).map_err(|source| WorkerError::Dir {
+        what: "the kept functions' directory",
+        path: warm::functions::dir(&work),
+        source,
+    })?;
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx::new(
         &cfg,

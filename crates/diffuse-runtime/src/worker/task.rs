@@ -90,13 +90,16 @@ pub(super) async fn run_task(
     let stop = registered.stop.clone();
     let withdraw = registered.withdraw.clone();
     let mut report = TaskReport::blank(&a, unix_now());
-    let dir = TaskDir::new(
+    let mut dir = TaskDir::new(
         &ctx.work,
         (&a.task, a.attempt),
         a.inputs.iter().map(|i| i.uri.as_str()),
         a.outputs.len(),
         ctx.launch.user.as_ref().map(|u| (u.uid, u.gid)),
     );
+    if let Some(i) = function_input(&a) {
+        dir.stage_elsewhere(i, super::warm::functions::path(&ctx.work, &a.inputs[i]));
+    }
     if let Some(order) = &a.reuse {
         match reuse_result(ctx, &a, order).await {
             Ok(done) => return Some(done),
@@ -131,6 +134,14 @@ pub(super) async fn run_task(
             Some(report)
         }
     }
+}
+
+/// A function task's function: its index among the assignment's (distinct) inputs.
+fn function_input(a: &Assignment) -> Option<usize> {
+    let call = a.cmd.call()?;
+    let i = call.fn_input as usize;
+    let distinct = a.positions.get(i).map_or(i, |&p| p as usize);
+    (distinct < a.inputs.len()).then_some(distinct)
 }
 
 /// Stand a kept result in for `a` ([`super::reuse::carry_out`]) in a directory of its own.
@@ -252,18 +263,28 @@ async fn stage_inputs(
     report: &mut TaskReport,
 ) -> Result<(), String> {
     let caching = a.caching;
-    let staged = futures_util::future::join_all(a.inputs.iter().zip(paths).map(|(input, dest)| {
-        let (ctx, input, dest) = (ctx.clone(), input.clone(), dest.clone());
-        async move {
-            // An intermediate object is only on workers: it is staged from a peer even
-            // under a policy that reads everything else straight from storage.
-            if caching || is_tmp(&input.uri) {
-                stage(ctx, input, dest).await
-            } else {
-                read_uncached(&ctx, &input, &dest).await
+    let function = function_input(a);
+    let staged = futures_util::future::join_all(a.inputs.iter().zip(paths).enumerate().map(
+        |(i, (input, dest))| {
+            let (ctx, input, dest) = (ctx.clone(), input.clone(), dest.clone());
+            async move {
+                // A function kept from an earlier call: nothing to stage.
+                if function == Some(i) && dest.exists() {
+                    return Ok((super::inputs::Staged::Local(input.size), true));
+                }
+                if function == Some(i) {
+                    return super::inputs::stage_kept(ctx, input, dest).await;
+                }
+                // An intermediate object is only on workers: it is staged from a peer even
+                // under a policy that reads everything else straight from storage.
+                if caching || is_tmp(&input.uri) {
+                    stage(ctx, input, dest).await
+                } else {
+                    read_uncached(&ctx, &input, &dest).await
+                }
             }
-        }
-    }))
+        },
+    ))
     .await;
     let mut uncached = Vec::new();
     for (input, s) in a.inputs.iter().zip(staged) {
@@ -317,7 +338,7 @@ async fn run_process(
             ctx.logs.join(log_name(&a.task, a.attempt, "stderr")),
         ),
         max_output: ctx.max_output,
-        env: task_env(ctx, a, &gpus, &dir.path),
+        env: task_env(ctx, a, &gpus, dir.scratch()),
         timeout: a.more.timeout_s.map(Duration::from_secs_f64),
         memory: a.memory_limit().zip(ctx.cgroups.as_ref()),
         make_room: {
@@ -376,14 +397,15 @@ async fn run_call(
         fn_path: &fn_path,
         args,
         inputs,
-        dir: &dir.path,
+        dir: dir.scratch(),
+        name: super::taskdir::dir_name(&a.task, a.attempt),
         cwd: a.more.cwd.as_deref().map(Path::new),
         logs: (
             ctx.logs.join(log_name(&a.task, a.attempt, "stdout")),
             ctx.logs.join(log_name(&a.task, a.attempt, "stderr")),
         ),
         max_output: ctx.max_output,
-        env: task_env(ctx, a, &gpus, &dir.path),
+        env: task_env(ctx, a, &gpus, dir.scratch()),
         timeout: a.more.timeout_s.map(Duration::from_secs_f64),
         memory: a.memory_limit().filter(|_| ctx.cgroups.is_some()),
         make_room: {

@@ -63,6 +63,28 @@ impl TaskDir {
         }
     }
 
+    /// Stage input `i` at `path`, outside this directory (a function task's function, kept
+    /// for its later calls: [`super::warm::functions`]); the directory is then made only if
+    /// something else needs it.
+    pub(super) fn stage_elsewhere(&mut self, i: usize, path: PathBuf) {
+        self.staged[i] = path;
+        let inside = self.staged.iter().any(|p| p.starts_with(&self.inputs));
+        self.made = inside || !self.outputs.is_empty() || self.owner.is_some();
+        if !self.made {
+            self._remove = None;
+        }
+    }
+
+    /// Where the task runs when it gives no `cwd`, and what `DIFFUSE_TASK_DIR` names: its
+    /// directory if made, else the work directory.
+    pub(super) fn scratch(&self) -> &Path {
+        if self.made {
+            &self.path
+        } else {
+            self.path.parent().unwrap_or(&self.path)
+        }
+    }
+
     /// Make the directory, as far as the task needs it.
     pub(super) fn make(&self) -> std::io::Result<()> {
         make_dirs(
@@ -142,7 +164,11 @@ fn make_dirs(
         return Ok(());
     }
     std::fs::create_dir_all(dir)?;
-    let each = staged.iter().filter_map(|p| p.parent());
+    // Inputs staged elsewhere (a kept function) have their own directory.
+    let each = staged
+        .iter()
+        .filter(|p| p.starts_with(dir))
+        .filter_map(|p| p.parent());
     let made: Vec<&Path> = std::iter::once(dir)
         .chain(
             [inputs, outputs]

@@ -27,8 +27,11 @@ pub struct CallJob<'a> {
     pub args: Vec<u8>,
     /// The staged inputs, as written in the task.
     pub inputs: &'a [PathBuf],
-    /// The task's scratch directory (FIFOs and the result file go there).
+    /// The task's scratch directory (its directory, or the work directory when it has none):
+    /// the FIFOs and the result file go there, under names made from `name`.
     pub dir: &'a Path,
+    /// The attempt's name (unique on the worker).
+    pub name: String,
     /// Its working directory, if it gave one (else the scratch directory).
     pub cwd: Option<&'a Path>,
     /// Files to capture stdout and stderr to.
@@ -45,10 +48,10 @@ pub struct CallJob<'a> {
     pub make_room: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
-/// Names in the scratch directory.
-const STDOUT_FIFO: &str = ".diffuse-stdout";
-const STDERR_FIFO: &str = ".diffuse-stderr";
-const RESULT: &str = ".diffuse-result";
+/// A file of the call in its scratch directory: `.<attempt's name>.<what>`.
+fn scratch_file(job: &CallJob<'_>, what: &str) -> PathBuf {
+    job.dir.join(format!(".{}.{what}", job.name))
+}
 
 fn kill_group(pgid: u32, signal: Signal) {
     if let Some(pid) = Pid::from_raw(pgid as i32) {
@@ -60,8 +63,16 @@ fn kill_group(pgid: u32, signal: Signal) {
 /// too until the call has ended, so that the capture sees end of file only after the call
 /// (and whatever it started) closed theirs.
 struct Stream {
+    path: PathBuf,
     holder: Option<tokio::net::unix::pipe::Sender>,
     capture: tokio::task::JoinHandle<std::io::Result<Captured>>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // The FIFO may be in the work directory, which outlives the attempt.
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 impl Stream {
@@ -89,6 +100,7 @@ impl Stream {
         let holder = tokio::net::unix::pipe::OpenOptions::new().open_sender(path)?;
         let capture = tokio::spawn(capture(Some(reader), log, cap, move || make_room()));
         Ok(Stream {
+            path: path.to_path_buf(),
             holder: Some(holder),
             capture,
         })
@@ -162,7 +174,7 @@ pub async fn run(
     pools.counted();
     let owner = pools.launch.user.as_ref().map(|u| (u.uid, u.gid));
     let out = Stream::open(
-        &job.dir.join(STDOUT_FIFO),
+        &scratch_file(&job, "stdout"),
         job.logs.0.clone(),
         job.max_output,
         owner,
@@ -170,14 +182,14 @@ pub async fn run(
     )
     .map_err(|e| format!("stdout FIFO in {}: {e}", job.dir.display()))?;
     let err = Stream::open(
-        &job.dir.join(STDERR_FIFO),
+        &scratch_file(&job, "stderr"),
         job.logs.1.clone(),
         job.max_output,
         owner,
         job.make_room.clone(),
     )
     .map_err(|e| format!("stderr FIFO in {}: {e}", job.dir.display()))?;
-    let result_path = job.dir.join(RESULT);
+    let result_path = scratch_file(&job, "result");
     let env = pools
         .launch
         .env
@@ -197,8 +209,8 @@ pub async fn run(
         inputs: job.inputs.iter().map(|p| p.display().to_string()).collect(),
         cwd: job.cwd.unwrap_or(job.dir).display().to_string(),
         env,
-        stdout: job.dir.join(STDOUT_FIFO).display().to_string(),
-        stderr: job.dir.join(STDERR_FIFO).display().to_string(),
+        stdout: scratch_file(&job, "stdout").display().to_string(),
+        stderr: scratch_file(&job, "stderr").display().to_string(),
         result: result_path.display().to_string(),
     };
     let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);

@@ -18,10 +18,12 @@
 //! | [`call`] | one call: FIFOs, the order, go, waiting, stopping, the result |
 //! | [`process`] | one warm process: start, hello, setup, messages routed to their calls |
 //! | [`key`] | what a warm process is kept for: which calls may share it |
+//! | [`functions`] | a call's function, staged once per worker and reused |
 //! | [`frame`] | the protocol's frames and messages |
 
 pub(super) mod call;
 mod frame;
+pub(super) mod functions;
 mod key;
 mod process;
 
