@@ -6,7 +6,10 @@
 # conftest needs pytest < 9, and the tests import a few packages parsl does not require.
 # Arguments after -- go to pytest: scripts/parsl-suite.sh -- -x --deselect ... (a second -k
 # replaces "not cleannet").
-# --input-paths cached|original runs the executor with that input_paths (default: "auto").
+# --input-paths cached|original runs the executor with that input_paths (default: "auto");
+# --cold with warm=False (a process per app); --isolation fork forks python apps;
+# --executor htex runs the same tests against Parsl's HighThroughputExecutor, for comparison.
+# The pytest run's wall time is printed at the end.
 # The diffuse binary is $DIFFUSE_BIN, else target/release/diffuse.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +31,7 @@ fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check './python[parsl]' \
     'parsl[monitoring]' pandas 'pytest>=7,<9'
 
+# HTEX starts interchange.py and process_worker_pool.py by name (--executor htex)
+export PATH="$PWD/$VENV/bin:$PATH"
 cd python/tests
 exec "../../$VENV/bin/python" parsl_suite.py "$@"

@@ -398,6 +398,75 @@ def test_input_paths_original_shows_apps_the_users_paths(cluster: Cluster, tmp_p
     assert seen == written
 
 
+# ---------------------------------------------------------------- warm processes
+
+COUNT = 0
+
+
+@python_app
+def counts(parsl_resource_specification: Dict[str, Any] = {}) -> Tuple[int, int]:
+    # state kept in this module's globals, in the process the app runs in
+    global COUNT
+    COUNT += 1
+    return os.getpid(), COUNT
+
+
+@python_app
+def sized(text: str, n: int) -> str:
+    return text[:10] + "y" * n
+
+
+def test_reuse_runs_apps_in_the_same_processes_and_fork_does_not(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """isolation="reuse" (default): python apps run one after another in the workers' warm
+    processes, so an app sees what an earlier one left (as under HTEX); "fork": each in a
+    child of its own, so it never does."""
+    runs: Dict[str, List[Tuple[int, int]]] = {}
+    for isolation in ("reuse", "fork"):
+        with loaded(cluster, tmp_path, isolation=isolation) as ex:
+            assert ex.isolation == isolation
+            runs[isolation] = [counts().result(timeout=120) for _ in range(8)]  # one at a time
+    pids = {pid for pid, _ in runs["reuse"]}
+    assert len(pids) < 8 and max(n for _, n in runs["reuse"]) > 1, runs["reuse"]
+    for pid in pids:  # each process counts its own apps, one by one
+        seen = [n for p, n in runs["reuse"] if p == pid]
+        assert seen == sorted(seen) and len(set(seen)) == len(seen), runs["reuse"]
+    assert [n for _, n in runs["fork"]] == [1] * 8, runs["fork"]
+    assert len({pid for pid, _ in runs["fork"]}) == 8, runs["fork"]
+    with pytest.raises(ValueError, match="isolation='spawn'"):
+        DiffuseParslExecutor(isolation="spawn")
+
+
+def test_large_arguments_and_results_go_through_blobs(executor: DiffuseParslExecutor, cluster: Cluster) -> None:
+    # arguments over inline_args_max (200 KiB) go as a blob input, a result over 1 MiB comes
+    # back through the dispatcher's blob store
+    text = "x" * (300 * 1024)
+    fut = sized(text, 2 * 2**20)
+    assert fut.result(timeout=120) == "x" * 10 + "y" * (2 * 2**20)
+    report = cluster.client().get(exec_task_id(fut)).outcome.report  # type: ignore[union-attr]
+    assert report.get("value_blob") and "value" not in report, report
+
+
+def test_apps_run_as_processes_with_warm_false(cluster: Cluster, tmp_path: Path) -> None:
+    """warm=False: each app is a process, python -m diffuse_client.parsl_runner, with its
+    function and arguments as files and its result written to a file."""
+    data = tmp_path / "data.txt"
+    data.write_text("abc\n")
+    with loaded(cluster, tmp_path, warm=False) as ex:
+        assert ex.warm is False
+        assert add(1, 2).result(timeout=120) == 3
+        with pytest.raises(ValueError, match="boom"):
+            raises("boom").result(timeout=120)
+        fut = count_bytes(inputs=[File(str(data))], outputs=[File(str(tmp_path / "n.txt"))],
+                          stdout=str(tmp_path / "count.log"))
+        assert fut.result(timeout=120) == 0
+        report = cluster.client().get(exec_task_id(fut)).outcome.report  # type: ignore[union-attr]
+        assert "value" not in report, report
+    assert (tmp_path / "n.txt").read_text().strip() == "4"
+    assert "/inputs/2/data.txt" in (tmp_path / "count.log").read_text()
+
+
 # ---------------------------------------------------------------- results reused by content
 
 
@@ -427,18 +496,24 @@ def shout_files(tmp_path: Path) -> Tuple[File, File, Path]:
     return File(str(src)), File(str(tmp_path / "out" / "shout.txt")), tmp_path / "ran.log"
 
 
-def test_a_bash_app_is_reused_by_a_second_parsl_run(reuse_cluster: Cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "process"])
+def test_a_bash_app_is_reused_by_a_second_parsl_run(
+    reuse_cluster: Cluster, tmp_path: Path, warm: bool
+) -> None:
     client = reuse_cluster.client()
     src, out, log = shout_files(tmp_path)
     reused_before = client.status().reused
-    with loaded(reuse_cluster, tmp_path):
+    with loaded(reuse_cluster, tmp_path, warm=warm):
         first = shout(str(log), inputs=[src], outputs=[out])
         assert first.result(timeout=120) == 0
         first_id = exec_task_id(first)
+    report = client.get(first_id).outcome.report  # type: ignore[union-attr]
+    assert ("value" in report) == warm, report  # a call's value (0), or a process's exit
     assert Path(out.filepath).read_text() == "HELLO\n" and log.read_text() == "ran\n"
     os.unlink(out.filepath)  # the reuse writes it back from the kept copy
 
-    with loaded(reuse_cluster, tmp_path):  # a new DataFlowKernel: a new run directory, run id, job
+    # a new DataFlowKernel: a new run directory, run id, job
+    with loaded(reuse_cluster, tmp_path, warm=warm):
         second = shout(str(log), inputs=[src], outputs=[out])
         assert second.result(timeout=120) == 0
         second_id = exec_task_id(second)
@@ -450,7 +525,7 @@ def test_a_bash_app_is_reused_by_a_second_parsl_run(reuse_cluster: Cluster, tmp_
     assert client.status().reused == reused_before + 1
 
     Path(src.filepath).write_text("hello, world\n")  # new content: a new identity
-    with loaded(reuse_cluster, tmp_path):
+    with loaded(reuse_cluster, tmp_path, warm=warm):
         third = shout(str(log), inputs=[src], outputs=[out])
         assert third.result(timeout=120) == 0
     outcome = client.get(exec_task_id(third)).outcome

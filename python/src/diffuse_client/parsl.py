@@ -1,13 +1,26 @@
 """``DiffuseParslExecutor``: runs Parsl apps as diffuse tasks, with their files cached on workers.
 
-Each app call becomes one diffuse task running ``python -m diffuse_client.parsl_runner``. Its
-inputs are the serialized function (one file per distinct function, named by its SHA-256, so
-workers cache it), the serialized arguments, and every file-scheme ``File`` the app reads: the
-``File`` objects in ``inputs=`` and ``File`` arguments that exist when the app is submitted.
-Those are diffuse inputs, so the dispatcher sends the app where its data is cached, and a worker
-reads each file from its own cache or a peer's rather than from shared storage. The runner
-points each ``File`` at its staged copy, runs the function, copies ``outputs=`` back to their
-paths, and writes the result file, which is the task's one diffuse output.
+Each app call becomes one diffuse task. By default (``warm=True``) it is a *function task*
+(docs/warm.md): a call of :func:`diffuse_client.parsl_calls.run` in a warm Python process on
+a worker, a process that imported Parsl once and runs app after app (``isolation="reuse"``,
+as HTEX's workers do) or forks a child per app (``"fork"``). Its inputs are
+:data:`~diffuse_client.parsl_calls.POOL` (the call's ``fn``: the same for every app, so that
+all apps share a worker's warm processes), the app's function serialized with
+``parsl.serialize`` (a blob named by its SHA-256, put at the dispatcher once and cached by
+each worker), and every file-scheme ``File`` the app reads: the ``File`` objects in
+``inputs=`` and ``File`` arguments that exist when the app is submitted. Those are diffuse
+inputs, so the dispatcher sends the app where its data is cached, and a worker reads each file
+from its own cache or a peer's rather than from shared storage. The arguments travel in the
+task (a blob input when large). The entry points each ``File`` at its staged copy, runs the
+function, copies ``outputs=`` back to their paths, and returns the value (or the app's
+exception as a ``RemoteExceptionWrapper``), serialized: the task's result. ``submit`` only
+queues the task: the executor's own thread puts the blobs and sends tasks in batches, two
+others hear of their ends by long poll (:class:`~diffuse_client.executor.TaskExecutorBase`).
+
+With ``warm=False`` each app is a process instead, ``python -m diffuse_client.parsl_runner``,
+whose inputs are the function (one file per distinct function in ``reuse_dir``) and the
+arguments (a file per task in ``staging_dir``), and which writes the result to a file, the
+task's one diffuse output.
 
 The staging directory and the output paths must be on storage the workers can read and
 write (a shared file system), as for Parsl's other executors without a file transfer of
@@ -27,20 +40,23 @@ every ``File`` is staged or declared in ``outputs=`` (none used in place), that 
 one, and that sends no ``stdout``/``stderr`` to files (they append: a side effect), is a diffuse
 task the dispatcher may stand a kept result in for, within a run and across runs (a new
 ``DataFlowKernel``) of the same dispatcher. Everything its identity is made of is the same for
-the same call in every run: the function and the arguments are files named by their SHA-256 in
-``reuse_dir`` (written once, so their version stays the same), the app's own code and the
-versions of Parsl and of this package are in the arguments (a function pickled by reference
-would otherwise hide an edit of the command), its
-``outputs=`` are the task's outputs (written back by diffuse, from a kept copy when reused), and
-it has no per-run result file: it succeeded (Parsl's value ``0``), or the runner exits
-:data:`~diffuse_client.parsl_runner.EXIT_NOT_KEPT` after leaving the app's exception in
-``reuse_dir/raised/<task id>``, so that a failure is never kept and Parsl's retries run again.
-Python apps, and bash apps that are not reusable, are sent with ``reuse: false``: what a Python
-function does is not a command with declared files.
+the same call in every run: the function is a blob named by its content and the arguments are
+the same bytes (warm; ``warm=False``: files named by their SHA-256 in ``reuse_dir``, written
+once, so their version stays the same), the app's own code and the versions of Parsl and of
+this package are in the arguments (a function pickled by reference would otherwise hide an
+edit of the command), its ``outputs=`` are the task's outputs (written back by diffuse, from a
+kept copy when reused), and its value is ``0`` (kept with the result of a call; a process has
+no per-run result file). An app that did not succeed leaves its exception in
+``reuse_dir/raised/<task id>`` and fails its task (the runner exits
+:data:`~diffuse_client.parsl_runner.EXIT_NOT_KEPT`; the call raises), so that a failure is
+never kept and Parsl's retries run again. Python apps, and bash apps that are not reusable,
+are sent with ``reuse: false``: what a Python function does is not a command with declared
+files.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import itertools
@@ -50,6 +66,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 import types
 import uuid
 from concurrent.futures import Future, InvalidStateError
@@ -65,15 +82,16 @@ from parsl.executors.base import ParslExecutor
 from parsl.executors.errors import ExecutorError
 from parsl.monitoring.radios.base import RadioConfig
 from parsl.monitoring.radios.filesystem import FilesystemRadio
-from parsl.serialize import deserialize, serialize
+from parsl.serialize import serialize
 from parsl.utils import RepresentationMixin, get_std_fname_mode
 
 from . import __version__
-from .client import Client, Task
+from .client import Client, Task, TaskInfo
 from .errors import DiffuseError
-from .executor import DiffuseExecutor, TaskFuture
+from .executor import DiffuseExecutor, TaskFuture, _Pending, call_value
+from .parsl_calls import POOL, dumps, loads
 from .parsl_runner import EXIT_NOT_KEPT, raised_name
-from .result import TaskFailed
+from .result import TaskFailed, TaskResult
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +100,25 @@ INPUT_PATHS = ("auto", "cached", "original")
 
 #: resource_specification keys this executor maps onto task fields.
 RESOURCE_KEYS = ("cores", "cpus", "memory", "disk", "gpus", "running_time_min", "priority")
+
+#: The warm entry of Parsl apps, and the modules the warm processes import before any app.
+ENTRY = "diffuse_client.parsl_calls:run"
+PRELOAD = ("parsl", "diffuse_client.parsl_calls")
+
+#: An app's serialized arguments larger than this go as a blob input rather than in its task.
+INLINE_ARGS_MAX = 200 * 1024
+
+#: While apps come in a stream (a batch was sent less than BATCH_STREAM seconds before), the
+#: executor's thread waits BATCH_LINGER seconds before sending the next, so that a batch
+#: carries more than the one or two apps queued when it woke.
+BATCH_LINGER = float(os.environ.get("DIFFUSE_PARSL_LINGER", "0.002"))
+BATCH_STREAM = 0.01
+
+#: Function objects whose serialized form the executor keeps (most recently used).
+FUNCTION_CACHE = 256
+
+#: The ``isolation`` of a warm call (docs/warm.md).
+ISOLATIONS = ("reuse", "fork")
 
 #: The code of the wrapper ``wrap_error`` puts around every app's function.
 _WRAPPER_CODE = getattr(wrap_error(lambda: None), "__code__", None)
@@ -197,10 +234,11 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         url: the dispatcher (default ``$DIFFUSE_DISPATCHER``, else ``http://127.0.0.1:8700``).
         token_file: a file holding the client token (default ``$DIFFUSE_CLIENT_TOKEN``; the
             token itself is not a parameter, so that it never appears in Parsl's logged config).
-        staging_dir: where the arguments and results of this run's apps are written; must be
-            readable and writable by the workers (shared storage). Default
-            ``<run_dir>/<label>/staging``.
-        python: the interpreter the workers run the runner with; it needs this package, parsl
+        staging_dir: where the arguments and results of this run's apps are written
+            (``warm=False``); must be readable and writable by the workers (shared storage).
+            Default ``<run_dir>/<label>/staging``.
+        python: the interpreter of the workers' warm processes (and of the runner under
+            ``warm=False``); it needs this package, parsl
             and the same Python version as the client. Default: this one (``sys.executable``).
         job: the diffuse job of the apps (default ``parsl-<label>-<run id>``); ``shutdown``
             cancels what is left of it.
@@ -236,6 +274,21 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             ``stdout=`` mean what they mean where the workflow script runs (it must be on a
             file system the workers share). ``"scratch"``: each task's own scratch directory,
             removed when it ends. Or an absolute path.
+        warm: run apps as calls in the workers' warm Python processes (default; docs/warm.md,
+            :mod:`diffuse_client.parsl_calls`): the interpreter, Parsl and the app's function
+            are loaded once per process, not once per app. ``False``: each app is a process
+            of its own, ``python -m diffuse_client.parsl_runner`` (a new interpreter that
+            imports Parsl: about 0.9 s of CPU per app).
+        isolation: how python apps share a warm process. ``"reuse"`` (default): one after
+            another in the same processes, as HTEX's workers run them: what an app leaves in
+            the process (module globals, caches, imported modules, the function's own state)
+            is seen by later apps. ``"fork"``: each app in a child forked from the warm
+            process (nothing an app does reaches another; a few ms more per app).
+        bash_isolation: the same for bash apps (default ``"reuse"``: their command runs in a
+            process of its own anyway; what stays is the command-building function's state).
+        preload: more modules the warm processes import before the first app (``parsl`` and
+            the entry are always imported).
+        inline_args_max: an app's serialized arguments larger than this go as a blob input.
     """
 
     def __init__(
@@ -257,8 +310,23 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         reuse: bool = True,
         reuse_dir: Optional[str] = None,
         app_cwd: str = "client",
+        warm: bool = True,
+        isolation: str = "reuse",
+        bash_isolation: str = "reuse",
+        preload: Sequence[str] = (),
+        inline_args_max: int = INLINE_ARGS_MAX,
     ) -> None:
         super().__init__()
+        for name, value in (("isolation", isolation), ("bash_isolation", bash_isolation)):
+            if value not in ISOLATIONS:
+                raise ValueError(f"DiffuseParslExecutor: {name}={value!r}: use 'reuse' or 'fork'")
+        if isinstance(preload, str):
+            raise TypeError("DiffuseParslExecutor: preload is a list of module names")
+        self.warm = warm
+        self.isolation = isolation
+        self.bash_isolation = bash_isolation
+        self.preload = list(preload)
+        self.inline_args_max = inline_args_max
         if input_paths not in INPUT_PATHS:
             raise ValueError(f"DiffuseParslExecutor: input_paths={input_paths!r}: use one of "
                              f"{', '.join(map(repr, INPUT_PATHS))}")
@@ -288,8 +356,15 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             remote_monitoring_radio if remote_monitoring_radio is not None else FilesystemRadio()
         )
         self.shutdown_timeout = shutdown_timeout
-        self._executor: Optional[DiffuseExecutor] = None
+        self._executor: Optional[_AppExecutor] = None
         self._client: Optional[Client] = None
+        #: The task fields every app's task has (job, task_defaults), fixed at start().
+        self._fields: Dict[str, Any] = {}
+        #: ``call`` of a python app's task and of a bash app's, but for ``args``.
+        self._calls: Dict[bool, Dict[str, Any]] = {}
+        self._pool_uri = ""
+        #: Serialized functions by function object: (the object, its blob URI, its bytes).
+        self._fn_blobs: Dict[int, Tuple[Any, str, str, bytes]] = {}
         self._counter = itertools.count()
         self._lock = threading.Lock()
         self._written: Set[str] = set()
@@ -323,7 +398,9 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         self._calls_dir = os.path.join(self.reuse_dir, "calls")
         self._raised_dir = os.path.join(self.reuse_dir, "raised")
         self._tasks_dir = os.path.join(self.staging_dir, "tasks", f"{run}-{uuid.uuid4().hex[:6]}")
-        for d in (self._functions_dir, self._calls_dir, self._raised_dir, self._tasks_dir):
+        made = ([self._raised_dir] if self.warm else
+                [self._functions_dir, self._calls_dir, self._raised_dir, self._tasks_dir])
+        for d in made:
             os.makedirs(d, exist_ok=True)
         os.makedirs(self.working_dir, exist_ok=True)
         if self.app_cwd == "client":
@@ -337,7 +414,24 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             raise ExecutorError(self, f"cannot use the dispatcher at {self._client.url}: {e}") from e
         if st.workers == 0:
             logger.warning("diffuse dispatcher %s has no worker connected (yet)", self._client.url)
-        self._executor = DiffuseExecutor(
+        if self.warm:
+            try:
+                self._pool_uri = self._client.put_blob(POOL)
+            except DiffuseError as e:
+                raise ExecutorError(self, f"cannot use the dispatcher at {self._client.url}: {e}") from e
+            fields = Task.from_dict({"id": "x", "call": {}, **(self.task_defaults or {}),
+                                     "job": self.job}).to_dict()
+            fields.pop("id")
+            fields.pop("call")
+            if self._cwd is not None:
+                fields.setdefault("cwd", self._cwd)
+            self._fields = fields
+            base = {"fn": 0, "entry": ENTRY, "python": self.python,
+                    "preload": list(dict.fromkeys([*PRELOAD, *self.preload]))}
+            self._calls = {False: {**base, "isolation": self.isolation},
+                           True: {**base, "isolation": self.bash_isolation}}
+        self._executor = _AppExecutor(
+            self,
             self._client,
             job=self.job,
             # Parsl's memory is a request: no limit unless task_defaults gives one
@@ -384,40 +478,124 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         """
         if self._executor is None:
             raise ExecutorError(self, "submit() before start()")
-        fields, ignored = resources_to_fields(resource_specification)
-        if self._cwd is not None:
-            fields["cwd"] = self._cwd
+        if resource_specification:
+            fields, ignored = resources_to_fields(resource_specification)
+        else:
+            fields, ignored = {}, []
         defaults = self.task_defaults or {}
         if ("memory" in fields or "memory" in defaults) and "memory_limit" not in defaults:
             # Parsl's memory is a request: no limit unless task_defaults gives one. Sent only
             # with a memory, so that a dispatcher without memory_limit takes the other tasks.
             fields["memory_limit"] = "none"
-        with self._lock:
-            new = [k for k in ignored if k not in self._warned]
-            self._warned.update(new)
-        for k in new:
-            logger.warning("DiffuseParslExecutor %s: resource_specification key %r ignored "
-                           "(known: %s)", self.label, k, ", ".join(RESOURCE_KEYS))
+        if ignored:
+            with self._lock:
+                new = [k for k in ignored if k not in self._warned]
+                self._warned.update(new)
+            for k in new:
+                logger.warning("DiffuseParslExecutor %s: resource_specification key %r ignored "
+                               "(known: %s)", self.label, k, ", ".join(RESOURCE_KEYS))
 
-        fn_path, fn_size = self._stage_function(func)
         plan = plan_files(args, kwargs, stage=self.input_paths != "original",
                           produced=self._produced if self.input_paths == "auto" else None)
-        if self.input_paths == "auto":
+        if self.input_paths == "auto" and plan.outputs:
             with self._lock:
                 self._produced.update(path for _, path in plan.outputs)
-        app = self._reusable_app(func, plan)
+        user = bash_app_function(func)
+        app = self._reusable_app(user, plan)
+        if self.warm:
+            return self._submit_call(func, user is not None, plan, app, args, kwargs, fields)
+        if self._cwd is not None:
+            fields["cwd"] = self._cwd
+        fn_path, fn_size = self._stage_function(func)
         if app is not None:
             return self._submit_reusable(fn_path, fn_size, plan, app, args, kwargs, fields)
         return self._submit_once(fn_path, fn_size, plan, args, kwargs, fields)
 
-    def _reusable_app(self, func: Callable[..., Any], plan: "FilePlan") -> Optional[str]:
-        """The code digest of a reusable bash app's function; ``None`` for any other call."""
-        if not self.reuse or self.input_paths == "original" or not plan.reusable():
+    def _reusable_app(self, user: Optional[Callable[..., Any]], plan: "FilePlan") -> Optional[str]:
+        """The code digest of a reusable bash app's function (``user``: the function of a bash
+        app, see :func:`bash_app_function`); ``None`` for any other call."""
+        if user is None or not self.reuse or self.input_paths == "original" or not plan.reusable():
             return None
         if (self.task_defaults or {}).get("reuse") is False:
             return None
-        user = bash_app_function(func)
-        return code_digest(user) if user is not None else None
+        return code_digest(user)
+
+    def _submit_call(self, func: Callable[..., Any], bash: bool, plan: "FilePlan",
+                     app: Optional[str], args: Sequence[Any], kwargs: Dict[str, Any],
+                     fields: Dict[str, Any]) -> "Future[Any]":
+        """The app as a call in a warm process (:mod:`diffuse_client.parsl_calls`).
+
+        Inputs: :data:`~diffuse_client.parsl_calls.POOL` (the call's ``fn``), the app's
+        function (a blob, put once), the staged ``File`` inputs, and the arguments as a blob
+        when they are over ``inline_args_max``. A reusable bash app (``app``: its code digest)
+        is sent with ``reuse: true``, its ``outputs=`` as the task's outputs, and everything
+        that makes its identity the same in every run (the function's and the arguments'
+        bytes, the app's code, the versions of Parsl and of this package)."""
+        assert self._executor is not None
+        fn_uri, fn_sha, fn_data = self._function_blob(func)
+        inputs = [self._pool_uri, fn_uri, *plan.uris]
+        blobs = [(fn_uri, fn_data)]
+        p: Optional[Dict[str, Any]] = None
+        if app is not None:
+            p = {**plan.payload(), "app": app, "versions": [parsl.__version__, __version__],
+                 "raised": self._raised_dir, "deliver": True}
+        elif plan.uris or plan.outputs or plan.paths or plan.std:
+            p = plan.payload()
+        if p is not None and p["inputs"]:
+            p["inputs"] = {k: i + 2 for k, i in p["inputs"].items()}  # after POOL and fn
+        data = dumps((1, fn_sha, args, kwargs, p))
+        call = dict(self._calls[bash])
+        staged = len(POOL) + len(fn_data)
+        if len(data) > self.inline_args_max:
+            args_uri = "blob://" + hashlib.sha256(data).hexdigest()
+            inputs.append(args_uri)
+            blobs.append((args_uri, data))
+            call["args_input"] = len(inputs) - 1
+            staged += len(data)
+        else:
+            call["args"] = base64.b64encode(data).decode("ascii")
+        task_id = self._executor._new_id()
+        if fields:
+            # resource fields: in the form the dispatcher reads (as DiffuseExecutor sends them)
+            task = Task.from_dict({**self._fields, **fields, "id": task_id,
+                                   "call": call}).to_dict()
+        else:
+            task = {"id": task_id, **self._fields, "call": call}
+        task["inputs"] = inputs
+        raised_path = None
+        if app is not None:
+            task["outputs"] = [_uri(dest) for _, dest in plan.outputs]
+            task["reuse"] = True
+            if "retries" not in (self.task_defaults or {}):
+                task["retries"] = 0  # the app's failure is Parsl's to retry, as for other apps
+            raised_path = os.path.join(self._raised_dir, raised_name(task_id))
+        else:
+            task["reuse"] = False
+        with self._lock:
+            self.staged_bytes += staged
+        inner = TaskFuture(task_id)
+        outer = self._follow(inner, raised_path=raised_path, call=True)
+        self._executor.enqueue_call(inner, task, blobs)
+        return outer
+
+    def _function_blob(self, func: Callable[..., Any]) -> Tuple[str, str, bytes]:
+        """``parsl.serialize(func)``: its blob URI, SHA-256 and bytes (serialized once per
+        function object while it is among the last FUNCTION_CACHE serialized; the same bytes
+        make the same blob)."""
+        key = id(func)
+        with self._lock:
+            hit = self._fn_blobs.get(key)
+            if hit is not None and hit[0] is func:
+                return hit[1], hit[2], hit[3]
+        data = serialize(func, buffer_threshold=1 << 30)
+        sha = hashlib.sha256(data).hexdigest()
+        uri = f"blob://{sha}"
+        with self._lock:
+            # the object is kept: its id is not reused while it is here
+            self._fn_blobs[key] = (func, uri, sha, data)
+            while len(self._fn_blobs) > FUNCTION_CACHE:
+                del self._fn_blobs[next(iter(self._fn_blobs))]
+        return uri, sha, data
 
     def _submit_once(self, fn_path: str, fn_size: int, plan: "FilePlan", args: Sequence[Any],
                      kwargs: Dict[str, Any], fields: Dict[str, Any]) -> "Future[Any]":
@@ -475,15 +653,16 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
                                                             raised_name(inner.task_id)))
 
     def _follow(self, inner: TaskFuture, task_dir: Optional[str] = None,
-                result_path: Optional[str] = None,
-                raised_path: Optional[str] = None) -> "Future[Any]":
-        """The Parsl future of a submitted task, completed from ``inner`` when it ends."""
+                result_path: Optional[str] = None, raised_path: Optional[str] = None,
+                call: bool = False) -> "Future[Any]":
+        """The Parsl future of a submitted task, completed from ``inner`` when it ends
+        (``call``: ``inner``'s result is the app's value)."""
         outer: "Future[Any]" = Future()
         outer.parsl_executor_task_id = inner.task_id  # type: ignore[attr-defined]
         with self._lock:
             self._futures[inner.task_id] = outer
         inner.add_done_callback(
-            lambda f: self._complete(f, outer, task_dir, result_path, raised_path))
+            lambda f: self._complete(f, outer, task_dir, result_path, raised_path, call))
         return outer
 
     def _stage_function(self, func: Callable[..., Any]) -> Tuple[str, int]:
@@ -518,7 +697,8 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         return path
 
     def _complete(self, inner: "Future[Any]", outer: "Future[Any]", task_dir: Optional[str],
-                  result_path: Optional[str], raised_path: Optional[str]) -> None:
+                  result_path: Optional[str], raised_path: Optional[str],
+                  call: bool = False) -> None:
         tid = inner.task_id if isinstance(inner, TaskFuture) else "?"
         with self._lock:
             if self._futures.pop(tid, None) is None:
@@ -530,11 +710,15 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             exc = inner.exception()
             if exc is not None:
                 if (raised_path is not None and isinstance(exc, TaskFailed)
-                        and exc.exit_code == EXIT_NOT_KEPT and os.path.exists(raised_path)):
+                        and (call or exc.exit_code == EXIT_NOT_KEPT)
+                        and os.path.exists(raised_path)):
                     self._deliver(outer, tid, raised_path, "ended")
                     return
                 res = exc.result if isinstance(exc, TaskFailed) else None
                 _fail(outer, DiffuseTaskFailure(self, str(exc), tid, res))
+                return
+            if call:
+                _set(outer, inner.result())
                 return
             if result_path is None:
                 _set(outer, 0)  # a reusable bash app that succeeded: remote_side_bash_executor's 0
@@ -550,7 +734,7 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
         """Completes ``outer`` with the value serialized in ``path``."""
         try:
             with open(path, "rb") as f:
-                value = deserialize(f.read())
+                value = loads(f.read())
         except Exception as e:
             _fail(outer, DiffuseTaskFailure(
                 self, f"task {tid} {how} but left no readable result ({path}: {e})", tid))
@@ -563,8 +747,107 @@ class DiffuseParslExecutor(ParslExecutor, RepresentationMixin):
             return len(self._futures)
 
     def monitor_resources(self) -> bool:
-        """Resource monitoring works (apps run as processes of their own)."""
+        """Resource monitoring works (each app's monitor runs beside it on the worker, as
+        under HTEX; a warm call's leftover processes are stopped when it returns)."""
         return True
+
+
+class _AppExecutor(DiffuseExecutor):
+    """The :class:`DiffuseExecutor` of a :class:`DiffuseParslExecutor`: process tasks as
+    DiffuseExecutor sends them, and calls whose blobs (the app's function, large arguments)
+    are put at the dispatcher by the submitter thread before their batch is sent, so that
+    ``submit`` never waits for the dispatcher; a call's future gets the app's value,
+    deserialized on the thread that heard of its end (a result over 1 MiB is fetched by the
+    executor's pool)."""
+
+    def __init__(self, owner: DiffuseParslExecutor, client: Client, **kw: Any) -> None:
+        self._owner = owner
+        self._blob_lock = threading.Lock()
+        #: blobs put at the dispatcher (by URI), and those tasks wait for (by task id)
+        self._sent_blobs: Set[str] = set()
+        self._blobs_for: Dict[str, List[Tuple[str, bytes]]] = {}
+        super().__init__(client, **kw)
+
+    def enqueue_call(self, fut: TaskFuture, task: Dict[str, Any],
+                     blobs: Sequence[Tuple[str, bytes]]) -> None:
+        """Queues a call's task (a dict of task fields); ``blobs`` are the ``(uri, bytes)`` of
+        its inputs to put at the dispatcher first (those not put yet)."""
+        with self._blob_lock:
+            missing = [b for b in blobs if b[0] not in self._sent_blobs]
+            if missing:
+                self._blobs_for[fut.task_id] = missing
+        self._enqueue(fut, task)
+
+    def _prepare_batch(self, batch: List[_Pending]) -> None:
+        if (BATCH_LINGER > 0 and len(batch) < self.batch_size
+                and time.monotonic() - self._last_sent < BATCH_STREAM):
+            # apps are coming one by one (the DFK submits them from one thread) in a stream:
+            # a moment's wait sends many in one request rather than one or two per request
+            time.sleep(BATCH_LINGER)
+            with self._lock:
+                more = self._take_batch_locked()
+                room = self.batch_size - len(batch)
+                if len(more) > room:
+                    self._queue[:0] = more[room:]
+                    more = more[:room]
+            batch.extend(more)
+        with self._blob_lock:
+            waiting = bool(self._blobs_for)
+        if waiting:
+            kept = []
+            for p in batch:
+                if self._put_blobs(p):
+                    kept.append(p)
+            batch[:] = kept
+        if any("cmd" in p.task for p in batch):  # programs hashed for process tasks only
+            super()._prepare_batch(batch)
+
+    def _put_blobs(self, p: _Pending) -> bool:
+        """Puts the blobs ``p``'s task waits for; False (its future failed) if one cannot be."""
+        with self._blob_lock:
+            blobs = self._blobs_for.pop(p.task_id, None)
+        for uri, data in blobs or ():
+            with self._blob_lock:
+                if uri in self._sent_blobs:
+                    continue
+            try:
+                self.client.put_blob(data)
+            except DiffuseError as e:
+                _fail(p.future, DiffuseError(f"cannot put the app's {uri} at the dispatcher: {e}"))
+                return False
+            with self._blob_lock:
+                self._sent_blobs.add(uri)
+        return True
+
+    def _resolve(self, pending: _Pending, info: TaskInfo) -> None:
+        if "call" not in pending.task:
+            super()._resolve(pending, info)
+            return
+        fut = pending.future
+        if info.state == "cancelled":
+            fut.cancel()
+            return
+        if info.state == "failed":
+            _fail(fut, TaskFailed(TaskResult.from_info(info)))
+            return
+        report = info.outcome.report if info.outcome is not None else {}
+        if isinstance(report.get("value"), str):
+            self._decode(fut, info, report)
+        elif report.get("value_blob"):
+            self._background(self._decode, fut, info, report)
+        else:
+            _fail(fut, DiffuseError(f"call {info.id!r} succeeded without a result"))
+
+    def _decode(self, fut: "Future[Any]", info: TaskInfo, report: Dict[str, Any]) -> None:
+        try:
+            data = call_value(self.client, report)
+            if data is None:
+                raise DiffuseError("no result in its report")
+            value = loads(data)
+        except Exception as e:
+            _fail(fut, DiffuseError(f"task {info.id} succeeded but its result cannot be read: {e}"))
+            return
+        _set(fut, value)
 
 
 class FilePlan:

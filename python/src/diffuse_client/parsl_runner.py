@@ -1,4 +1,6 @@
-"""Runs one Parsl app on a diffuse worker (the task that ``DiffuseParslExecutor`` submits).
+"""Runs one Parsl app on a diffuse worker, as a process of its own (the task that
+``DiffuseParslExecutor(warm=False)`` submits; by default apps are calls in warm processes,
+:mod:`diffuse_client.parsl_calls`, which uses the helpers here).
 
 Usage::
 
