@@ -22,6 +22,7 @@ Exit status: pytest's.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -99,8 +100,14 @@ def main() -> int:
         tests = Path(parsl.__file__).parent / "tests"
         work = root / "work"  # Parsl's tests write pytest-parsl/ and runinfo/ in the cwd
         work.mkdir()
+        select = "not cleannet"
+        if os.geteuid() == 0:
+            # They check that a bash app cannot open /bad/dir/... for its output, which root
+            # can (and they leave /bad behind): they fail for every executor run as root.
+            select += " and not test_bad_stdout_file and not test_bad_stderr_file"
+            print("as root: the 2 tests of unwritable stdout/stderr paths are left out", flush=True)
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tests),
-               "-k", "not cleannet", "--config", str(cfg), *opts.pytest_args]
+               "-k", select, "--config", str(cfg), *opts.pytest_args]
         print("+", " ".join(cmd), flush=True)
         t0 = time.monotonic()
         code = subprocess.call(cmd, cwd=work)
