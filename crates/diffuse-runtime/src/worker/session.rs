@@ -151,13 +151,7 @@ async fn session(
                     draining = true;
                 }
             }
-            Some(m) = outbox.rx.recv() => {
-                let started = matches!(m, ToDispatcher::Started { .. }).then(|| m.clone());
-                deliver(&mut sink, m, &mut outbox.unsent).await?;
-                if let Some(m) = started {
-                    ctx.written(&m);
-                }
-            }
+            Some(m) = outbox.rx.recv() => deliver_queued(ctx, &mut sink, m, outbox).await?,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             _ = beat.tick() => {
                 sink.send(Message::Text(serde_json::to_string(&ToDispatcher::Heartbeat)?.into())).await?;
@@ -303,6 +297,55 @@ impl Outbox {
         }
         Ok(())
     }
+}
+
+/// Most messages written together in one go.
+const WRITE_AT_ONCE: usize = 64;
+
+/// Send `first` and whatever else is queued behind it (up to [`WRITE_AT_ONCE`]) in one write:
+/// the connection sends each write at once (no Nagle), so messages queued together leave
+/// together. Then the attempts whose `Started` went out may run ([`Ctx::written`]).
+async fn deliver_queued(
+    ctx: &Ctx,
+    sink: &mut Sink,
+    first: ToDispatcher,
+    outbox: &mut Outbox,
+) -> Result<(), Lost> {
+    let mut batch = vec![first];
+    while batch.len() < WRITE_AT_ONCE {
+        match outbox.rx.try_recv() {
+            Ok(m) => batch.push(m),
+            Err(_) => break,
+        }
+    }
+    let mut fed = Vec::with_capacity(batch.len());
+    let mut failed: Option<Lost> = None;
+    for m in batch {
+        if failed.is_none() {
+            let text = serde_json::to_string(&m)?;
+            if let Err(e) = sink.feed(Message::Text(text.into())).await {
+                failed = Some(e.into());
+            }
+        }
+        fed.push(m);
+    }
+    if failed.is_none() {
+        if let Err(e) = sink.flush().await {
+            failed = Some(e.into());
+        }
+    }
+    if let Some(e) = failed {
+        // Nothing is known to have gone out: keep every report to send again.
+        outbox.unsent.extend(
+            fed.into_iter()
+                .filter(|m| matches!(m, ToDispatcher::Finished(_))),
+        );
+        return Err(e);
+    }
+    for m in &fed {
+        ctx.written(m);
+    }
+    Ok(())
 }
 
 /// Send one message; a task report that could not be sent is kept in `unsent`.
