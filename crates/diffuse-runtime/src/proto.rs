@@ -10,8 +10,33 @@
 //! The welcome tells the worker that timeout, and the worker gives up a connection whose data
 //! stays unacknowledged as long (a network cut that neither side hears).
 
+//!
+//! Both ends say which version of this protocol they speak (`protocol` in `Hello` and
+//! `Welcome`); a dispatcher refuses a worker of another version with a close frame that says
+//! so, and a worker refuses a dispatcher of another version, rather than either misreading
+//! messages of a shape it does not know.
+
 use crate::spec::{Cmd, TaskDef, TaskMore};
 use serde::{Deserialize, Serialize};
+
+/// The version of this protocol. 1 is every build before versions were sent (a `Hello` or
+/// `Welcome` without `protocol`); 2 added `Started`, `Withdraw` and held assignments, and the
+/// version itself. Raise it when a message changes in a way the other end cannot read.
+pub const PROTOCOL: u32 = 2;
+
+/// The version of a peer that sends none.
+fn unversioned() -> u32 {
+    1
+}
+
+/// Why a dispatcher refuses a worker that speaks protocol `theirs`: the close frame's reason
+/// (at most 123 bytes, as WebSocket allows).
+pub fn protocol_refusal(theirs: u32) -> String {
+    format!(
+        "worker protocol {theirs} refused: this dispatcher speaks {PROTOCOL} (diffuse {}); run one version",
+        env!("CARGO_PKG_VERSION")
+    )
+}
 
 /// Bytes each end of a worker's session buffers each way (the WebSocket library's default is
 /// 128 KiB each way per connection, which a pool of thousands pays many times over). Messages
@@ -42,6 +67,9 @@ pub struct Held {
 pub enum ToDispatcher {
     /// First message: who the worker is and what it already caches.
     Hello {
+        /// The protocol version it speaks ([`PROTOCOL`]; 1 when absent).
+        #[serde(default = "unversioned")]
+        protocol: u32,
         /// Worker name (host name or given).
         name: String,
         /// Task slots: its cores.
@@ -353,6 +381,9 @@ fn yes() -> bool {
 pub enum ToWorker {
     /// Accepted: the worker's node id and heartbeat interval.
     Welcome {
+        /// The protocol version it speaks ([`PROTOCOL`]; 1 when absent).
+        #[serde(default = "unversioned")]
+        protocol: u32,
         /// Node id in the dispatcher.
         node: u32,
         /// Send a heartbeat this often.

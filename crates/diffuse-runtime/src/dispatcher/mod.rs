@@ -853,6 +853,22 @@ async fn connect(
         .on_upgrade(move |socket| session(socket, h)))
 }
 
+/// End a worker's session before it began, with a close frame whose reason says why (a
+/// policy violation, 1008): the worker shows it and does not connect again.
+async fn refuse(mut sink: futures_util::stream::SplitSink<WebSocket, Message>, why: String) {
+    use axum::extract::ws::CloseFrame;
+    let mut reason = why;
+    // WebSocket allows 123 bytes of reason.
+    while reason.len() > 123 {
+        reason.pop();
+    }
+    let frame = CloseFrame {
+        code: axum::extract::ws::close_code::POLICY,
+        reason: reason.into(),
+    };
+    let _ = sink.send(Message::Close(Some(frame))).await;
+}
+
 /// One worker's WebSocket: hello first, then messages both ways until either side closes.
 async fn session(socket: WebSocket, h: Handle) {
     let conn = h.conns.fetch_add(1, Ordering::Relaxed);
@@ -860,10 +876,20 @@ async fn session(socket: WebSocket, h: Handle) {
     let hello = match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
         Ok(Some(Ok(Message::Text(t)))) => match serde_json::from_str::<ToDispatcher>(&t) {
             Ok(m @ ToDispatcher::Hello { .. }) => m,
-            _ => return,
+            Ok(other) => return refuse(sink, format!("expected a hello, got {other:?}")).await,
+            Err(e) => {
+                return refuse(sink, format!("a hello this dispatcher cannot read: {e}")).await
+            }
         },
         _ => return,
     };
+    if let ToDispatcher::Hello { protocol, name, .. } = &hello {
+        if *protocol != crate::proto::PROTOCOL {
+            let why = crate::proto::protocol_refusal(*protocol);
+            tracing::warn!(worker = %name, "{why}");
+            return refuse(sink, why).await;
+        }
+    }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ToWorker>();
     if h.tx
         .send(SchedulerMsg::WorkerUp {

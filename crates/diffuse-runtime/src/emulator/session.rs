@@ -359,6 +359,7 @@ async fn connect(cfg: &EmulatorConfig, name: &str) -> Result<(Ws, Duration), Str
         }
     };
     let hello = ToDispatcher::Hello {
+        protocol: crate::proto::PROTOCOL,
         name: name.to_string(),
         slots: cfg.slots,
         memory: None,

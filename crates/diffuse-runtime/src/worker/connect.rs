@@ -10,6 +10,7 @@ use futures_util::{SinkExt, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 
 /// The connection to the dispatcher.
@@ -115,6 +116,7 @@ pub(super) async fn connect(
             .collect()
     };
     let hello = ToDispatcher::Hello {
+        protocol: crate::proto::PROTOCOL,
         name: cfg.name.clone(),
         slots: cfg.slots,
         memory: cfg.memory,
@@ -138,6 +140,15 @@ pub(super) async fn connect(
         .map_err(|e| lost(e.to_string()))?;
     let heartbeat = match ws.next().await {
         Some(Ok(Message::Text(t))) => match serde_json::from_str::<ToWorker>(&t) {
+            Ok(ToWorker::Welcome { protocol, .. }) if protocol != crate::proto::PROTOCOL => {
+                return Err(refused(format!(
+                    "the dispatcher at {} speaks protocol {protocol}, this worker {} (diffuse {}): \
+                     run the same version of diffuse on the dispatcher and its workers",
+                    cfg.dispatcher,
+                    crate::proto::PROTOCOL,
+                    env!("CARGO_PKG_VERSION")
+                )))
+            }
             Ok(ToWorker::Welcome {
                 heartbeat_ms,
                 heartbeat_timeout_ms,
@@ -154,6 +165,13 @@ pub(super) async fn connect(
                 )))
             }
         },
+        // The dispatcher refused this worker and said why (another protocol version).
+        Some(Ok(Message::Close(Some(frame)))) if frame.code == CloseCode::Policy => {
+            return Err(refused(format!(
+                "the dispatcher at {} refused this worker: {}",
+                cfg.dispatcher, frame.reason
+            )))
+        }
         other => {
             return Err(lost(format!(
                 "the dispatcher closed the connection: {other:?}"

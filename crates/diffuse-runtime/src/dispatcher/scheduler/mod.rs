@@ -569,6 +569,7 @@ impl Scheduler {
         sh.comm.send(
             node,
             ToWorker::Welcome {
+                protocol: crate::proto::PROTOCOL,
                 node: node.0,
                 heartbeat_ms: self.cfg.heartbeat.as_millis() as u64,
                 heartbeat_timeout_ms: Some(self.cfg.heartbeat_timeout.as_millis() as u64),

@@ -110,6 +110,7 @@ impl Env {
         let conn = self.next_conn;
         self.next_conn += 1;
         let hello = ToDispatcher::Hello {
+            protocol: crate::proto::PROTOCOL,
             name: name.into(),
             slots,
             memory: None,
