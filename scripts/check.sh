@@ -13,4 +13,4 @@ cargo fmt --all -- --check
 echo "== cargo clippy =="
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test =="
-cargo test --workspace --locked
+cargo test --workspace --locked --no-fail-fast

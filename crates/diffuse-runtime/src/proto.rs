@@ -465,6 +465,13 @@ pub struct Traffic {
     pub bytes_storage: u64,
 }
 
+impl Traffic {
+    /// Nothing read.
+    pub fn is_zero(&self) -> bool {
+        *self == Traffic::default()
+    }
+}
+
 /// What a worker's warm Python processes hold (docs/warm.md).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WarmUse {
@@ -488,15 +495,23 @@ pub struct KeptOutput {
 }
 
 /// How an attempt ended.
+///
+/// It travels and is journaled compact: a field at its default (none, empty, zero, false) is
+/// left out, and read back as that default. [`full_report_json`] writes the fields every
+/// report had before (`exit_code`, `error`, `stdout`, `stderr`, `outputs`, `uncached`,
+/// `traffic`) back in, for the API's readers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TaskReport {
     /// Task id.
     pub task: String,
     /// Attempt number from the assignment.
     pub attempt: u32,
     /// Process exit code (None: not run, or killed by a signal).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// Why it failed before or instead of running (`not found: <uri>`, exec error).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Unix time when staging began.
     pub started_at: f64,
@@ -505,8 +520,10 @@ pub struct TaskReport {
     /// Unix time when it ended.
     pub finished_at: f64,
     /// Path of the captured standard output on the worker; None if it printed nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
     /// Path of the captured standard error on the worker; None if it printed nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
     /// The last 4 KiB of a failed attempt's stderr.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -524,8 +541,10 @@ pub struct TaskReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<String>,
     /// Where each output was written.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<String>,
     /// Inputs read without caching because they are larger than the cache quota.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub uncached: Vec<String>,
     /// Its `tmp://` outputs, kept in this worker's cache (only when it succeeded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -565,7 +584,47 @@ pub struct TaskReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint_held: Option<bool>,
     /// Traffic by source.
+    #[serde(skip_serializing_if = "Traffic::is_zero")]
     pub traffic: Traffic,
+}
+
+impl Default for TaskReport {
+    fn default() -> TaskReport {
+        TaskReport::empty()
+    }
+}
+
+/// A report as its JSON reader expects it, from its compact form ([`TaskReport`]): the fields
+/// every report carried before reports were compact, each at its default where absent
+/// (`exit_code`, `error`, `stdout` and `stderr` null, `outputs` and `uncached` empty, `traffic`
+/// all zero). Anything that is not a report (`{}` for a task that never ran) is returned as is.
+pub fn full_report_json(stored: &str) -> String {
+    let Ok(serde_json::Value::Object(mut m)) = serde_json::from_str(stored) else {
+        return stored.to_string();
+    };
+    if !(m.contains_key("task") && m.contains_key("attempt")) {
+        return stored.to_string();
+    }
+    for key in ["exit_code", "error", "stdout", "stderr"] {
+        m.entry(key).or_insert(serde_json::Value::Null);
+    }
+    for key in ["outputs", "uncached"] {
+        m.entry(key).or_insert_with(|| serde_json::json!([]));
+    }
+    let traffic = m.entry("traffic").or_insert_with(|| serde_json::json!({}));
+    if let serde_json::Value::Object(t) = traffic {
+        for key in [
+            "local",
+            "peer",
+            "storage",
+            "bytes_local",
+            "bytes_peer",
+            "bytes_storage",
+        ] {
+            t.entry(key).or_insert_with(|| serde_json::json!(0));
+        }
+    }
+    serde_json::Value::Object(m).to_string()
 }
 
 impl TaskReport {

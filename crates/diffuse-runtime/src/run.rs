@@ -924,9 +924,12 @@ fn write_results(journal: &Path, out: &Path) -> Result<Vec<Failure>, RunError> {
     let mut failures = Vec::new();
     for t in j.load()? {
         let o = t.outcome;
-        let report = o
-            .as_ref()
-            .and_then(|o| serde_json::from_str::<serde_json::Value>(&o.result_json).ok());
+        let report = o.as_ref().and_then(|o| {
+            serde_json::from_str::<serde_json::Value>(&crate::proto::full_report_json(
+                &o.result_json,
+            ))
+            .ok()
+        });
         let field = |k: &str| report.as_ref().map(|r| r[k].clone()).unwrap_or_default();
         let failed = o
             .as_ref()

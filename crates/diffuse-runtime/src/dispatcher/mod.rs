@@ -514,7 +514,9 @@ async fn task(
                     .map(|(attempt, node, report)| scheduler::AttemptView {
                         attempt,
                         node,
-                        report: report.and_then(|r| serde_json::from_str(&r).ok()),
+                        report: report.and_then(|r| {
+                            serde_json::from_str(&crate::proto::full_report_json(&r)).ok()
+                        }),
                     })
                     .collect(),
             );

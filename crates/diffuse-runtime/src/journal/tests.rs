@@ -304,10 +304,10 @@ fn version_or_magic_mismatch_is_version_error() {
             "someone-else",
         ),
         (
-            "v4.db",
+            "v5.db",
             "CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL);
-             INSERT INTO meta VALUES ('magic', 'diffuse-journal'), ('schema_version', 4);",
-            "schema version 4",
+             INSERT INTO meta VALUES ('magic', 'diffuse-journal'), ('schema_version', 5);",
+            "schema version 5",
         ),
         (
             "no-version.db",
@@ -338,7 +338,7 @@ fn version_or_magic_mismatch_is_version_error() {
             } => {
                 assert_eq!(p, &path.display().to_string());
                 assert!(found.contains(needle), "{file}: found = {found}");
-                assert_eq!(expected, "magic \"diffuse-journal\", schema version 3");
+                assert_eq!(expected, "magic \"diffuse-journal\", schema version 4");
             }
             other => panic!("{file}: expected Version error, got {other:?}"),
         }
@@ -641,4 +641,147 @@ fn a_version_1_journal_is_upgraded_and_its_rows_load_unchecked() {
         )
         .unwrap();
     assert_eq!(v, SCHEMA_VERSION);
+}
+
+#[test]
+fn a_version_3_journal_keeps_its_sha_sums_checked_and_new_rows_get_a_crc() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v3.db");
+    let old = SubmittedTask {
+        id: "old".into(),
+        spec_json: r#"{"id":"old","cmd":"zq-old-spec"}"#.into(),
+        submitted_at: 1.5,
+    };
+    let mut done = outcome("old", OutcomeState::Succeeded);
+    done.result_json = r#"{"task":"old","attempt":1,"stdout":null,"outputs":[]}"#.into();
+    let sha = record_sum(&[
+        old.id.as_bytes(),
+        old.spec_json.as_bytes(),
+        &old.submitted_at.to_bits().to_le_bytes(),
+    ]);
+    make_db(
+        &path,
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL);
+         INSERT INTO meta VALUES ('magic', 'diffuse-journal'), ('schema_version', 3);
+         CREATE TABLE tasks (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+             spec_json TEXT NOT NULL, submitted_at REAL NOT NULL,
+             attempts INTEGER NOT NULL DEFAULT 0, sum INTEGER);
+         CREATE TABLE attempts (task_seq INTEGER NOT NULL REFERENCES tasks(seq),
+             attempt INTEGER NOT NULL, node TEXT NOT NULL, result_json TEXT,
+             PRIMARY KEY (task_seq, attempt)) WITHOUT ROWID;
+         CREATE TABLE outcomes (task_seq INTEGER PRIMARY KEY REFERENCES tasks(seq),
+             state TEXT NOT NULL, attempt INTEGER NOT NULL, node TEXT, exit_code INTEGER,
+             error TEXT, result_json TEXT NOT NULL, finished_at REAL NOT NULL, sum INTEGER);",
+    );
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute(
+            "INSERT INTO tasks (id, spec_json, submitted_at, sum) VALUES (?1, ?2, ?3, ?4)",
+            params![old.id, old.spec_json, old.submitted_at, sha],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT INTO outcomes (task_seq, state, attempt, node, exit_code, error, result_json,
+                 finished_at, sum) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                done.state.as_str(),
+                done.attempt,
+                done.node,
+                done.exit_code,
+                done.error,
+                done.result_json,
+                done.finished_at,
+                outcome_sum(&done)
+            ],
+        )
+        .unwrap();
+    }
+    let mut j = Journal::open(&path).unwrap();
+    j.submit(&tasks(&["new"])).unwrap();
+    let loaded = j.load().unwrap();
+    assert_eq!(loaded[0].task, old);
+    assert_eq!(loaded[0].outcome.as_ref(), Some(&done));
+    assert_eq!(loaded[1].task.id, "new");
+    assert_eq!(j.outcome("old").unwrap().as_ref(), Some(&done));
+    drop(j);
+    let c = Connection::open(&path).unwrap();
+    let sums: Vec<(Option<i64>, Option<i64>)> = c
+        .prepare("SELECT sum, crc FROM tasks ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(sums[0].0.is_some() && sums[0].1.is_none(), "{sums:?}");
+    assert!(sums[1].0.is_none() && sums[1].1.is_some(), "{sums:?}");
+    // Damage to the old row is still caught, by its SHA-256 sum.
+    c.execute(
+        "UPDATE tasks SET spec_json = replace(spec_json, 'zq-old', 'zq-odd') WHERE id = 'old'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let j = Journal::open(&path).unwrap();
+    assert!(
+        matches!(j.load(), Err(JournalError::Corrupt(m)) if m.contains("(id \"old\")")),
+        "damage to a version-3 row is caught"
+    );
+}
+
+#[test]
+fn a_compact_report_reads_back_whole_through_the_api_form() {
+    let report = crate::proto::TaskReport {
+        task: "t".into(),
+        attempt: 2,
+        exit_code: Some(0),
+        started_at: 1.0,
+        staged_at: 1.5,
+        finished_at: 2.0,
+        ..crate::proto::TaskReport::empty()
+    };
+    let compact = serde_json::to_string(&report).unwrap();
+    assert!(
+        !compact.contains("stdout") && !compact.contains("traffic"),
+        "{compact}"
+    );
+    let back: crate::proto::TaskReport = serde_json::from_str(&compact).unwrap();
+    assert_eq!(back, report);
+    let mut o = outcome("t", OutcomeState::Succeeded);
+    o.result_json = compact;
+    let whole: serde_json::Value = serde_json::from_str(
+        serde_json::to_value(&o).unwrap()["result_json"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        whole,
+        serde_json::json!({"task": "t", "attempt": 2, "exit_code": 0, "error": null,
+            "started_at": 1.0, "staged_at": 1.5, "finished_at": 2.0, "stdout": null,
+            "stderr": null, "outputs": [], "uncached": [],
+            "traffic": {"local": 0, "peer": 0, "storage": 0, "bytes_local": 0,
+                "bytes_peer": 0, "bytes_storage": 0}})
+    );
+    // A task that never ran keeps `{}`.
+    o.result_json = "{}".into();
+    assert_eq!(serde_json::to_value(&o).unwrap()["result_json"], "{}");
+}
+
+#[test]
+fn an_outcomes_crc_is_the_crc_of_its_length_prefixed_fields() {
+    for (node, exit_code, error) in [
+        (Some("w1"), Some(0), None),
+        (None, None, Some("not found: file:///x")),
+        (Some(""), Some(-9), Some("")),
+    ] {
+        let mut o = outcome("t", OutcomeState::Failed);
+        o.node = node.map(String::from);
+        o.exit_code = exit_code;
+        o.error = error.map(String::from);
+        assert_eq!(
+            outcome_crc(&o),
+            with_outcome_fields(&o, record_crc),
+            "{o:?}"
+        );
+    }
 }
