@@ -138,13 +138,25 @@ pub(super) async fn connect(
     ws.send(Message::Text(text.into()))
         .await
         .map_err(|e| lost(e.to_string()))?;
-    let heartbeat = match ws.next().await {
+    let heartbeat = welcome(&mut ws, &cfg.dispatcher).await?;
+    tracing::info!(worker = %cfg.name, "connected to {}", cfg.dispatcher);
+    Ok((ws, heartbeat))
+}
+
+/// The dispatcher's answer to the hello: the heartbeat period it asks for, once it has
+/// welcomed this worker in the same protocol version (and told the timeout, which bounds how
+/// long what the worker sends may stay unacknowledged). A refusal, a welcome of another
+/// version or anything else is [`Connect::Refused`]; a closed connection is worth retrying.
+async fn welcome(ws: &mut Ws, dispatcher: &str) -> Result<Duration, Connect> {
+    let refused = |e: String| Connect::Refused(e);
+    let lost = |e: String| Connect::Unreachable(e);
+    match ws.next().await {
         Some(Ok(Message::Text(t))) => match serde_json::from_str::<ToWorker>(&t) {
             Ok(ToWorker::Welcome { protocol, .. }) if protocol != crate::proto::PROTOCOL => {
-                return Err(refused(format!(
+                Err(refused(format!(
                     "the dispatcher at {} speaks protocol {protocol}, this worker {} (diffuse {}): \
                      run the same version of diffuse on the dispatcher and its workers",
-                    cfg.dispatcher,
+                    dispatcher,
                     crate::proto::PROTOCOL,
                     env!("CARGO_PKG_VERSION")
                 )))
@@ -154,32 +166,26 @@ pub(super) async fn connect(
                 heartbeat_timeout_ms,
                 ..
             }) => {
-                if let (Some(ms), Some(tcp)) = (heartbeat_timeout_ms, tcp_of(&ws)) {
+                if let (Some(ms), Some(tcp)) = (heartbeat_timeout_ms, tcp_of(ws)) {
                     give_up_unacknowledged(tcp, Duration::from_millis(ms.max(1000)));
                 }
-                Duration::from_millis(heartbeat_ms.max(50))
+                Ok(Duration::from_millis(heartbeat_ms.max(50)))
             }
-            other => {
-                return Err(refused(format!(
-                    "expected welcome from the dispatcher, got {other:?}"
-                )))
-            }
+            other => Err(refused(format!(
+                "expected welcome from the dispatcher, got {other:?}"
+            ))),
         },
         // The dispatcher refused this worker and said why (another protocol version).
         Some(Ok(Message::Close(Some(frame)))) if frame.code == CloseCode::Policy => {
-            return Err(refused(format!(
+            Err(refused(format!(
                 "the dispatcher at {} refused this worker: {}",
-                cfg.dispatcher, frame.reason
+                dispatcher, frame.reason
             )))
         }
-        other => {
-            return Err(lost(format!(
-                "the dispatcher closed the connection: {other:?}"
-            )))
-        }
-    };
-    tracing::info!(worker = %cfg.name, "connected to {}", cfg.dispatcher);
-    Ok((ws, heartbeat))
+        other => Err(lost(format!(
+            "the dispatcher closed the connection: {other:?}"
+        ))),
+    }
 }
 
 /// How long connecting to the dispatcher's host may take; and how long what a worker sends may
