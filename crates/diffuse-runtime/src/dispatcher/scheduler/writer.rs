@@ -27,53 +27,13 @@ pub struct Writer {
 impl Writer {
     /// Open a second connection to the journal at `path` and start the thread.
     pub fn start(path: &std::path::Path) -> Result<Writer, JournalError> {
-        let mut journal = Journal::reopen(path, false)?;
+        let journal = Journal::reopen(path, false)?;
         journal.relax_durability()?;
         let (tx, rx) = std::sync::mpsc::channel::<Write>();
         let (done_tx, committed) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || {
-                let mut last_rows = 0usize;
-                while let Ok(first) = rx.recv() {
-                    // Group commit: let writes accumulate for a window that grows with the
-                    // load (10 us per row of the last commit, at most 20 ms). Busy, a short
-                    // task's attempt and outcome meet in one commit (the attempt is then not
-                    // written, `skip_ended_attempts`); idle, an outcome is committed, and a
-                    // client waiting for it answered, at once, not 20 ms later.
-                    let window = Duration::from_micros((last_rows as u64 * 10).min(20_000));
-                    if !window.is_zero() {
-                        std::thread::sleep(window);
-                    }
-                    let mut attempts = Vec::new();
-                    let mut results = Vec::new();
-                    let mut outcomes = Vec::new();
-                    for w in std::iter::once(first).chain(rx.try_iter()) {
-                        match w {
-                            Write::Attempts(a) => attempts.extend(a),
-                            Write::AttemptResults(r) => results.extend(r),
-                            Write::Outcomes(o) => outcomes.extend(o),
-                        }
-                    }
-                    last_rows = attempts.len() + results.len() + outcomes.len();
-                    let skipped = skip_ended_attempts(&mut attempts, &outcomes);
-                    if let Err(e) = journal.record_attempts(&attempts) {
-                        tracing::error!("journal: {e}");
-                    }
-                    if let Err(e) = journal.record_attempt_results(&results) {
-                        tracing::error!("journal: {e}");
-                    }
-                    if let Err(e) = journal.record_outcomes(&outcomes) {
-                        tracing::error!("journal: {e}");
-                        // Without their outcomes, the attempts left out must be on disk: they
-                        // number the next attempt after a restart.
-                        if let Err(e) = journal.record_attempts(&skipped) {
-                            tracing::error!("journal: {e}");
-                        }
-                    }
-                    let _ = done_tx.send(outcomes.into_iter().map(|o| o.id).collect());
-                }
-            })
+            .spawn(move || write_until_closed(journal, rx, done_tx))
             .expect("spawn journal writer");
         Ok(Writer {
             tx,
@@ -89,29 +49,123 @@ impl Writer {
     }
 }
 
-/// Leave out the attempts whose outcome is committed in the same transaction: the outcome row
-/// records the attempt and its node, and both the restart (`Journal::load`) and the attempt
-/// history (`Journal::attempt_results`) read it from there. A short task is dispatched and ends
-/// within one group commit, so this halves what the writer does for it (an attempt row and an
-/// update of the task's row, besides the outcome).
-/// Returns the attempts left out.
-fn skip_ended_attempts(
-    attempts: &mut Vec<(String, u32, String)>,
-    outcomes: &[TaskOutcome],
-) -> Vec<(String, u32, String)> {
-    if attempts.is_empty() || outcomes.is_empty() {
-        return Vec::new();
+/// How long a dispatched attempt waits for its outcome before it is written on its own. A task
+/// shorter than this gets no attempt row: its outcome records the attempt.
+const ATTEMPT_WAIT: Duration = Duration::from_millis(20);
+
+/// The writer thread's loop, until the scheduler drops its end of `rx`: everything received is
+/// then committed before it returns.
+///
+/// Outcomes are committed in groups whose window grows with the load (10 us per row of the
+/// last commit, at most 20 ms): idle, an outcome is committed, and a client waiting for it
+/// answered, at once; busy, one commit carries many. Dispatched attempts are held back up to
+/// [`ATTEMPT_WAIT`] for their outcome (no one waits for them to be on disk: they only number
+/// the next attempt after a restart), so that a short task's attempt is never written even
+/// when outcomes are committed at once.
+fn write_until_closed(
+    mut journal: Journal,
+    rx: Receiver<Write>,
+    done_tx: std::sync::mpsc::Sender<Vec<String>>,
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    use std::time::Instant;
+    let mut last_rows = 0usize;
+    // Attempts not yet written, with when they came, oldest first.
+    let mut held: std::collections::VecDeque<(Instant, (String, u32, String))> = Default::default();
+    let mut open = true;
+    while open || !held.is_empty() {
+        let first = match held.front() {
+            _ if !open => None,
+            None => match rx.recv() {
+                Ok(w) => Some(w),
+                Err(_) => {
+                    open = false;
+                    None
+                }
+            },
+            Some((at, _)) => {
+                let due = (*at + ATTEMPT_WAIT).saturating_duration_since(Instant::now());
+                match rx.recv_timeout(due) {
+                    Ok(w) => Some(w),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        open = false;
+                        None
+                    }
+                }
+            }
+        };
+        let mut results = Vec::new();
+        let mut outcomes = Vec::new();
+        if let Some(first) = first {
+            let window = Duration::from_micros((last_rows as u64 * 10).min(20_000));
+            if !window.is_zero() {
+                std::thread::sleep(window);
+            }
+            let now = Instant::now();
+            for w in std::iter::once(first).chain(rx.try_iter()) {
+                match w {
+                    Write::Attempts(a) => held.extend(a.into_iter().map(|a| (now, a))),
+                    Write::AttemptResults(r) => results.extend(r),
+                    Write::Outcomes(o) => outcomes.extend(o),
+                }
+            }
+        }
+        // The attempts whose outcome is here are left out; those due (all, at the end) are
+        // written; the others wait on.
+        let now = Instant::now();
+        let (mut attempts, mut skipped) = (Vec::new(), Vec::new());
+        let ended = ended_attempts(&outcomes);
+        for (at, a) in std::mem::take(&mut held) {
+            if ended.contains(&(a.0.as_str(), a.1)) {
+                skipped.push(a);
+            } else if !open || now >= at + ATTEMPT_WAIT {
+                attempts.push(a);
+            } else {
+                held.push_back((at, a));
+            }
+        }
+        drop(ended);
+        last_rows = attempts.len() + results.len() + outcomes.len();
+        commit(&mut journal, &attempts, &results, &outcomes, &skipped);
+        if !outcomes.is_empty() {
+            let _ = done_tx.send(outcomes.into_iter().map(|o| o.id).collect());
+        }
     }
-    let ended: std::collections::HashSet<(&str, u32)> = outcomes
+}
+
+/// One group commit: attempts, the reports of retried attempts, outcomes. Errors are logged;
+/// without their outcomes, the attempts left out for them (`skipped`) are written instead.
+fn commit(
+    journal: &mut Journal,
+    attempts: &[(String, u32, String)],
+    results: &[(String, u32, String)],
+    outcomes: &[TaskOutcome],
+    skipped: &[(String, u32, String)],
+) {
+    if let Err(e) = journal.record_attempts(attempts) {
+        tracing::error!("journal: {e}");
+    }
+    if let Err(e) = journal.record_attempt_results(results) {
+        tracing::error!("journal: {e}");
+    }
+    if let Err(e) = journal.record_outcomes(outcomes) {
+        tracing::error!("journal: {e}");
+        // Without their outcomes, the attempts left out must be on disk: they number the next
+        // attempt after a restart.
+        if let Err(e) = journal.record_attempts(skipped) {
+            tracing::error!("journal: {e}");
+        }
+    }
+}
+
+/// The attempts (task id, attempt) that `outcomes` record as having run on a node.
+fn ended_attempts(outcomes: &[TaskOutcome]) -> std::collections::HashSet<(&str, u32)> {
+    outcomes
         .iter()
         .filter(|o| o.node.is_some())
         .map(|o| (o.id.as_str(), o.attempt))
-        .collect();
-    let (skipped, kept) = std::mem::take(attempts)
-        .into_iter()
-        .partition(|(id, attempt, _)| ended.contains(&(id.as_str(), *attempt)));
-    *attempts = kept;
-    skipped
+        .collect()
 }
 
 #[cfg(test)]
@@ -149,9 +203,12 @@ mod tests {
         // a: attempt 1 failed and was retried (its own row), attempt 2 ended in this commit;
         // b: dispatched, still running.
         j.record_attempts(&[("a".into(), 1, "w1".into())]).unwrap();
-        let mut attempts = vec![("a".into(), 2, "w2".into()), ("b".into(), 1, "w1".into())];
+        let attempts = vec![("a".into(), 2, "w2".into()), ("b".into(), 1, "w1".into())];
         let outcomes = vec![outcome("a", 2, Some("w2"))];
-        let skipped = skip_ended_attempts(&mut attempts, &outcomes);
+        let ended = ended_attempts(&outcomes);
+        let (skipped, attempts): (Vec<_>, Vec<_>) = attempts
+            .into_iter()
+            .partition(|(id, n, _): &(String, u32, String)| ended.contains(&(id.as_str(), *n)));
         assert_eq!(attempts, vec![("b".to_string(), 1, "w1".to_string())]);
         assert_eq!(skipped, vec![("a".to_string(), 2, "w2".to_string())]);
         j.record_attempts(&attempts).unwrap();
@@ -168,8 +225,63 @@ mod tests {
             .collect();
         assert_eq!(counts, vec![("a", 2), ("b", 1)]);
         // An outcome with no node (cancelled before it ran) leaves every attempt in place.
-        let mut attempts = vec![("b".into(), 1, "w1".into())];
-        skip_ended_attempts(&mut attempts, &[outcome("b", 1, None)]);
-        assert_eq!(attempts.len(), 1);
+        assert!(ended_attempts(&[outcome("b", 1, None)]).is_empty());
+    }
+
+    /// A journal at `dir` holding tasks `ids`, and a writer on it.
+    fn journal_and_writer(dir: &std::path::Path, ids: &[&str]) -> (Journal, Writer) {
+        let path = dir.join("j.sqlite");
+        let mut j = Journal::open(&path).unwrap();
+        let tasks: Vec<SubmittedTask> = ids
+            .iter()
+            .map(|id| SubmittedTask {
+                id: id.to_string(),
+                spec_json: format!(r#"{{"id":"{id}","cmd":"true"}}"#),
+                submitted_at: 0.0,
+            })
+            .collect();
+        j.submit(&tasks).unwrap();
+        (j, Writer::start(&path).unwrap())
+    }
+
+    #[test]
+    fn an_attempt_waits_for_its_outcome_and_is_written_alone_after_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, w) = journal_and_writer(dir.path(), &["short", "long"]);
+        w.tx.send(Write::Attempts(vec![
+            ("short".into(), 1, "w1".into()),
+            ("long".into(), 1, "w1".into()),
+        ]))
+        .unwrap();
+        w.tx.send(Write::Outcomes(vec![outcome("short", 1, Some("w1"))]))
+            .unwrap();
+        assert_eq!(w.committed.recv().unwrap(), vec!["short".to_string()]);
+        // The short task's attempt is read from its outcome and never written on its own.
+        assert_eq!(j.attempts("short").unwrap(), vec![(1, "w1".to_string())]);
+        // The long one's is written once it has waited ATTEMPT_WAIT, the writer still open.
+        let start = std::time::Instant::now();
+        while j.attempts("long").unwrap().is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(5), "never written");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(j.attempts("long").unwrap(), vec![(1, "w1".to_string())]);
+        w.close();
+        drop(j);
+        let c = rusqlite::Connection::open(dir.path().join("j.sqlite")).unwrap();
+        let rows: i64 = c
+            .query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1, "only the long task's attempt has a row");
+    }
+
+    #[test]
+    fn closing_the_writer_writes_every_attempt_still_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, w) = journal_and_writer(dir.path(), &["a"]);
+        w.tx.send(Write::Attempts(vec![("a".into(), 3, "w2".into())]))
+            .unwrap();
+        w.close();
+        assert_eq!(j.attempts("a").unwrap(), vec![(3, "w2".to_string())]);
+        assert_eq!(j.load().unwrap()[0].attempts, 3);
     }
 }
