@@ -923,7 +923,7 @@ async fn session(socket: WebSocket, h: Handle) {
     });
     while let Some(Ok(msg)) = stream.next().await {
         let Message::Text(t) = msg else { continue };
-        match serde_json::from_str::<ToDispatcher>(&t) {
+        match crate::proto::read_to_dispatcher(&t) {
             Ok(m) => {
                 if h.tx.send(SchedulerMsg::FromWorker(conn, m)).is_err() {
                     break;

@@ -58,7 +58,7 @@ pub(super) async fn serve(
                         Some(Err(e)) => return Err(lost(e)),
                         None => return Err(format!("{name}: the dispatcher closed the connection")),
                     };
-                    let order: ToWorker = serde_json::from_str(&text)
+                    let order: ToWorker = crate::proto::read_to_worker(&text)
                         .map_err(|e| format!("{name}: unreadable message from the dispatcher: {e}"))?;
                     draining |= me.on_order(cfg, order, tally, &storage, &lookups_tx);
                     match stream.next().now_or_never() {

@@ -147,7 +147,7 @@ async fn session(
                     return Err(Lost::Closed);
                 };
                 let Message::Text(t) = msg else { continue };
-                if on_message(cfg, ctx, serde_json::from_str::<ToWorker>(&t)?, tasks) {
+                if on_message(cfg, ctx, crate::proto::read_to_worker(&t)?, tasks) {
                     draining = true;
                 }
             }
