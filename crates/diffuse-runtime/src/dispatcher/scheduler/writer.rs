@@ -116,16 +116,19 @@ fn write_until_closed(
         let now = Instant::now();
         let (mut attempts, mut skipped) = (Vec::new(), Vec::new());
         let ended = ended_attempts(&outcomes);
+        // A retried attempt's report is written into its attempt's row: the row goes first.
+        let reported: std::collections::HashSet<(&str, u32)> =
+            results.iter().map(|(id, n, _)| (id.as_str(), *n)).collect();
         for (at, a) in std::mem::take(&mut held) {
             if ended.contains(&(a.0.as_str(), a.1)) {
                 skipped.push(a);
-            } else if !open || now >= at + ATTEMPT_WAIT {
+            } else if !open || now >= at + ATTEMPT_WAIT || reported.contains(&(a.0.as_str(), a.1)) {
                 attempts.push(a);
             } else {
                 held.push_back((at, a));
             }
         }
-        drop(ended);
+        drop((ended, reported));
         last_rows = attempts.len() + results.len() + outcomes.len();
         commit(&mut journal, &attempts, &results, &outcomes, &skipped);
         if !outcomes.is_empty() {
@@ -272,6 +275,25 @@ mod tests {
             .query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 1, "only the long task's attempt has a row");
+    }
+
+    #[test]
+    fn a_retried_attempts_report_is_kept_though_its_attempt_was_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, w) = journal_and_writer(dir.path(), &["flaky"]);
+        w.tx.send(Write::Attempts(vec![("flaky".into(), 1, "w1".into())]))
+            .unwrap();
+        w.tx.send(Write::AttemptResults(vec![(
+            "flaky".into(),
+            1,
+            r#"{"exit_code":1}"#.into(),
+        )]))
+        .unwrap();
+        w.close();
+        assert_eq!(
+            j.attempt_results("flaky").unwrap(),
+            vec![(1, "w1".to_string(), Some(r#"{"exit_code":1}"#.to_string()))]
+        );
     }
 
     #[test]
