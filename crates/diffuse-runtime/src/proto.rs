@@ -642,17 +642,12 @@ pub fn full_report_json(stored: &str) -> String {
     for key in ["outputs", "uncached"] {
         m.entry(key).or_insert_with(|| serde_json::json!([]));
     }
+    // Traffic's fields from the type itself, each at its default (0).
+    let zero = serde_json::to_value(Traffic::default()).expect("traffic serializes");
     let traffic = m.entry("traffic").or_insert_with(|| serde_json::json!({}));
-    if let serde_json::Value::Object(t) = traffic {
-        for key in [
-            "local",
-            "peer",
-            "storage",
-            "bytes_local",
-            "bytes_peer",
-            "bytes_storage",
-        ] {
-            t.entry(key).or_insert_with(|| serde_json::json!(0));
+    if let (serde_json::Value::Object(t), serde_json::Value::Object(zero)) = (traffic, zero) {
+        for (key, value) in zero {
+            t.entry(key).or_insert(value);
         }
     }
     serde_json::Value::Object(m).to_string()

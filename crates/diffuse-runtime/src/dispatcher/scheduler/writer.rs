@@ -192,17 +192,7 @@ mod tests {
     #[test]
     fn an_attempt_that_ends_in_the_same_commit_is_read_from_its_outcome() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("j.sqlite");
-        let mut j = crate::journal::Journal::open(&path).unwrap();
-        let tasks: Vec<SubmittedTask> = ["a", "b"]
-            .iter()
-            .map(|id| SubmittedTask {
-                id: id.to_string(),
-                spec_json: format!(r#"{{"id":"{id}","cmd":"true"}}"#),
-                submitted_at: 0.0,
-            })
-            .collect();
-        j.submit(&tasks).unwrap();
+        let mut j = journal_with(dir.path(), &["a", "b"]);
         // a: attempt 1 failed and was retried (its own row), attempt 2 ended in this commit;
         // b: dispatched, still running.
         j.record_attempts(&[("a".into(), 1, "w1".into())]).unwrap();
@@ -231,10 +221,9 @@ mod tests {
         assert!(ended_attempts(&[outcome("b", 1, None)]).is_empty());
     }
 
-    /// A journal at `dir` holding tasks `ids`, and a writer on it.
-    fn journal_and_writer(dir: &std::path::Path, ids: &[&str]) -> (Journal, Writer) {
-        let path = dir.join("j.sqlite");
-        let mut j = Journal::open(&path).unwrap();
+    /// A journal `j.sqlite` in `dir` holding the tasks `ids`.
+    fn journal_with(dir: &std::path::Path, ids: &[&str]) -> Journal {
+        let mut j = Journal::open(&dir.join("j.sqlite")).unwrap();
         let tasks: Vec<SubmittedTask> = ids
             .iter()
             .map(|id| SubmittedTask {
@@ -244,7 +233,13 @@ mod tests {
             })
             .collect();
         j.submit(&tasks).unwrap();
-        (j, Writer::start(&path).unwrap())
+        j
+    }
+
+    /// [`journal_with`], and a writer on it.
+    fn journal_and_writer(dir: &std::path::Path, ids: &[&str]) -> (Journal, Writer) {
+        let j = journal_with(dir, ids);
+        (j, Writer::start(&dir.join("j.sqlite")).unwrap())
     }
 
     #[test]
