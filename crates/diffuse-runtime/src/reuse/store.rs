@@ -50,6 +50,25 @@ pub struct Store {
 }
 
 fn open_conn(path: &Path) -> rusqlite::Result<Connection> {
+    // Two runs sharing one index may open it at the same moment: SQLite answers the switch of a
+    // new file to WAL with "database is locked" at once, without waiting out the busy timeout
+    // (seen in CI: two_runs_started_together_get_their_own_directories). Try again a while.
+    let mut tries = 0;
+    loop {
+        match open_conn_once(path) {
+            Err(e)
+                if tries < 100
+                    && e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn open_conn_once(path: &Path) -> rusqlite::Result<Connection> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
