@@ -211,3 +211,80 @@ fn a_task_held_ready_on_a_worker_is_cancelled_unstarted_and_given_back_when_the_
     );
     assert_eq!(c.task("a")["state"], "running", "a runs again on w2");
 }
+
+#[test]
+fn calibrate_measures_an_emulated_pool_with_dispatch_only_and_the_simulator_takes_its_file() {
+    let mut c = Cluster::start(&[]);
+    let emulator = emulate(&c, 50, 2);
+    c.wait_workers(50);
+    let calibrate = |extra: &[&str]| {
+        let mut args = vec!["calibrate", "--dispatcher", c.url.as_str()];
+        args.extend_from_slice(extra);
+        common::run_diffuse(
+            &args,
+            None,
+            &[("DIFFUSE_CLIENT_TOKEN", c.client_token.as_str())],
+            std::time::Duration::from_secs(120),
+        )
+    };
+    // Without probes to read, calibrate asks for --scratch or --dispatch-only.
+    let out = calibrate(&[]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--scratch"), "{}", out.stderr);
+
+    let file = c.path("pool.toml");
+    let out = calibrate(&[
+        "--dispatch-only",
+        "--node-startup",
+        "2",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("an empty task costs"), "{}", out.stderr);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("NOT measured (--dispatch-only)"), "{text}");
+    let t: toml::Table = toml::from_str(&text).unwrap();
+    assert_eq!(t["nodes"].as_integer(), Some(50), "{text}");
+    assert_eq!(t["slots_per_node"].as_integer(), Some(2), "{text}");
+    assert_eq!(t["node_startup_s"].as_float(), Some(2.0), "{text}");
+    let latency = t["dispatch_latency_s"].as_float().unwrap();
+    assert!(latency > 0.0 && latency < 5.0, "{text}");
+    // Its 1,000 empty tasks all ran on the emulated workers.
+    assert_eq!(c.status()["succeeded"], 1_000, "{}", c.status());
+
+    let tasks = c.path("tasks.jsonl");
+    let lines: String = (0..200)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"id": format!("t{i}"), "cmd": ["true"], "compute_s": 1})
+            )
+        })
+        .collect();
+    std::fs::write(&tasks, lines).unwrap();
+    let sim = common::run_diffuse(
+        &[
+            "sim",
+            "run",
+            tasks.to_str().unwrap(),
+            "--testbed",
+            file.to_str().unwrap(),
+            "--provisioning",
+            "static",
+            "--json",
+        ],
+        None,
+        &[],
+        std::time::Duration::from_secs(120),
+    );
+    assert_eq!(sim.code, Some(0), "{}", sim.stderr);
+    let s: Value = serde_json::from_str(&sim.stdout).unwrap();
+    assert_eq!(s["nodes"], 50, "{s}");
+    assert_eq!(s["tasks"], 200, "{s}");
+    // Two waves of 1-s tasks on 100 slots, each task delayed by the calibrated cost.
+    let makespan = s["makespan_s"].as_f64().unwrap();
+    assert!(makespan >= 2.0 + latency, "{s}");
+    let summary = stop(emulator);
+    assert_eq!(summary["errors"], 0, "{summary}");
+}

@@ -169,7 +169,12 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
             error,
         })?;
     }
+    let opened = std::time::Instant::now();
     let journal = Journal::open(&cfg.scheduler.journal)?;
+    tracing::debug!(
+        "journal opened and checked in {:.2} s",
+        opened.elapsed().as_secs_f64()
+    );
     let reader = Journal::reopen(&cfg.scheduler.journal, true)?;
     let core = Core::new(cfg.core.clone());
     let (tx, rx) = mpsc::channel();

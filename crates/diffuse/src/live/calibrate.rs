@@ -21,11 +21,14 @@
 //! `--node-startup`. The probe files are written under `--scratch`, a directory every worker
 //! reads at the same path (the shared file system the tasks read), or that a web server serves
 //! at `--scratch-url` (the HTTP store the tasks read), and removed at the end.
+//! `--dispatch-only` runs step 5 alone (for tasks that read nothing, and emulated pools).
 
 use super::api::{Client, ClientArgs};
 use super::runtime;
 use anyhow::{bail, Context, Result};
-use diffuse_runtime::dispatcher::answers::{OutcomeState, Submitted, TaskView, WorkerPage};
+use diffuse_runtime::dispatcher::answers::{
+    BatchView, OutcomeState, Submitted, TaskView, WorkerPage,
+};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -36,12 +39,19 @@ use std::time::{Duration, Instant};
 pub struct CalibrateArgs {
     /// A directory every worker reads at this same path (on the shared file system the tasks
     /// read from), for the probe files; they are removed at the end.
-    #[arg(long, value_name = "DIR")]
-    scratch: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "dispatch_only")]
+    scratch: Option<PathBuf>,
     /// The URL at which --scratch is served, when the tasks read an HTTP store (a web server
     /// over that directory): the probes are read from there instead of as files.
     #[arg(long, value_name = "URL")]
     scratch_url: Option<String>,
+    /// Measure only what tasks that read nothing meet: the workers and their slots, what an
+    /// empty task costs a slot, the start-up of a node. No probe is read; the storage, disk and
+    /// peer figures are the `local` preset's, marked in the file as not measured. For pools
+    /// whose tasks only compute, and for an emulated pool (`diffuse emulate`), whose workers
+    /// read nothing.
+    #[arg(long, conflicts_with_all = ["scratch", "scratch_url"])]
+    dispatch_only: bool,
     /// Size of each worker's probe file: large enough that a read takes well over its
     /// latency (e.g. 256MB).
     #[arg(long, default_value = "64MB", value_parser = crate::size::parse_size)]
@@ -72,8 +82,8 @@ struct Ran {
 
 /// `diffuse calibrate`.
 pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
-    if !a.scratch.is_dir() {
-        bail!("--scratch {}: not a directory", a.scratch.display());
+    if let Some(scratch) = a.scratch.as_ref().filter(|d| !d.is_dir()) {
+        bail!("--scratch {}: not a directory", scratch.display());
     }
     let c = Client::new(&a.client)?;
     let rt = runtime()?;
@@ -84,40 +94,45 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     );
-    let dir = a.scratch.join(format!("diffuse-calibrate-{nonce}"));
-    std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let _cleanup = Cleanup(dir.clone());
-    eprintln!(
-        "calibrating {} workers ({} slots) with {} MB probes in {}",
-        pool.workers.len(),
-        pool.slots,
-        a.probe_size / 1_000_000,
-        dir.display()
-    );
-    let probes = Probes::write(&a, &dir, pool.workers.len())?;
     let session = Session {
         c: &c,
         rt: &rt,
         prefix: format!("calibrate-{nonce}"),
     };
-    let reads = Reads::measure(&session, &pool.workers, &probes, a.probe_size as f64)?;
+    let reads = match &a.scratch {
+        Some(scratch) => Some(Reads::probe(&a, scratch, &nonce, &session, &pool)?),
+        None => {
+            eprintln!(
+                "calibrating {} workers ({} slots): the cost of a task only (--dispatch-only)",
+                pool.workers.len(),
+                pool.slots
+            );
+            None
+        }
+    };
     let per_task = dispatch_cost(&session, pool.slots)?;
     let n = pool.workers.len();
+    // Not measured with --dispatch-only: the local preset's data path.
+    let base = diffuse_sim::Testbed::local();
     let testbed = diffuse_sim::Testbed {
         name: a.name.clone(),
         nodes: n as u32,
         slots_per_node: (pool.slots / n as u64).max(1) as u32,
         cache_bytes: None,
-        storage_bw: reads.aggregate,
-        storage_latency_s: reads.storage_latency,
-        nic_bw: reads.nic,
-        disk_bw: reads.disk,
-        peer_latency_s: reads.peer_latency,
+        storage_bw: reads.as_ref().map_or(base.storage_bw, |r| r.aggregate),
+        storage_latency_s: reads
+            .as_ref()
+            .map_or(base.storage_latency_s, |r| r.storage_latency),
+        nic_bw: reads.as_ref().map_or(base.nic_bw, |r| r.nic),
+        disk_bw: reads.as_ref().map_or(base.disk_bw, |r| r.disk),
+        peer_latency_s: reads
+            .as_ref()
+            .map_or(base.peer_latency_s, |r| r.peer_latency),
         dispatch_latency_s: per_task,
         node_startup_s: pool.startup.map_or(a.node_startup, |m| m.0),
         rack_size: 0,
         rack_uplink_bw: 0.0,
-        storage_share_spread: reads.spread,
+        storage_share_spread: reads.as_ref().map_or(0.0, |r| r.spread),
     };
     testbed.check().map_err(anyhow::Error::msg)?;
     write_testbed(&a, &c.url, &pool, &testbed)
@@ -223,6 +238,29 @@ struct Reads {
 }
 
 impl Reads {
+    /// Write the probes in a directory of their own under `scratch` (removed at the end) and
+    /// measure every read with them.
+    fn probe(
+        a: &CalibrateArgs,
+        scratch: &Path,
+        nonce: &str,
+        session: &Session,
+        pool: &Pool,
+    ) -> Result<Reads> {
+        let dir = scratch.join(format!("diffuse-calibrate-{nonce}"));
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let _cleanup = Cleanup(dir.clone());
+        eprintln!(
+            "calibrating {} workers ({} slots) with {} MB probes in {}",
+            pool.workers.len(),
+            pool.slots,
+            a.probe_size / 1_000_000,
+            dir.display()
+        );
+        let probes = Probes::write(a, &dir, pool.workers.len())?;
+        Reads::measure(session, &pool.workers, &probes, a.probe_size as f64)
+    }
+
     fn measure(session: &Session, workers: &[String], probes: &Probes, size: f64) -> Result<Reads> {
         let n = workers.len();
         let read = |step: &str, on: &dyn Fn(usize) -> usize, uris: &[String]| {
@@ -290,16 +328,19 @@ impl Reads {
     }
 }
 
-/// What an empty task costs a slot: many `true` tasks on every slot, wall time times slots
-/// over tasks.
+/// What an empty task costs a slot: ten `true` tasks a slot at once, wall time (from the
+/// submission to the batch's last outcome) times slots over tasks. The batch is waited on
+/// whole, not task by task: with thousands of slots, asking after each task would measure the
+/// asking.
 fn dispatch_cost(session: &Session, slots: u64) -> Result<f64> {
     let empties = (10 * slots).max(20);
     let started = Instant::now();
-    session.run(
+    let batch = session.submit(
         (0..empties)
             .map(|k| json!({"id": format!("empty-{k}"), "cmd": "true"}))
             .collect(),
     )?;
+    session.wait_batch(batch.batch, empties)?;
     let per_task = started.elapsed().as_secs_f64() * slots as f64 / empties as f64;
     eprintln!(
         "an empty task costs {:.1} ms of a slot ({empties} on {slots} slots)",
@@ -322,19 +363,27 @@ fn write_testbed(
         }
         None => "given (--node-startup), not measured".into(),
     };
+    let data_path = if a.dispatch_only {
+        "# storage, NIC, disk and latencies: NOT measured (--dispatch-only), the `local` preset's;\n"
+            .to_string()
+    } else {
+        format!(
+            "# storage_bytes_per_s: {n} fresh reads at once, bytes over the slowest read's time \
+             ({} MB probes);\n\
+             # storage_share_spread: how unequally those reads shared it (0: equally);\n\
+             # nic_bytes_per_s: the median peer read; disk_bytes_per_s: the median cached read;\n\
+             # latencies: the median one-byte read;\n",
+            a.probe_size / 1_000_000,
+            n = pool.workers.len(),
+        )
+    };
     let text = format!(
-        "# Measured by `diffuse calibrate` on {} ({} workers, {} slots, {} MB probes).\n\
-         # storage_bytes_per_s: {n} fresh reads at once, bytes over the slowest read's time;\n\
-         # storage_share_spread: how unequally those reads shared it (0: equally);\n\
-         # nic_bytes_per_s: the median peer read; disk_bytes_per_s: the median cached read;\n\
-         # latencies: the median one-byte read; dispatch_latency_s: an empty task's cost to a\n\
-         # slot; node_startup_s: {startup_note}.\n{}",
+        "# Measured by `diffuse calibrate` on {} ({} workers, {} slots).\n{data_path}\
+         # dispatch_latency_s: an empty task's cost to a slot; node_startup_s: {startup_note}.\n{}",
         url,
         pool.workers.len(),
         pool.slots,
-        a.probe_size / 1_000_000,
         toml::to_string(testbed)?,
-        n = pool.workers.len(),
     );
     match &a.out {
         Some(path) => {
@@ -355,18 +404,17 @@ struct Session<'a> {
 }
 
 impl Session<'_> {
-    /// Submit `tasks` (ids made unique), wait for every one, and return their reports in order;
-    /// an error if one fails.
-    fn run(&self, tasks: Vec<Value>) -> Result<Vec<Ran>> {
-        let ids: Vec<String> = tasks
-            .iter()
-            .map(|t| format!("{}-{}", self.prefix, t["id"].as_str().unwrap_or("?")))
-            .collect();
+    /// The id a calibration task is submitted under: unique to this calibration.
+    fn id_of(&self, t: &Value) -> String {
+        format!("{}-{}", self.prefix, t["id"].as_str().unwrap_or("?"))
+    }
+
+    /// Submit `tasks` as one batch, ids made unique, each in this calibration's own job.
+    fn submit(&self, tasks: Vec<Value>) -> Result<Submitted> {
         let body: String = tasks
             .into_iter()
-            .zip(&ids)
-            .map(|(mut t, id)| {
-                t["id"] = json!(id);
+            .map(|mut t| {
+                t["id"] = json!(self.id_of(&t));
                 // Its own job, under GCC whatever the dispatcher's policy (FA would read every
                 // probe from storage): what is measured is the pool, not a policy.
                 t["job"] = json!(self.prefix);
@@ -375,9 +423,45 @@ impl Session<'_> {
             })
             .collect();
         let c = self.c;
-        let _: Submitted = self
+        Ok(self
             .rt
-            .block_on(c.call(c.http.post(format!("{}/v1/tasks", c.url)).body(body)))?;
+            .block_on(c.call(c.http.post(format!("{}/v1/tasks", c.url)).body(body)))?)
+    }
+
+    /// Wait until all `tasks` of `batch` have ended (asked every 10 ms); an error if one did
+    /// not succeed.
+    fn wait_batch(&self, batch: u64, tasks: u64) -> Result<()> {
+        let c = self.c;
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        loop {
+            let b: BatchView = self
+                .rt
+                .block_on(c.call(c.http.get(format!("{}/v1/batches/{batch}", c.url))))?;
+            let ended = b.counts.succeeded + b.counts.failed + b.counts.cancelled;
+            if b.counts.succeeded == tasks {
+                return Ok(());
+            }
+            if ended == tasks {
+                bail!(
+                    "calibration tasks did not succeed: {} failed, {} cancelled (first: {})",
+                    b.counts.failed,
+                    b.counts.cancelled,
+                    b.counts.failed_ids.join(", ")
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("calibration batch {batch} took over an hour");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Submit `tasks` (ids made unique), wait for every one, and return their reports in order;
+    /// an error if one fails.
+    fn run(&self, tasks: Vec<Value>) -> Result<Vec<Ran>> {
+        let ids: Vec<String> = tasks.iter().map(|t| self.id_of(t)).collect();
+        self.submit(tasks)?;
+        let c = self.c;
         let deadline = Instant::now() + Duration::from_secs(3600);
         let mut out = Vec::with_capacity(ids.len());
         for id in &ids {

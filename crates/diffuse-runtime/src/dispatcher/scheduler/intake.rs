@@ -90,6 +90,7 @@ pub fn replay(
     names: &mut NodeNames,
     lookups: &mut Lookups,
 ) -> Result<Journal, JournalError> {
+    let began = std::time::Instant::now();
     let (submitted, ended) = journal.counts()?;
     ledger.tasks.reserve(submitted as usize);
     sh.core
@@ -119,6 +120,12 @@ pub fn replay(
             }
         }
         let (journal, read) = reader.join().expect("the journal's reader");
+        if submitted > 0 {
+            tracing::info!(
+                "journal replayed: {submitted} tasks ({ended} ended) in {:.2} s",
+                began.elapsed().as_secs_f64()
+            );
+        }
         read.map(|()| journal)
     })
 }
