@@ -65,6 +65,8 @@ def row(n, spec):
             b = call(port, f"/v1/batches/{batch}")
             if b["succeeded"] + b["failed"] + b["cancelled"] >= ntasks:
                 break
+            if emu.poll() is not None or time.time() - start > 600 + 100 * WAVES * compute:
+                raise SystemExit(f"row {spec}: the emulated pool stopped or took too long: {b}")
             time.sleep(0.01)
         measured = time.time() - start
         if b["succeeded"] != ntasks:
@@ -86,10 +88,13 @@ def row(n, spec):
     print(f"{workers} workers x {slots} slots, {ntasks} tasks of {compute:g} s: "
           f"empty task {latency * 1e3:.1f} ms of a slot (calibrated); emulated makespan "
           f"{measured:.2f} s, simulated {simulated:.2f} s ({err:+.1f}%)", flush=True)
-    return err
+    return compute, err
 
 
-errors = [row(n, spec) for n, spec in enumerate(ROWS)]
-worst = max(errors, key=abs)
-print(f"largest error of the simulated makespan: {worst:+.1f}% "
-      f"({'within' if abs(worst) <= 15 else 'NOT within'} 15%)")
+rows = [row(n, spec) for n, spec in enumerate(ROWS)]
+# The goal (issue 40) is for tasks of a second or more; shorter rows show where the model stops.
+goal = [err for compute, err in rows if compute >= 1]
+if goal:
+    worst = max(goal, key=abs)
+    print(f"largest error of the simulated makespan, tasks of 1 s or more: {worst:+.1f}% "
+          f"({'within' if abs(worst) <= 15 else 'NOT within'} 15%)")

@@ -5,7 +5,7 @@
 # submitted at once (makespan: from the submission to the batch's last outcome) and the same
 # task file is simulated on that testbed (`diffuse sim run --provisioning static`). Prints a
 # line a row (the calibrated cost of an empty task, the emulated and the simulated makespan, the
-# error) and, last, the largest error against the 15% goal.
+# error) and, last, the largest error of the rows of 1-s tasks or longer against the 15% goal.
 # The emulator and the dispatcher share this machine's 2 cores.
 # Usage: bench/sim_vs_emulated.sh [rows=1000x1:1,1000x4:1] [waves=10]
 #   a row is WORKERSxSLOTS:COMPUTE_S

@@ -120,7 +120,7 @@ pub fn replay(
             }
         }
         let (journal, read) = reader.join().expect("the journal's reader");
-        if submitted > 0 {
+        if submitted > 0 && read.is_ok() {
             tracing::info!(
                 "journal replayed: {submitted} tasks ({ended} ended) in {:.2} s",
                 began.elapsed().as_secs_f64()
