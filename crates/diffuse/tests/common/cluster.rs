@@ -456,7 +456,14 @@ impl Cluster {
         loop {
             for w in &mut self.workers {
                 if let Some(st) = w.exited() {
-                    panic!("{} exited ({st}) before connecting", w.name);
+                    // Its log says why (a --listen port taken between `free_port` and
+                    // the bind, say).
+                    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+                    panic!(
+                        "{} exited ({st}) before connecting; its log:\n{}",
+                        w.name,
+                        tail(&log, 2000)
+                    );
                 }
             }
             if self.status()["workers"].as_u64() == Some(n) {
