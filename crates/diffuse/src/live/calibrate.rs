@@ -111,28 +111,24 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
         }
     };
     let per_task = dispatch_cost(&session, pool.slots)?;
-    let n = pool.workers.len();
     // Not measured with --dispatch-only: the local preset's data path.
-    let base = diffuse_sim::Testbed::local();
+    let reads = reads.unwrap_or_else(|| Reads::of(&diffuse_sim::Testbed::local()));
+    let n = pool.workers.len();
     let testbed = diffuse_sim::Testbed {
         name: a.name.clone(),
         nodes: n as u32,
         slots_per_node: (pool.slots / n as u64).max(1) as u32,
         cache_bytes: None,
-        storage_bw: reads.as_ref().map_or(base.storage_bw, |r| r.aggregate),
-        storage_latency_s: reads
-            .as_ref()
-            .map_or(base.storage_latency_s, |r| r.storage_latency),
-        nic_bw: reads.as_ref().map_or(base.nic_bw, |r| r.nic),
-        disk_bw: reads.as_ref().map_or(base.disk_bw, |r| r.disk),
-        peer_latency_s: reads
-            .as_ref()
-            .map_or(base.peer_latency_s, |r| r.peer_latency),
+        storage_bw: reads.aggregate,
+        storage_latency_s: reads.storage_latency,
+        nic_bw: reads.nic,
+        disk_bw: reads.disk,
+        peer_latency_s: reads.peer_latency,
         dispatch_latency_s: per_task,
         node_startup_s: pool.startup.map_or(a.node_startup, |m| m.0),
         rack_size: 0,
         rack_uplink_bw: 0.0,
-        storage_share_spread: reads.as_ref().map_or(0.0, |r| r.spread),
+        storage_share_spread: reads.spread,
     };
     testbed.check().map_err(anyhow::Error::msg)?;
     write_testbed(&a, &c.url, &pool, &testbed)
@@ -238,6 +234,18 @@ struct Reads {
 }
 
 impl Reads {
+    /// A testbed's own figures, as if measured (`--dispatch-only` takes a preset's).
+    fn of(t: &diffuse_sim::Testbed) -> Reads {
+        Reads {
+            aggregate: t.storage_bw,
+            spread: t.storage_share_spread,
+            nic: t.nic_bw,
+            disk: t.disk_bw,
+            storage_latency: t.storage_latency_s,
+            peer_latency: t.peer_latency_s,
+        }
+    }
+
     /// Write the probes in a directory of their own under `scratch` (removed at the end) and
     /// measure every read with them.
     fn probe(
