@@ -194,7 +194,7 @@ up() {
 
     until scontrol ping >/dev/null 2>&1; do
         ((SECONDS < deadline)) || fail "slurmctld did not answer scontrol ping"
-        [ "$(live_pids "$DIR" | wc -l)" = $((n + 2)) ] || fail "a daemon exited"
+        need_daemons $((n + 2))
         sleep 0.2
     done
     for ((i = 1; i <= n; i++)); do
@@ -205,7 +205,7 @@ up() {
             drain* | drng* | inval* | fail*) fail "node$i is $state (never heals by itself)" ;;
             esac
             ((SECONDS < deadline)) || fail "node$i not idle (state '${state:-none}')"
-            [ "$(live_pids "$DIR" | wc -l)" = $((n + 2)) ] || fail "a daemon exited"
+            need_daemons $((n + 2))
             sleep 0.2
         done
     done
@@ -268,7 +268,8 @@ boot() {
         *) break ;;
         esac
         ((SECONDS < deadline)) || { log "node$i not back (state '${state:-none}')"; exit 1; }
-        [ -n "$(slurmd_pid "$i")" ] || { tail -n 20 "$DIR/log/slurmd-node$i.log" >&2; log "slurmd of node$i exited"; exit 1; }
+        [ -n "$(slurmd_pid "$i")" ] || { sleep 0.5; [ -n "$(slurmd_pid "$i")" ]; } ||
+            { tail -n 20 "$DIR/log/slurmd-node$i.log" >&2; log "slurmd of node$i exited"; exit 1; }
         sleep 0.2
     done
     log "node$i booted ($state)"

@@ -42,6 +42,21 @@ stepds() {
     return 0
 }
 
+# Fail unless all N daemons of DIR/pids run. A daemon that looks gone is looked at again a
+# moment later, as /proc/PID/cmdline reads empty while its process execs (slurmd of
+# slurm-hosts.sh is four execs: setsid, nsenter, unshare, sh) and CI once failed a start on it.
+need_daemons() {
+    local n=$1 name pid gone
+    [ "$(live_pids "$DIR" | wc -l)" = "$n" ] && return 0
+    sleep 0.5
+    [ "$(live_pids "$DIR" | wc -l)" = "$n" ] && return 0
+    gone=
+    while read -r name pid; do
+        live_pids "$DIR" | grep -qx "$pid" || gone="$gone $name (pid $pid)"
+    done <"$DIR/pids"
+    fail "a daemon exited:$gone"
+}
+
 # Every process in the sessions of `pids`.
 session_members() {
     local sids=" $* " stat p rest
@@ -253,7 +268,7 @@ up() {
 
     until scontrol ping >/dev/null 2>&1; do
         ((SECONDS < deadline)) || fail "slurmctld did not answer scontrol ping"
-        [ "$(live_pids "$DIR" | wc -l)" = 3 ] || fail "a daemon exited"
+        need_daemons 3
         sleep 0.2
     done
     while :; do
@@ -263,7 +278,7 @@ up() {
         drain* | drng* | inval* | fail*) fail "node is $state (never heals by itself)" ;;
         esac
         ((SECONDS < deadline)) || fail "node not idle (state '${state:-none}')"
-        [ "$(live_pids "$DIR" | wc -l)" = 3 ] || fail "a daemon exited"
+        need_daemons 3
         sleep 0.2
     done
 

@@ -49,12 +49,32 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
     out
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago, for a process the test starts to `--listen` on.
+///
+/// Taken below Linux's ephemeral range (32768-60999), where nothing else on this machine is
+/// handed ports: a port the kernel gave out for `:0` could be given again, between this call and
+/// the process's bind, to another test's listener or to the source of any outbound connection
+/// (CI saw a worker exit on its taken `--listen` port). Within this test binary each port is
+/// handed out once (a counter); a binary's start is spread by its pid, and each port is checked
+/// free on every address before it is returned.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id() * 97) % SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 pub fn file_uri(p: &Path) -> String {
