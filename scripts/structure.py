@@ -9,6 +9,10 @@ Snakemake plugins' python/snakemake-executor-plugin-diffuse/src/):
 - every file over `--files` lines (default 1,000);
 - every function over `--functions` lines (default 150), counted from its `fn`/`def` line to
   its closing brace (Rust, as rustfmt lays it out) or its last line (Python);
+- every clock read in the live scheduler (crates/diffuse-runtime/src/dispatcher/scheduler/,
+  its tests left out) outside clock.rs, the one module that reads it, and writer.rs, the journal
+  writer's own thread behind the Comm seam: `Instant::now`, `SystemTime::now` or `.elapsed()`.
+  The scheduler is handed the time with each step, as the core is;
 - every import circle between files: groups of files that reach each other through `use`
   paths (`crate::`, `super::`, `self::`, a child module's name, a name re-exported by the
   module a path ends in), through an inherent `impl T` block in another file than T's own
@@ -337,6 +341,25 @@ def circles(edges):
     return out
 
 
+SCHEDULER = ROOT / "crates/diffuse-runtime/src/dispatcher/scheduler"
+CLOCK_READ = re.compile(r"\b(?:Instant|SystemTime)::now\b|\.elapsed\(\)")
+
+
+def clock_reads(files):
+    """(file, line, text) of each clock read in the scheduler outside its clock and writer."""
+    out = []
+    for f in files:
+        if f.suffix != ".rs" or SCHEDULER not in f.parents or f.name in ("clock.rs", "writer.rs"):
+            continue
+        if "tests" in f.relative_to(SCHEDULER).parts:
+            continue
+        code = drop_test_modules(strip_rust(f.read_text(errors="replace")))
+        for i, line in enumerate(code.split("\n"), 1):
+            if CLOCK_READ.search(line):
+                out.append((f, i, line.strip()))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dirs", nargs="*", default=["crates", "python/src", "python/snakemake-executor-plugin-diffuse/src"])
@@ -375,6 +398,12 @@ def main():
         print(f"longest {a.list_functions} functions:")
         for n, f, name, line in fns[: a.list_functions]:
             print(f"  {n:6} {rel(f)}:{line} {name}")
+
+    reads = clock_reads(all_files)
+    print(f"clock reads in the scheduler outside clock.rs: {len(reads)}")
+    for f, line, text in reads:
+        print(f"  {rel(f)}:{line} {text}")
+    bad += len(reads)
 
     edges, why = defaultdict(set), {}
     for d in dirs:

@@ -202,8 +202,22 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
     let pool_tx = pool_link.as_ref().map(|(_, ptx)| ptx.clone());
     let comm = scheduler::LiveComm::start(&cfg.scheduler.journal, pool_tx.clone())?;
     let (ended_tx, ended) = tokio::sync::watch::channel(0u64);
-    let scheduler =
-        Scheduler::new(core, journal, cfg.scheduler.clone(), Box::new(comm))?.with_ended(ended_tx);
+    let replay = std::time::Instant::now();
+    let sched_cfg = cfg.scheduler.clone();
+    let scheduler = Scheduler::new(
+        core,
+        journal,
+        sched_cfg,
+        Box::new(comm),
+        scheduler::Now::read(),
+    )?
+    .with_ended(ended_tx);
+    if let (submitted @ 1.., ended) = scheduler.replayed() {
+        tracing::info!(
+            "journal replayed: {submitted} tasks ({ended} ended) in {:.2} s",
+            replay.elapsed().as_secs_f64()
+        );
+    }
     let scheduler = match pool_link {
         Some((link, _)) => scheduler.with_pool(link),
         None => scheduler,

@@ -97,7 +97,7 @@ struct StageRun {
 
 impl StageRun {
     /// A batch with nothing looked up or planned yet.
-    fn new(view: StageView, cfg: StageConfig) -> StageRun {
+    fn new(view: StageView, cfg: StageConfig, started: Instant) -> StageRun {
         StageRun {
             view,
             cfg,
@@ -108,7 +108,7 @@ impl StageRun {
             stager: None,
             running: FxHashMap::default(),
             errors: FxHashMap::default(),
-            started: Instant::now(),
+            started,
         }
     }
 }
@@ -206,6 +206,7 @@ impl Batches {
                         min_chunk: u64::MAX,
                         ..StageConfig::default()
                     },
+                    sh.at.instant,
                 )
             },
         );
@@ -261,6 +262,7 @@ impl Batches {
                     ..StageView::default()
                 },
                 StageConfig::default(),
+                sh.at.instant,
             ),
         );
         Ok(id)
@@ -384,12 +386,12 @@ impl Batches {
             .collect()
     }
 
-    /// A batch's progress.
-    pub fn view(&self, id: u64) -> Option<StageView> {
+    /// A batch's progress at `now`.
+    pub fn view(&self, id: u64, now: Instant) -> Option<StageView> {
         let run = self.runs.get(&id)?;
         let mut v = run.view.clone();
         if v.state != "done" {
-            v.seconds = run.started.elapsed().as_secs_f64();
+            v.seconds = now.saturating_duration_since(run.started).as_secs_f64();
         }
         Some(v)
     }
@@ -434,7 +436,7 @@ impl StageRun {
                 self.view.failed.push(format!("{uri} -> {name}: {why}"));
             }
             self.view.state = "done".into();
-            self.view.seconds = self.started.elapsed().as_secs_f64();
+            self.view.seconds = sh.at.since(self.started).as_secs_f64();
             tracing::info!(
                 stage = id,
                 "staged {} of {} requests: {} bytes in {:.2} s",

@@ -12,7 +12,7 @@
 
 use super::batches::Batches;
 use super::dataflow;
-use super::ledger::{unix_now, Ledger};
+use super::ledger::Ledger;
 use super::lookup::{Lookups, Waiter};
 use super::objects::ObjectTable;
 use super::placement::{self, NodeNames};
@@ -82,15 +82,15 @@ const REPLAY_CHUNK: usize = 256;
 /// Replay every task of `journal` in submission order, and give the journal back. Two threads
 /// share the work: a reader (SQLite's scan, the record checksums, each task's JSON) hands
 /// decoded tasks in chunks to this thread, which takes them in ([`restore`]); the tables are
-/// sized for all of them first. A damaged record stops the replay with its error.
+/// sized for all of them first. A damaged record stops the replay with its error. Gives the
+/// journal back with the number of tasks replayed and of those that had ended.
 pub fn replay(
     journal: Journal,
     sh: &mut Shared,
     ledger: &mut Ledger,
     names: &mut NodeNames,
     lookups: &mut Lookups,
-) -> Result<Journal, JournalError> {
-    let began = std::time::Instant::now();
+) -> Result<(Journal, u64, u64), JournalError> {
     let (submitted, ended) = journal.counts()?;
     ledger.tasks.reserve(submitted as usize);
     sh.core
@@ -120,13 +120,7 @@ pub fn replay(
             }
         }
         let (journal, read) = reader.join().expect("the journal's reader");
-        if submitted > 0 && read.is_ok() {
-            tracing::info!(
-                "journal replayed: {submitted} tasks ({ended} ended) in {:.2} s",
-                began.elapsed().as_secs_f64()
-            );
-        }
-        read.map(|()| journal)
+        read.map(|()| (journal, submitted, ended))
     })
 }
 
@@ -207,7 +201,7 @@ pub fn submit(
         .collect();
     let batch = ledger.tasks.next_batch();
     let n = defs.len();
-    let at = unix_now();
+    let at = sh.at.unix;
     for def in defs {
         let spec_json =
             serde_json::to_string(&StoredSpec { def: &def, batch }).expect("task serializes");
@@ -278,7 +272,7 @@ fn accept(
                 }
             }
             // It ends before it looks anything up.
-            ledger.finish_without_running(t, OutcomeState::Failed, Some(e));
+            ledger.finish_without_running(t, OutcomeState::Failed, Some(e), sh.at.unix);
             return;
         }
     };
@@ -305,7 +299,7 @@ fn accept(
     if let Err(e) = sh.core.handle_restore(spec, attempts, sh.now) {
         // Checked at submission; a journal written by another version may still disagree.
         tracing::error!(task = %ledger.tasks.get(t).def.id, "refused by the core: {e}");
-        ledger.finish_without_running(t, OutcomeState::Failed, Some(e.to_string()));
+        ledger.finish_without_running(t, OutcomeState::Failed, Some(e.to_string()), sh.at.unix);
     }
 }
 
@@ -389,7 +383,7 @@ fn inputs_known(t: TaskId, sh: &mut Shared, ledger: &mut Ledger) {
         Some(e) => {
             // The tasks that depend on it are abandoned (`Action::Abandon`).
             let _ = sh.core.handle_failed_unrun(t, sh.now);
-            ledger.finish_without_running(t, OutcomeState::Failed, Some(e))
+            ledger.finish_without_running(t, OutcomeState::Failed, Some(e), sh.at.unix)
         }
         None => {
             let sizes = ledger.inputs_ready(t);

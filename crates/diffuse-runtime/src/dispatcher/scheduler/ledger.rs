@@ -21,14 +21,7 @@ use crate::journal::{OutcomeState, TaskOutcome};
 use crate::proto::TaskReport;
 use crate::spec::{TaskDef, TaskDefaults};
 use diffuse_core::{Core, Input, ObjectId, Resources, TaskId, TaskSpec};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Unix time now, seconds (0 if the clock is before 1970).
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+use std::time::Duration;
 
 /// Every task and what changes with its state (see the module doc).
 pub struct Ledger {
@@ -188,12 +181,14 @@ impl Ledger {
         sizes
     }
 
-    /// A task ends without (another) run: failed lookup, cancelled, lost too often.
+    /// A task ends without (another) run at Unix time `at`: failed lookup, cancelled, lost
+    /// too often.
     pub fn finish_without_running(
         &mut self,
         t: TaskId,
         state: OutcomeState,
         error: Option<String>,
+        at: f64,
     ) {
         let task = self.tasks.get_mut(t);
         if matches!(task.phase, Phase::Lookup { .. }) {
@@ -211,7 +206,7 @@ impl Ledger {
                 exit_code: None,
                 error,
                 result_json: "{}".into(),
-                finished_at: unix_now(),
+                finished_at: at,
             },
         );
     }

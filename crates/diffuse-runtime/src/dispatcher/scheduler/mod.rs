@@ -29,6 +29,7 @@
 //! |---|---|
 //! | this one | the scheduler: its owners, the round loop, messages and the core's actions routed to them; a worker's session opened and closed |
 //! | [`msg`] | [`SchedulerMsg`], the thread's one input |
+//! | [`clock`] | [`Now`], the clock's reading its driver hands in with each step (the scheduler reads no clock) |
 //! | [`ledger`] | the task ledger: the task table, jobs, lookups deferred for other tasks, journal traffic, the dashboard's series, the scheduler's own counters; what changes with a task's state |
 //! | [`intake`] | tasks taken in: submitted, replayed, their inputs looked up, into the core's queue |
 //! | [`outcomes`] | tasks ended or run again: a worker's report, a worker gone, a cancel, tasks a fixed pool cannot hold |
@@ -53,6 +54,7 @@
 //! | [`writer`] | the journal writer thread |
 
 pub mod batches;
+pub mod clock;
 pub mod comm;
 pub mod dataflow;
 pub mod intake;
@@ -78,6 +80,7 @@ pub mod worker_msgs;
 pub mod workers;
 pub mod writer;
 
+pub use clock::Now;
 pub use comm::{Comm, LiveComm};
 pub use msg::SchedulerMsg;
 pub use views::{
@@ -90,7 +93,7 @@ use crate::provisioner::PoolCmd;
 use batches::{Batches, StageAsk};
 use comm::WorkerLink;
 use diffuse_core::{Action, Core, Handoff, NodeId, TaskId, TaskState, Time};
-use ledger::{unix_now, Ledger};
+use ledger::Ledger;
 use lookup::Lookups;
 use objects::ObjectTable;
 use placement::NodeNames;
@@ -132,7 +135,12 @@ pub struct Scheduler {
     core: Core,
     journal: Journal,
     cfg: SchedulerConfig,
+    /// When it started (the core's time 0).
     start: Instant,
+    /// The clock's reading for the step under way, handed in by its driver.
+    clock: Now,
+    /// Tasks read back from the journal at start, and how many of them had ended.
+    replayed: (u64, u64),
     /// Every task and what changes with its state.
     ledger: Ledger,
     /// Every object named so far: URIs, versions, producers, placements.
@@ -162,7 +170,8 @@ pub struct Scheduler {
 macro_rules! shared {
     ($s:ident) => {
         Shared {
-            now: since($s.start),
+            now: core_time($s.start, $s.clock),
+            at: $s.clock,
             core: &mut $s.core,
             sessions: &$s.sessions,
             objects: &mut $s.objects,
@@ -171,34 +180,37 @@ macro_rules! shared {
     };
 }
 
-/// The core's time: since the scheduler started.
-fn since(start: Instant) -> Time {
-    Time(start.elapsed().as_nanos() as u64)
+/// The core's time at `now`: since the scheduler started.
+fn core_time(start: Instant, now: Now) -> Time {
+    Time(now.since(start).as_nanos() as u64)
 }
 
 impl Scheduler {
-    /// A scheduler over `core`, replaying every task of `journal`: those with an outcome are
-    /// shown as ended, the others are queued again. What it does to the outside goes through
-    /// `comm` ([`LiveComm`] in the dispatcher).
+    /// A scheduler over `core` started at `now`, replaying every task of `journal`: those with
+    /// an outcome are shown as ended, the others are queued again. What it does to the outside
+    /// goes through `comm` ([`LiveComm`] in the dispatcher).
     pub fn new(
         core: Core,
         journal: Journal,
         cfg: SchedulerConfig,
         comm: Box<dyn Comm>,
+        now: Now,
     ) -> Result<Scheduler, crate::journal::JournalError> {
-        let start = Instant::now();
+        let start = now.instant;
         let mut comm = comm;
         let (mut core, mut ledger) = (core, Ledger::new(cfg.task_defaults));
         let (mut objects, mut names) = (ObjectTable::default(), NodeNames::default());
         let (sessions, mut lookups) = (Sessions::default(), Lookups::default());
         let mut sh = Shared {
-            now: since(start),
+            now: Time(0),
+            at: now,
             core: &mut core,
             sessions: &sessions,
             objects: &mut objects,
             comm: &mut *comm,
         };
-        let journal = intake::replay(journal, &mut sh, &mut ledger, &mut names, &mut lookups)?;
+        let (journal, submitted, ended) =
+            intake::replay(journal, &mut sh, &mut ledger, &mut names, &mut lookups)?;
         let store_path = cfg.results_store.clone().unwrap_or(cfg.journal.clone());
         let store = crate::reuse::store::Store::open(&store_path).map_err(|source| {
             crate::journal::JournalError::Open {
@@ -213,6 +225,8 @@ impl Scheduler {
             ledger,
             cfg,
             start,
+            clock: now,
+            replayed: (submitted, ended),
             objects,
             names,
             sessions,
@@ -238,16 +252,23 @@ impl Scheduler {
         self
     }
 
-    fn now(&self) -> Time {
-        since(self.start)
+    /// Tasks read back from the journal at start, and how many of them had ended.
+    pub fn replayed(&self) -> (u64, u64) {
+        self.replayed
     }
 
-    /// Run until every sender of `rx` is gone.
+    /// The core's time of the step under way.
+    fn now(&self) -> Time {
+        core_time(self.start, self.clock)
+    }
+
+    /// Run until every sender of `rx` is gone: the driver of the live dispatcher, which reads
+    /// the clock for each message, tick and round.
     pub fn run(mut self, rx: Receiver<SchedulerMsg>) {
         let tick = Duration::from_millis(100);
-        let mut next_check = Instant::now() + tick;
+        let mut next_check = Now::read().instant + tick;
         loop {
-            let mut wait = next_check.saturating_duration_since(Instant::now());
+            let mut wait = next_check.saturating_duration_since(Now::read().instant);
             if self.ledger.progress.ending() > 0 {
                 // Outcomes are waiting for the writer's confirmation (it commits every 20 ms).
                 wait = wait.min(Duration::from_millis(5));
@@ -261,31 +282,36 @@ impl Scheduler {
                 }
             };
             if let Some(c) = first {
-                self.handle(c);
+                self.handle(c, Now::read());
                 // Group commit: take everything already waiting before touching the disk.
                 while let Ok(c) = rx.try_recv() {
-                    self.handle(c);
+                    self.handle(c, Now::read());
                     if self.ledger.progress.submissions() > 50_000 {
                         break;
                     }
                 }
             }
-            if Instant::now() >= next_check {
-                self.tick();
-                next_check = Instant::now() + tick;
+            let now = Now::read();
+            if now.instant >= next_check {
+                self.tick(now);
+                next_check = now.instant + tick;
             }
-            self.round();
+            self.round(now);
         }
     }
 
-    /// The periodic checks (every 100 ms): heartbeats, hand-offs, tasks no worker can hold,
-    /// the storage cap's shares, the dashboard's sample, the core's timers.
-    pub fn tick(&mut self) {
-        for node in self.sessions.silent(self.cfg.heartbeat_timeout) {
+    /// The periodic checks at `now` (every 100 ms): heartbeats, hand-offs, tasks no worker can
+    /// hold, the storage cap's shares, the dashboard's sample, the core's timers.
+    pub fn tick(&mut self, now: Now) {
+        self.clock = now;
+        for node in self
+            .sessions
+            .silent(self.cfg.heartbeat_timeout, now.instant)
+        {
             self.node_lost(node, "heartbeat timeout", true);
         }
         if let Some(p) = &mut self.pool {
-            p.finish_handoffs(&mut *self.comm);
+            p.finish_handoffs(&mut *self.comm, now.instant);
         }
         if let Some(pool) = self.cfg.fixed_pool {
             outcomes::fail_unfit(pool, &mut shared!(self), &mut self.ledger);
@@ -293,9 +319,9 @@ impl Scheduler {
         let staging = self.batches.storage_reads();
         self.prefetch
             .share_storage_cap(&mut shared!(self), &staging);
-        if self.ledger.series.due() {
+        if self.ledger.series.due(now.instant) {
             let s = self.status();
-            self.ledger.series.sample(&s, unix_now());
+            self.ledger.series.sample(&s, now);
         }
         let now = self.now();
         self.core.handle_waiting_demand(self.ledger.looking_up());
@@ -307,15 +333,17 @@ impl Scheduler {
     /// The end of a round: commit its submissions (they reach the disk before any of their
     /// tasks moves on), send lookups, carry out the core's actions, hand the journal writer
     /// what happened and take its confirmations.
-    pub fn round(&mut self) {
+    pub fn round(&mut self, now: Now) {
+        self.clock = now;
         self.ledger.progress.flush_submissions(&mut self.journal);
         self.send_lookups();
         self.drain_actions();
         self.ledger.confirm_outcomes(&mut *self.comm);
     }
 
-    /// Take one message.
-    pub fn handle(&mut self, cmd: SchedulerMsg) {
+    /// Take one message, at `now`.
+    pub fn handle(&mut self, cmd: SchedulerMsg, now: Now) {
+        self.clock = now;
         let (ledger, names, lookups) = (&mut self.ledger, &mut self.names, &mut self.lookups);
         match cmd {
             SchedulerMsg::Submit(defs, reply) => {
@@ -445,7 +473,7 @@ impl Scheduler {
                 let _ = reply.send(self.stage(ask));
             }
             SchedulerMsg::StageView(id, reply) => {
-                let _ = reply.send(self.batches.view(id));
+                let _ = reply.send(self.batches.view(id, now.instant));
             }
             SchedulerMsg::ShutdownWorkers => {
                 self.shutting_down = true;
@@ -495,7 +523,7 @@ impl Scheduler {
             workers: c.nodes,
             slots: c.slots,
             busy_slots: c.busy_slots,
-            uptime_s: self.start.elapsed().as_secs_f64(),
+            uptime_s: self.clock.since(self.start).as_secs_f64(),
             prefetch: self.core.prefetch_stats(),
             storage_cap: self.core.config().storage_cap,
             storage_budget_used: self.core.storage_budget_used(),
@@ -600,7 +628,7 @@ impl Scheduler {
             return;
         };
         if let Some(s) = self.sessions.get_mut(&node) {
-            s.last_seen = Instant::now();
+            s.last_seen = self.clock.instant;
         }
         let now = self.now();
         let (ledger, lookups) = (&mut self.ledger, &mut self.lookups);
@@ -720,8 +748,12 @@ impl Scheduler {
                         dataflow::abandoned_why(why, tasks, &self.objects, &self.names, limit);
                     if !matches!(tasks.get(task).phase, Phase::Done(_)) {
                         let failed = crate::journal::OutcomeState::Failed;
-                        self.ledger
-                            .finish_without_running(task, failed, Some(error));
+                        self.ledger.finish_without_running(
+                            task,
+                            failed,
+                            Some(error),
+                            self.clock.unix,
+                        );
                     }
                 }
                 Action::DropObject { object, nodes } => {

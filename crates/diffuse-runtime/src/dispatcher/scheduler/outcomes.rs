@@ -131,7 +131,7 @@ fn cancel_waiting(
     let Some(d) = results.unpark(t) else {
         return false;
     };
-    let now = super::ledger::unix_now();
+    let now = sh.at.unix;
     let report = TaskReport {
         task: ledger.tasks.get(t).def.id.clone(),
         attempt: d.attempt,
@@ -176,12 +176,14 @@ pub fn worker_gone(
                 t,
                 OutcomeState::Failed,
                 Some(format!("its worker was lost {limit} times")),
+                sh.at.unix,
             );
         } else if lost.cancelled.contains(&t) {
             ledger.finish_without_running(
                 t,
                 OutcomeState::Cancelled,
                 Some("cancelled; its worker was lost while it ran".into()),
+                sh.at.unix,
             );
         } else if !matches!(ledger.tasks.get(t).phase, Phase::Done(_)) {
             ledger.tasks.list_as(t, Listed::Queued);
@@ -210,7 +212,7 @@ pub fn cancel(
         Phase::Done(s) => Err(format!("task '{id}' already ended ({s:?})")),
         Phase::Lookup { .. } => {
             let _ = sh.core.handle_cancel(t, sh.now);
-            ledger.finish_without_running(t, OutcomeState::Cancelled, None);
+            ledger.finish_without_running(t, OutcomeState::Cancelled, None, sh.at.unix);
             Ok("cancelled".into())
         }
         Phase::Live => match sh
@@ -219,7 +221,7 @@ pub fn cancel(
             .map_err(|e| e.to_string())?
         {
             Some(_) => {
-                ledger.finish_without_running(t, OutcomeState::Cancelled, None);
+                ledger.finish_without_running(t, OutcomeState::Cancelled, None, sh.at.unix);
                 Ok("cancelled".into())
             }
             None if cancel_waiting(t, sh, ledger, lookups, results) => Ok("cancelled".into()),
@@ -272,7 +274,7 @@ pub fn fail_unfit(pool: u32, sh: &mut Shared, ledger: &mut Ledger) {
             let error = format!(
                 "asks for {want}: more than any of the {pool} workers has, and no other will join"
             );
-            ledger.finish_without_running(t, OutcomeState::Failed, Some(error));
+            ledger.finish_without_running(t, OutcomeState::Failed, Some(error), sh.at.unix);
         }
     }
 }

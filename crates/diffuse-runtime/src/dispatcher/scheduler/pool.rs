@@ -175,7 +175,7 @@ impl PoolLink {
             node,
             session: s,
             waiting,
-            until: Instant::now() + bound,
+            until: sh.at.instant + bound,
         });
     }
 
@@ -192,7 +192,7 @@ impl PoolLink {
                 self.handed.1 += bytes;
             }
         }
-        self.finish_handoffs(comm);
+        self.finish(comm, None);
     }
 
     /// Worker `node` left (released, or lost): copies it was to receive will not be reported,
@@ -201,15 +201,19 @@ impl PoolLink {
         for h in &mut self.handing {
             h.waiting.retain(|(to, _, _)| *to != node);
         }
-        self.finish_handoffs(comm);
+        self.finish(comm, None);
     }
 
-    /// Release the workers whose hand-off is complete or out of time.
-    pub fn finish_handoffs(&mut self, comm: &mut dyn Comm) {
-        let now = Instant::now();
+    /// Release the workers whose hand-off is complete or out of time at `now`.
+    pub fn finish_handoffs(&mut self, comm: &mut dyn Comm, now: Instant) {
+        self.finish(comm, Some(now));
+    }
+
+    /// Release the workers whose hand-off is complete, or (given `now`) out of time.
+    fn finish(&mut self, comm: &mut dyn Comm, now: Option<Instant>) {
         let (done, going): (Vec<Handing>, Vec<Handing>) = std::mem::take(&mut self.handing)
             .into_iter()
-            .partition(|h| h.waiting.is_empty() || now >= h.until);
+            .partition(|h| h.waiting.is_empty() || now.is_some_and(|now| now >= h.until));
         self.handing = going;
         for h in done {
             if !h.waiting.is_empty() {

@@ -1,6 +1,7 @@
 //! What the dashboard draws: one sample of the dispatcher's counters a second, the last hour
 //! of them kept (`GET /v1/series`), and the last failures (in `/v1/status`).
 
+use super::clock::Now;
 use super::views::{Failure, Status};
 use crate::journal::{OutcomeState, TaskOutcome};
 use serde::{Deserialize, Serialize};
@@ -62,15 +63,16 @@ pub struct Series {
 }
 
 impl Series {
-    /// Whether a second has passed since the last sample (or none was taken).
-    pub fn due(&self) -> bool {
+    /// Whether a second has passed at `now` since the last sample (or none was taken).
+    pub fn due(&self, now: Instant) -> bool {
         self.last
-            .is_none_or(|l| l.elapsed() >= Duration::from_secs(1))
+            .is_none_or(|l| now.saturating_duration_since(l) >= Duration::from_secs(1))
     }
 
-    /// Take a sample of `s`, at unix time `t`.
-    pub fn sample(&mut self, s: &Status, t: f64) {
-        self.last = Some(Instant::now());
+    /// Take a sample of `s` at `now`.
+    pub fn sample(&mut self, s: &Status, now: Now) {
+        self.last = Some(now.instant);
+        let t = now.unix;
         self.next += 1;
         let p = Point {
             seq: self.next,

@@ -123,11 +123,11 @@ impl Sessions {
             .map(|(n, _)| *n)
     }
 
-    /// Workers not heard from for longer than `timeout`.
-    pub fn silent(&self, timeout: Duration) -> Vec<NodeId> {
+    /// Workers not heard from for longer than `timeout` at `now`.
+    pub fn silent(&self, timeout: Duration, now: Instant) -> Vec<NodeId> {
         self.by_node
             .iter()
-            .filter(|(_, s)| s.last_seen.elapsed() > timeout)
+            .filter(|(_, s)| now.saturating_duration_since(s.last_seen) > timeout)
             .map(|(n, _)| *n)
             .collect()
     }

@@ -3,6 +3,7 @@
 //! The helpers here are the ones several owners need: a message to a worker if it is still
 //! connected, a peer read of an object, the extra sources of a multi-source read.
 
+use super::clock::Now;
 use super::comm::Comm;
 use super::objects::ObjectTable;
 use super::sessions::Sessions;
@@ -21,6 +22,8 @@ pub struct Shared<'a> {
     pub comm: &'a mut dyn Comm,
     /// The core's time of this step.
     pub now: Time,
+    /// The clock's reading for this step.
+    pub at: Now,
 }
 
 impl Shared<'_> {

@@ -13,7 +13,7 @@ use super::shared::Shared;
 use crate::proto::{Held, ToDispatcher, ToWorker};
 use diffuse_core::bandwidth::Endpoint;
 use diffuse_core::{NodeId, Resources};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Worker `node` (on connection `conn`) says hello: the core learns its capacity, name, cache,
 /// rack and when it leaves. Its session and the objects it already holds, or None if `hello`
@@ -74,7 +74,7 @@ pub fn introduce(
         request,
         peer_url,
         slots,
-        last_seen: Instant::now(),
+        last_seen: sh.at.instant,
         cache: (cache_quota, 0, 0),
         warm: Default::default(),
     };

@@ -3,14 +3,17 @@
 //! messages are handed to [`Scheduler::handle`] one at a time, [`Scheduler::round`] and
 //! [`Scheduler::tick`] are called by hand, and [`Env::check`] checks the invariants after every
 //! step. No socket, thread or process: the journal is a real SQLite file in a temp directory.
+//! Time is the test's: it stands still until [`Env::advance`] moves it, so the timeouts
+//! (heartbeat, hand-off, the dashboard's sampling) are tested without waiting.
 
 mod cases;
 mod reuse;
 mod stage;
+mod timeouts;
 
 use super::comm::RecordingComm;
 use super::pool::PoolLink;
-use super::{Scheduler, SchedulerConfig, SchedulerMsg, Status, Submitted};
+use super::{Now, Scheduler, SchedulerConfig, SchedulerMsg, Status, Submitted};
 use crate::journal::Journal;
 use crate::proto::{Assignment, KeptOutput, LookupResult, TaskReport, ToDispatcher, ToWorker};
 use diffuse_core::{Core, CoreConfig, NodeId, TaskId, TaskState};
@@ -18,10 +21,15 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+/// The heartbeat timeout of every test's scheduler (the dispatcher's default).
+pub(super) const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A scheduler, what it sent, and the connections of its workers.
 pub(super) struct Env {
     pub s: Scheduler,
     pub comm: RecordingComm,
+    /// The test's clock: moved only by [`Env::advance`].
+    pub now: Now,
     /// Messages of the recording already taken by [`Env::take_runs`] and friends.
     seen: usize,
     next_conn: u64,
@@ -56,12 +64,13 @@ impl Env {
         let path = dir.path().join("journal.db");
         let journal = Journal::open(&path).expect("journal");
         let comm = RecordingComm::default();
+        let now = Now::read();
         let s = Scheduler::new(
             Core::new(cfg),
             journal,
             SchedulerConfig {
-                heartbeat: Duration::from_secs(3600),
-                heartbeat_timeout: Duration::from_secs(3600),
+                heartbeat: Duration::from_secs(2),
+                heartbeat_timeout: HEARTBEAT_TIMEOUT,
                 journal: path,
                 lookup_timeout: Duration::from_secs(10),
                 task_defaults: Default::default(),
@@ -70,6 +79,7 @@ impl Env {
                 results_store: None,
             },
             Box::new(comm.clone()),
+            now,
         )
         .expect("scheduler");
         let s = match pool {
@@ -79,6 +89,7 @@ impl Env {
         let env = Env {
             s,
             comm,
+            now,
             seen: 0,
             next_conn: 1,
             _dir: dir,
@@ -89,20 +100,25 @@ impl Env {
 
     /// Hand the scheduler one message, end the round, check.
     pub fn send(&mut self, msg: SchedulerMsg) {
-        self.s.handle(msg);
+        self.s.handle(msg, self.now);
         self.round();
     }
 
     /// End a round (commits, lookups, the core's actions, the writer's confirmations), check.
     pub fn round(&mut self) {
-        self.s.round();
+        self.s.round(self.now);
         self.check();
     }
 
     /// The periodic checks (the core's provisioning among them), then a round.
     pub fn tick(&mut self) {
-        self.s.tick();
+        self.s.tick(self.now);
         self.round();
+    }
+
+    /// Move the test's clock `d` on (nothing happens until the next step).
+    pub fn advance(&mut self, d: Duration) {
+        self.now = self.now.after(d);
     }
 
     /// A worker connects with `slots` slots (answering pool request `request`).

@@ -47,7 +47,14 @@ fn fetches(env: &Env) -> Vec<(NodeId, InputSource)> {
 fn copy_until_done(env: &mut Env, id: u64) -> (Vec<(NodeId, InputSource)>, usize) {
     let first_round = fetches(env).len();
     for _ in 0..8 {
-        if env.s.batches.view(id).expect("the batch").state == "done" {
+        if env
+            .s
+            .batches
+            .view(id, env.now.instant)
+            .expect("the batch")
+            .state
+            == "done"
+        {
             break;
         }
         for (n, _) in fetches(env) {
@@ -58,7 +65,7 @@ fn copy_until_done(env: &mut Env, id: u64) -> (Vec<(NodeId, InputSource)>, usize
             env.from(env.w(n), ToDispatcher::Cached { objects });
         }
     }
-    let view = env.s.batches.view(id).expect("the batch");
+    let view = env.s.batches.view(id, env.now.instant).expect("the batch");
     assert_eq!(view.state, "done", "{view:?}");
     assert!(view.failed.is_empty(), "{view:?}");
     (fetches(env), first_round)
@@ -73,7 +80,7 @@ fn a_staged_batch_copies_an_object_to_every_worker_and_reports_done() {
     let id = stage(&mut env, 1000);
     assert!(!fetches(&env).is_empty(), "the stager starts copies");
     copy_until_done(&mut env, id);
-    let view = env.s.batches.view(id).expect("the batch");
+    let view = env.s.batches.view(id, env.now.instant).expect("the batch");
     assert_eq!((view.requests, view.done), (2, 2));
     for w in [w1, w2] {
         let o = env.s.objects[URI];
