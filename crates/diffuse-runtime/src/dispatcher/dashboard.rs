@@ -84,7 +84,7 @@ async fn series(
     h.reader_token(&headers)?;
     let Query(q) = q?;
     Ok(Json(
-        h.ask(|tx| super::scheduler::SchedulerMsg::Series(q.since, tx))
+        h.ask(|tx| super::scheduler::SchedulerQuery::Series(q.since, tx))
             .await?,
     ))
 }

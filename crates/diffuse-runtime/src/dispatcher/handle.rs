@@ -3,7 +3,7 @@
 //! it checks a request's token ([`Tokens`]) and asks the scheduler thread; and [`ApiError`],
 //! what a handler answers when it fails.
 
-use super::scheduler::{SchedulerMsg, Status, SubmitError, Submitted, TaskView};
+use super::scheduler::{SchedulerMsg, SchedulerQuery, Status, SubmitError, Submitted, TaskView};
 use crate::journal::Journal;
 use crate::spec::{parse_tasks, TaskDef};
 use axum::extract::rejection::QueryRejection;
@@ -99,13 +99,13 @@ impl From<QueryRejection> for ApiError {
 }
 
 impl Handle {
-    pub(super) async fn ask<T>(
+    pub(super) async fn ask<T, M: Into<SchedulerMsg>>(
         &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> SchedulerMsg,
+        make: impl FnOnce(oneshot::Sender<T>) -> M,
     ) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel();
         self.tx
-            .send(make(tx))
+            .send(make(tx).into())
             .map_err(|_| ApiError::Internal("dispatcher is stopping".into()))?;
         rx.await
             .map_err(|_| ApiError::Internal("dispatcher is stopping".into()))
@@ -160,7 +160,7 @@ impl Handle {
 
     /// Counters.
     pub async fn status(&self) -> Result<Status, ApiError> {
-        self.ask(SchedulerMsg::Status).await
+        self.ask(SchedulerQuery::Status).await
     }
 
     /// The kept results' counts; with `clear`, after forgetting them all.
@@ -178,7 +178,7 @@ impl Handle {
         after: Option<String>,
         limit: usize,
     ) -> Result<super::scheduler::views::WorkerPage, ApiError> {
-        self.ask(|reply| SchedulerMsg::Workers {
+        self.ask(|reply| SchedulerQuery::Workers {
             after,
             limit,
             reply,
@@ -192,7 +192,7 @@ impl Handle {
         &self,
         after: usize,
     ) -> Result<(Vec<(String, String)>, usize), ApiError> {
-        self.ask(|tx| SchedulerMsg::Ended(after, tx)).await
+        self.ask(|tx| SchedulerQuery::Ended(after, tx)).await
     }
 
     /// The journaled outcome of task `id`, if it has one.

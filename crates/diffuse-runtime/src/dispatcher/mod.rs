@@ -71,7 +71,8 @@ pub use handle::{ApiError, Handle, Tokens};
 pub use metrics::metrics_text;
 use scheduler::tasks::Listed;
 use scheduler::{
-    BatchView, ListQuery, Scheduler, SchedulerConfig, SchedulerMsg, Status, Submitted,
+    BatchView, ListQuery, Scheduler, SchedulerConfig, SchedulerMsg, SchedulerQuery, Status,
+    Submitted,
 };
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -438,7 +439,7 @@ async fn list(
     }
     let (views, next) = h
         .ask(|tx| {
-            SchedulerMsg::List(
+            SchedulerQuery::List(
                 ListQuery {
                     state,
                     after,
@@ -498,7 +499,7 @@ async fn states(
     let (views, unknown) = loop {
         ended.borrow_and_update();
         let ids = body.ids.clone();
-        let (views, unknown) = h.ask(|tx| SchedulerMsg::Tasks(ids, tx)).await?;
+        let (views, unknown) = h.ask(|tx| SchedulerQuery::Tasks(ids, tx)).await?;
         let Some(deadline) = deadline else {
             break (views, unknown);
         };
@@ -523,7 +524,7 @@ async fn task(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
-    match h.ask(|tx| SchedulerMsg::Task(id.clone(), tx)).await? {
+    match h.ask(|tx| SchedulerQuery::Task(id.clone(), tx)).await? {
         Some(v) => {
             let mut v = h.with_outcomes(vec![v]).await?.remove(0);
             let attempts = h.attempt_results(&id).await?;
@@ -567,7 +568,7 @@ async fn batch(
     let n = b
         .parse::<u64>()
         .map_err(|_| ApiError::BadRequest(format!("'{b}' is not a batch number")))?;
-    h.ask(|tx| SchedulerMsg::Batch(n, tx))
+    h.ask(|tx| SchedulerQuery::Batch(n, tx))
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("unknown batch {n}")))
@@ -618,7 +619,7 @@ async fn logs(
         }
     };
     let peer = h
-        .ask(|tx| SchedulerMsg::PeerOf(node.clone(), tx))
+        .ask(|tx| SchedulerQuery::PeerOf(node.clone(), tx))
         .await?
         .ok_or_else(|| {
             ApiError::NotFound(format!(
@@ -721,7 +722,7 @@ async fn locate(
     h.client(&headers)?;
     let Query(q) = q?;
     let uri = crate::uri::canonical(&q.uri).map_err(ApiError::BadRequest)?;
-    let nodes = h.ask(|tx| SchedulerMsg::Locate(uri.clone(), tx)).await?;
+    let nodes = h.ask(|tx| SchedulerQuery::Locate(uri.clone(), tx)).await?;
     Ok(Json(answers::Located { uri, nodes }).into_response())
 }
 
@@ -734,7 +735,7 @@ async fn job(
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
     q?;
-    match h.ask(|tx| SchedulerMsg::Job(name.clone(), tx)).await? {
+    match h.ask(|tx| SchedulerQuery::Job(name.clone(), tx)).await? {
         Some(v) => Ok(Json(v).into_response()),
         None => Err(ApiError::NotFound(format!("no task is in job '{name}'"))),
     }
@@ -766,7 +767,7 @@ async fn object(
     h.client(&headers)?;
     q?;
     let uri = crate::uri::canonical(&uri).map_err(ApiError::BadRequest)?;
-    match h.ask(|tx| SchedulerMsg::Object(uri.clone(), tx)).await? {
+    match h.ask(|tx| SchedulerQuery::Object(uri.clone(), tx)).await? {
         Some(view) => Ok(Json(view).into_response()),
         None => Err(ApiError::NotFound(format!("no task reads or writes {uri}"))),
     }

@@ -4,7 +4,7 @@
 
 use super::handle::{ApiError, Handle};
 use super::scheduler::batches::StageAsk;
-use super::scheduler::SchedulerMsg;
+use super::scheduler::{SchedulerMsg, SchedulerQuery};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -56,7 +56,7 @@ async fn progress(
 ) -> Result<Response, ApiError> {
     h.client(&headers)?;
     q?;
-    match h.ask(|tx| SchedulerMsg::StageView(id, tx)).await? {
+    match h.ask(|tx| SchedulerQuery::StageView(id, tx)).await? {
         Some(v) => Ok(Json(v).into_response()),
         None => Err(ApiError::NotFound(format!("no staged batch {id}"))),
     }

@@ -34,6 +34,7 @@
 //! | [`intake`] | tasks taken in: submitted, replayed, their inputs looked up, into the core's queue |
 //! | [`outcomes`] | tasks ended or run again: a worker's report, a worker gone, a cancel, tasks a fixed pool cannot hold |
 //! | [`worker_msgs`] | what workers say of themselves and their caches: hello, copies held, fetch failures, transfers |
+//! | [`queries`] | questions that change nothing ([`SchedulerQuery`]) answered from the owners as they stand |
 //! | [`views`] | the answers: status counters, task, batch and link views, failures, submission errors |
 //! | [`comm`] | the seam to the outside: [`Comm`], [`LiveComm`], [`comm::RecordingComm`] |
 //! | [`shared`] | [`shared::Shared`]: the core, sessions, objects and comm borrowed for one step; peer reads |
@@ -68,6 +69,7 @@ pub mod placement;
 pub mod pool;
 pub mod prefetch;
 pub mod progress;
+pub mod queries;
 pub mod results;
 pub mod series;
 pub mod sessions;
@@ -82,7 +84,7 @@ pub mod writer;
 
 pub use clock::Now;
 pub use comm::{Comm, LiveComm};
-pub use msg::SchedulerMsg;
+pub use msg::{SchedulerMsg, SchedulerQuery};
 pub use views::{
     AttemptView, BatchView, LinkView, ListQuery, Status, SubmitError, Submitted, TaskView,
 };
@@ -92,7 +94,7 @@ use crate::proto::{ToDispatcher, ToWorker};
 use crate::provisioner::PoolCmd;
 use batches::{Batches, StageAsk};
 use comm::WorkerLink;
-use diffuse_core::{Action, Core, Handoff, NodeId, TaskId, TaskState, Time};
+use diffuse_core::{Action, Core, Handoff, NodeId, Time};
 use ledger::Ledger;
 use lookup::Lookups;
 use objects::ObjectTable;
@@ -377,103 +379,13 @@ impl Scheduler {
                     p.on_event(ev, &mut self.core, now);
                 }
             }
-            SchedulerMsg::Status(reply) => {
-                let _ = reply.send(self.status());
-            }
-            SchedulerMsg::Workers {
-                after,
-                limit,
-                reply,
-            } => {
-                let (workers, next) = pool::workers_page(
-                    self.pool.as_ref(),
-                    &self.core,
-                    &self.sessions,
-                    after.as_deref(),
-                    limit,
-                );
-                let _ = reply.send(views::WorkerPage { workers, next });
-            }
-            SchedulerMsg::Series(since, reply) => {
-                let _ = reply.send(self.ledger.series.points_since(since));
-            }
-            SchedulerMsg::Task(id, reply) => {
-                let view = self.ledger.tasks.id_of(&id).map(|t| self.view(t));
-                let _ = reply.send(view);
-            }
-            SchedulerMsg::Tasks(ids, reply) => {
-                let (mut views, mut unknown) = (Vec::new(), Vec::new());
-                for id in ids {
-                    match self.ledger.tasks.id_of(&id) {
-                        Some(t) => views.push(self.view(t)),
-                        None => unknown.push(id),
-                    }
-                }
-                let _ = reply.send((views, unknown));
-            }
-            SchedulerMsg::List(q, reply) => {
-                let (page, next) = self.ledger.tasks.page(q.state, q.after, q.limit);
-                let views = page.into_iter().map(|t| self.view(t)).collect();
-                let _ = reply.send((views, next));
-            }
-            SchedulerMsg::Batch(b, reply) => {
-                let view = self.ledger.tasks.batch(b).map(|counts| BatchView {
-                    batch: b,
-                    pending: counts.tasks - counts.succeeded - counts.failed - counts.cancelled,
-                    counts: counts.clone(),
-                });
-                let _ = reply.send(view);
-            }
-            SchedulerMsg::Locate(uri, reply) => {
-                let names = match self.objects.get(&uri) {
-                    Some(o) => self
-                        .core
-                        .locate(o)
-                        .iter()
-                        .filter_map(|n| self.sessions.name(n).map(str::to_string))
-                        .collect(),
-                    None => Vec::new(),
-                };
-                let _ = reply.send(names);
-            }
-            SchedulerMsg::Job(name, reply) => {
-                let _ = reply.send(self.ledger.jobs.view(&name, &self.ledger.tasks));
-            }
-            SchedulerMsg::Object(uri, reply) => {
-                let view = self
-                    .objects
-                    .view(&uri, &self.core, &self.sessions, &self.ledger.tasks);
-                let _ = reply.send(view);
-            }
+            SchedulerMsg::SchedulerQuery(q) => self.reader().answer(q),
             SchedulerMsg::Place(uri, name, reply) => {
                 let (sh, tasks) = (&mut shared!(self), &self.ledger.tasks);
                 let _ = reply.send(placement::place(&uri, &name, sh, tasks, names));
             }
-            SchedulerMsg::PeerOf(name, reply) => {
-                let url = self
-                    .sessions
-                    .values()
-                    .find(|s| s.name == name)
-                    .map(|s| s.peer_url.clone());
-                let _ = reply.send(url);
-            }
-            SchedulerMsg::Ended(after, reply) => {
-                let tasks = &self.ledger.tasks;
-                let (ended, n) = tasks.ended_since(after);
-                let views = ended
-                    .into_iter()
-                    .map(|t| {
-                        let listed = tasks.listed(t).as_str().to_string();
-                        (tasks.get(t).def.id.clone(), listed)
-                    })
-                    .collect();
-                let _ = reply.send((views, n));
-            }
             SchedulerMsg::Stage(ask, reply) => {
                 let _ = reply.send(self.stage(ask));
-            }
-            SchedulerMsg::StageView(id, reply) => {
-                let _ = reply.send(self.batches.view(id, now.instant));
             }
             SchedulerMsg::ShutdownWorkers => {
                 self.shutting_down = true;
@@ -484,88 +396,24 @@ impl Scheduler {
         }
     }
 
-    fn status(&self) -> Status {
-        let c = self.core.counts();
-        let (remakes_waiting, remakes_running) = self.core.remakes();
-        let unfit = self.core.unschedulable();
-        let examples = unfit
-            .iter()
-            .take(5)
-            .map(|t| {
-                let task = self.ledger.tasks.get(*t);
-                format!("{}: {}", task.def.id, self.ledger.spec_of(*t).resources)
-            })
-            .collect();
-        let (mut worker_list, pool) =
-            pool::workers_view(self.pool.as_ref(), &self.core, &self.sessions);
-        let mut workers_by_state: std::collections::BTreeMap<String, u32> = pool::WORKER_STATES
-            .iter()
-            .map(|s| (s.to_string(), 0))
-            .collect();
-        for w in &worker_list {
-            *workers_by_state.entry(w.state.clone()).or_default() += 1;
-        }
-        let worker_list_more = worker_list.len().saturating_sub(views::STATUS_WORKER_ROWS) as u64;
-        worker_list.truncate(views::STATUS_WORKER_ROWS);
-        Status {
-            workers_by_state,
-            worker_list,
-            worker_list_more,
-            pool,
-            unschedulable: unfit.len() as u64,
-            unschedulable_examples: examples,
-            queued: c.queued + c.blocked - remakes_waiting,
-            looking_up: self.ledger.looking_up(),
-            running: c.running - remakes_running - c.held_ready,
-            held_ready: c.held_ready,
-            remaking: remakes_waiting + remakes_running,
-            ending: self.ledger.progress.ending() as u64,
-            workers: c.nodes,
-            slots: c.slots,
-            busy_slots: c.busy_slots,
-            uptime_s: self.clock.since(self.start).as_secs_f64(),
-            prefetch: self.core.prefetch_stats(),
-            storage_cap: self.core.config().storage_cap,
-            storage_budget_used: self.core.storage_budget_used(),
-            two_mark: self.core.two_mark_stats(),
-            recent_failures: self.ledger.series.recent_failures(),
-            links: prefetch::links(&self.core, &self.sessions),
-            reused: self.results.reused,
-            warm: self
-                .sessions
-                .iter()
-                .fold(Default::default(), |sum, (_, s)| crate::proto::WarmUse {
-                    processes: sum.processes + s.warm.processes,
-                    calls: sum.calls + s.warm.calls,
-                    rss: sum.rss + s.warm.rss,
-                }),
-            ..self.ledger.counters().clone()
+    /// The owners, borrowed to answer a question.
+    fn reader(&self) -> queries::Reader<'_> {
+        queries::Reader {
+            core: &self.core,
+            ledger: &self.ledger,
+            sessions: &self.sessions,
+            objects: &self.objects,
+            pool: self.pool.as_ref(),
+            batches: &self.batches,
+            results: &self.results,
+            start: self.start,
+            clock: self.clock,
         }
     }
 
-    /// A task's view without its journaled outcome (the API reads that from the journal, off
-    /// this thread).
-    fn view(&self, t: TaskId) -> TaskView {
-        let task = self.ledger.tasks.get(t);
-        let (node, attempt) = match (&task.phase, self.core.task_state(t)) {
-            (Phase::Live, Some(TaskState::Running { node, attempt, .. })) => {
-                (self.sessions.name(&node).map(str::to_string), attempt)
-            }
-            (Phase::Done(_), _) => match self.ledger.progress.unconfirmed(&task.def.id) {
-                Some(o) => (o.node.clone(), o.attempt),
-                None => (None, 0),
-            },
-            _ => (None, 0),
-        };
-        TaskView {
-            id: task.def.id.clone(),
-            state: self.ledger.tasks.listed(t).as_str().to_string(),
-            batch: task.batch,
-            node,
-            attempt,
-            outcome: None,
-            attempts: None,
-        }
+    /// The counters of `/v1/status`.
+    fn status(&self) -> Status {
+        self.reader().status()
     }
 
     /// Connected workers and their slot counts (diagnostics).

@@ -1,5 +1,6 @@
-//! The scheduler thread's one input: [`SchedulerMsg`], a query or command from the HTTP API, a
-//! worker's session or the elastic pool. Each query carries the channel its answer goes back on.
+//! The scheduler thread's one input: [`SchedulerMsg`], a command from the HTTP API, a worker's
+//! session or the elastic pool, or a [`SchedulerQuery`] that changes nothing. Each question carries the
+//! channel its answer goes back on.
 
 use super::batches::{StageAsk, StageView};
 use super::comm::WorkerLink;
@@ -12,7 +13,7 @@ use crate::provisioner::PoolEvent;
 use crate::spec::TaskDef;
 use tokio::sync::oneshot;
 
-/// A query or command for the scheduler thread.
+/// A command for the scheduler thread, or a [`SchedulerQuery`].
 pub enum SchedulerMsg {
     /// Accept a batch; answered once it is journaled.
     Submit(
@@ -41,6 +42,23 @@ pub enum SchedulerMsg {
         /// Where the counts go.
         reply: oneshot::Sender<super::results::ResultsView>,
     },
+    /// Cancel every unfinished task of a job (None: no task names it).
+    CancelJob(String, oneshot::Sender<Option<JobCancelled>>),
+    /// Place a `tmp://` object on the named worker.
+    Place(String, String, oneshot::Sender<Result<String, PlaceError>>),
+    /// Ask every worker to finish and exit.
+    ShutdownWorkers,
+    /// News from the elastic pool.
+    Pool(PoolEvent),
+    /// A question that changes nothing ([`SchedulerQuery`]).
+    SchedulerQuery(SchedulerQuery),
+    /// Stage a batch of objects to workers: its number, or why not.
+    Stage(StageAsk, oneshot::Sender<Result<u64, String>>),
+}
+
+/// A question for the scheduler thread that changes nothing, answered from its owners as they
+/// stand ([`super::queries`]).
+pub enum SchedulerQuery {
     /// Counters.
     Status(oneshot::Sender<Status>),
     /// A page of workers by name: those after `after`, at most `limit`.
@@ -66,23 +84,19 @@ pub enum SchedulerMsg {
     Locate(String, oneshot::Sender<Vec<String>>),
     /// A job's counters (None: no task names it).
     Job(String, oneshot::Sender<Option<JobView>>),
-    /// Cancel every unfinished task of a job (None: no task names it).
-    CancelJob(String, oneshot::Sender<Option<JobCancelled>>),
     /// Where an object is and its state (None: no task names it).
     Object(String, oneshot::Sender<Option<ObjectView>>),
-    /// Place a `tmp://` object on the named worker.
-    Place(String, String, oneshot::Sender<Result<String, PlaceError>>),
     /// The peer data URL of the connected worker of this name.
     PeerOf(String, oneshot::Sender<Option<String>>),
     /// Tasks whose outcome was journaled after the first `n`, in that order: (id, state); and
     /// the new count.
     Ended(usize, oneshot::Sender<(Vec<(String, String)>, usize)>),
-    /// Ask every worker to finish and exit.
-    ShutdownWorkers,
-    /// News from the elastic pool.
-    Pool(PoolEvent),
-    /// Stage a batch of objects to workers: its number, or why not.
-    Stage(StageAsk, oneshot::Sender<Result<u64, String>>),
     /// A staged batch's progress (None: no such batch).
     StageView(u64, oneshot::Sender<Option<StageView>>),
+}
+
+impl From<SchedulerQuery> for SchedulerMsg {
+    fn from(q: SchedulerQuery) -> SchedulerMsg {
+        SchedulerMsg::SchedulerQuery(q)
+    }
 }
