@@ -379,7 +379,7 @@ impl Scheduler {
                     p.on_event(ev, &mut self.core, now);
                 }
             }
-            SchedulerMsg::SchedulerQuery(q) => self.reader().answer(q),
+            SchedulerMsg::Query(q) => self.reader().answer(q),
             SchedulerMsg::Place(uri, name, reply) => {
                 let (sh, tasks) = (&mut shared!(self), &self.ledger.tasks);
                 let _ = reply.send(placement::place(&uri, &name, sh, tasks, names));

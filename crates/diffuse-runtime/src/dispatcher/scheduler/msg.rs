@@ -50,10 +50,10 @@ pub enum SchedulerMsg {
     ShutdownWorkers,
     /// News from the elastic pool.
     Pool(PoolEvent),
-    /// A question that changes nothing ([`SchedulerQuery`]).
-    SchedulerQuery(SchedulerQuery),
     /// Stage a batch of objects to workers: its number, or why not.
     Stage(StageAsk, oneshot::Sender<Result<u64, String>>),
+    /// A question that changes nothing ([`SchedulerQuery`]).
+    Query(SchedulerQuery),
 }
 
 /// A question for the scheduler thread that changes nothing, answered from its owners as they
@@ -97,6 +97,6 @@ pub enum SchedulerQuery {
 
 impl From<SchedulerQuery> for SchedulerMsg {
     fn from(q: SchedulerQuery) -> SchedulerMsg {
-        SchedulerMsg::SchedulerQuery(q)
+        SchedulerMsg::Query(q)
     }
 }
