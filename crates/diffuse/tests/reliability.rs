@@ -765,3 +765,91 @@ fn inputs_ten_times_the_quota_fail_no_task_and_stay_within_quota_plus_one_object
     );
     assert!(cache_bytes(&cache) <= quota);
 }
+
+/// Fill the file system of `path` with one file there, until it takes no more.
+fn fill_disk(path: &std::path::Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).expect("filler");
+    for chunk in [1 << 20, 4096, 512] {
+        let block = vec![7u8; chunk];
+        while f.write_all(&block).and_then(|()| f.flush()).is_ok() {}
+    }
+}
+
+/// Promise 1 when the journal's disk is full: a submission the journal cannot take is not
+/// acknowledged and none of its tasks runs; `diffuse status` says why; once space is freed it
+/// goes through (one retry a second), every task of it runs, and a restart keeps them all.
+#[test]
+fn a_submission_the_full_journal_disk_cannot_take_waits_runs_nothing_and_goes_through_once_space_is_freed(
+) {
+    if !common::host::is_root() {
+        common::host::skip("a small disk for the journal is a tmpfs mount, which needs root");
+        return;
+    }
+    let disk_dir = tempfile::tempdir().expect("tempdir");
+    let disk = common::host::SmallDisk::mount(&disk_dir.path().join("disk"), 16);
+    let mut c = Cluster::start_with_journal(&disk.dir.join("journal.sqlite"));
+    c.worker("A", 2, "10MB");
+    c.wait_workers(1);
+    c.submit(&[json!({"id": "before", "cmd": "true"})]);
+    assert_eq!(c.wait_done("before")["state"], "succeeded");
+
+    let filler = disk.dir.join("filler");
+    fill_disk(&filler);
+    // More than the journal's write-ahead log holds already, so the commit needs new space.
+    let n = 2000;
+    let body: String = (0..n)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"id": format!("held-{i:04}"), "cmd": format!("true {}", "x".repeat(200))})
+            )
+        })
+        .collect();
+    std::thread::scope(|s| {
+        let submit = s.spawn(|| c.post_tasks(&body, Some(&c.client_token)));
+        let error = poll("the journal's error in /v1/status", || {
+            c.status()["journal_error"].as_str().map(str::to_string)
+        });
+        assert!(error.contains("full"), "{error}");
+        let env = [
+            ("DIFFUSE_DISPATCHER", c.url.as_str()),
+            ("DIFFUSE_CLIENT_TOKEN", c.client_token.as_str()),
+        ];
+        let out = diffuse_with(&["status"], None, &env, DEADLINE);
+        assert!(
+            out.stderr.contains("cannot write its journal") && out.stderr.contains("full"),
+            "{}",
+            out.stderr
+        );
+        // Two retries later: still not acknowledged, nothing of it dispatched.
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(
+            !submit.is_finished(),
+            "acknowledged while the journal could not take it"
+        );
+        let st = c.status();
+        assert_eq!(
+            (st["running"].as_u64(), st["succeeded"].as_u64()),
+            (Some(0), Some(1)),
+            "{st}"
+        );
+        std::fs::remove_file(&filler).expect("free the space");
+        let (code, v) = submit.join().expect("submitter");
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["submitted"].as_u64(), Some(n), "{v}");
+    });
+    assert_eq!(c.status()["journal_error"], Value::Null);
+    poll("every held task to succeed", || {
+        (c.status()["succeeded"].as_u64() == Some(n + 1)).then_some(())
+    });
+    c.restart_dispatcher();
+    let st = c.status();
+    assert_eq!(
+        (st["submitted"].as_u64(), st["succeeded"].as_u64()),
+        (Some(n + 1), Some(n + 1)),
+        "{st}"
+    );
+    drop(c);
+    drop(disk);
+}

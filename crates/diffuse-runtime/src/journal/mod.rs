@@ -178,6 +178,22 @@ pub enum JournalError {
     Sql(#[from] rusqlite::Error),
 }
 
+impl JournalError {
+    /// Whether the same write may succeed if tried again: the disk full, an I/O error, the
+    /// database busy or locked, memory short. Not a damaged file, a constraint, or a task
+    /// unknown or already ended.
+    pub fn may_pass(&self) -> bool {
+        use rusqlite::ErrorCode::*;
+        match self {
+            JournalError::Sql(rusqlite::Error::SqliteFailure(e, _)) => matches!(
+                e.code,
+                DiskFull | SystemIoFailure | DatabaseBusy | DatabaseLocked | OutOfMemory
+            ),
+            _ => false,
+        }
+    }
+}
+
 /// A submitted task as the journal stores it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SubmittedTask {

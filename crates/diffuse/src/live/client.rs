@@ -308,6 +308,11 @@ fn print_status(s: &Status, json: bool) {
     if json {
         println!("{}", serde_json::to_string(s).expect("a status serializes"));
     } else {
+        if let Some(e) = &s.journal_error {
+            eprintln!(
+                "error: the dispatcher cannot write its journal (submissions wait and outcomes are not confirmed until it can): {e}"
+            );
+        }
         if s.unschedulable > 0 {
             eprintln!(
                 "warning: {} queued task(s) fit no connected worker: {}",

@@ -231,6 +231,8 @@ pub struct Cluster {
     /// With TLS: the dispatcher and the workers serve with this certificate and trust its CA,
     /// URLs are `https://`, and `http` trusts the CA.
     pub tls: Option<super::pki::Pki>,
+    /// The dispatcher's journal: `<tmp>/journal.sqlite` unless a test puts it elsewhere.
+    pub journal: PathBuf,
     pub dir: tempfile::TempDir,
 }
 
@@ -243,13 +245,18 @@ impl Cluster {
 
     /// [`Cluster::start`] with extra dispatcher arguments, under `prefix` (may be empty).
     pub fn start_with(env: &[(&str, &str)], args: &[&str], prefix: &[&str]) -> Cluster {
-        Cluster::start_full(env, args, prefix, None)
+        Cluster::start_full(env, args, prefix, None, None)
+    }
+
+    /// [`Cluster::start`] with the dispatcher's journal at `journal` (on a small disk, say).
+    pub fn start_with_journal(journal: &Path) -> Cluster {
+        Cluster::start_full(&[], &[], &[], None, Some(journal.to_path_buf()))
     }
 
     /// [`Cluster::start_with`] over TLS with `pki`'s certificate ([`super::pki::Pki`]): the
     /// dispatcher and every worker get `--tls-cert`, `--tls-key` and `--tls-ca`.
     pub fn start_tls(env: &[(&str, &str)], args: &[&str], pki: super::pki::Pki) -> Cluster {
-        Cluster::start_full(env, args, &[], Some(pki))
+        Cluster::start_full(env, args, &[], Some(pki), None)
     }
 
     fn start_full(
@@ -257,8 +264,10 @@ impl Cluster {
         args: &[&str],
         prefix: &[&str],
         tls: Option<super::pki::Pki>,
+        journal: Option<PathBuf>,
     ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
+        let journal = journal.unwrap_or_else(|| dir.path().join("journal.sqlite"));
         std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
         let mut c = Cluster {
             url: String::new(),
@@ -275,20 +284,21 @@ impl Cluster {
             dispatcher_args: args.iter().map(|a| a.to_string()).collect(),
             dispatcher_prefix: prefix.iter().map(|a| a.to_string()).collect(),
             tls,
+            journal,
             dir,
         };
         c.spawn_dispatcher();
         c
     }
 
-    /// Start the dispatcher on a free port over `<tmp>/journal.sqlite`; wait until it answers.
+    /// Start the dispatcher on a free port over its journal; wait until it answers.
     pub fn spawn_dispatcher(&mut self) {
         self.spawn_dispatcher_on(None);
     }
 
     /// Start the dispatcher on `port` (None: a free one); wait until it answers.
     pub fn spawn_dispatcher_on(&mut self, port: Option<u16>) {
-        let journal = self.path("journal.sqlite");
+        let journal = self.journal.clone();
         // The port may be taken between picking and binding: try a few.
         for attempt in 0..5 {
             let port = port.unwrap_or_else(free_port);

@@ -376,6 +376,7 @@ pub fn head_dispatcher(slurm: &SlurmHosts, args: &[&str], env: &[(&str, &str)]) 
         dispatcher_args: args.iter().map(|a| a.to_string()).collect(),
         dispatcher_prefix: Vec::new(),
         tls: None,
+        journal: dir.path().join("journal.sqlite"),
         dir,
     };
     // A port free on the head's address a moment ago; taken in between, try another.

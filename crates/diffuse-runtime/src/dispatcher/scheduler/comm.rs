@@ -36,6 +36,8 @@ pub trait Comm: Send {
     fn journal(&mut self, write: Write);
     /// Ids of the tasks whose outcomes the writer committed since the last call.
     fn committed(&mut self) -> Vec<String>;
+    /// The journal's error while the writer's commit is refused and tried again.
+    fn writer_error(&self) -> Option<String>;
     /// Wait until everything handed to the journal writer is committed (at shutdown).
     fn close(&mut self);
 }
@@ -95,6 +97,11 @@ impl Comm for LiveComm {
         }
     }
 
+    fn writer_error(&self) -> Option<String> {
+        let w = self.writer.as_ref()?;
+        w.failing.lock().expect("the writer's error").clone()
+    }
+
     fn close(&mut self) {
         if let Some(w) = self.writer.take() {
             w.close();
@@ -124,6 +131,8 @@ pub struct Recording {
     pub outcomes: Vec<TaskOutcome>,
     /// While true, outcomes are not confirmed committed.
     pub hold_commits: bool,
+    /// What the writer would say of a refused commit.
+    pub writer_error: Option<String>,
     /// Outcomes handed over and not yet confirmed.
     uncommitted: Vec<String>,
 }
@@ -195,6 +204,10 @@ impl Comm for RecordingComm {
             return Vec::new();
         }
         std::mem::take(&mut log.uncommitted)
+    }
+
+    fn writer_error(&self) -> Option<String> {
+        self.log().writer_error.clone()
     }
 
     fn close(&mut self) {}

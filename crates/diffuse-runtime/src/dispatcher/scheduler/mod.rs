@@ -135,7 +135,8 @@ pub struct SchedulerConfig {
 /// The scheduler's state: the core, and the owners it composes.
 pub struct Scheduler {
     core: Core,
-    journal: Journal,
+    /// Where submissions are committed (the journal).
+    journal: Box<dyn progress::TaskLog>,
     cfg: SchedulerConfig,
     /// When it started (the core's time 0).
     start: Instant,
@@ -223,7 +224,7 @@ impl Scheduler {
         let results = Results::new(cfg.reuse, Some(store));
         Ok(Scheduler {
             core,
-            journal,
+            journal: Box::new(journal),
             ledger,
             cfg,
             start,
@@ -246,6 +247,12 @@ impl Scheduler {
     pub fn with_pool(mut self, link: PoolLink) -> Scheduler {
         self.pool = Some(link);
         self
+    }
+
+    /// Commit submissions to `log` instead of the journal (a test's, which can fail).
+    #[cfg(test)]
+    pub(crate) fn set_task_log(&mut self, log: Box<dyn progress::TaskLog>) {
+        self.journal = log;
     }
 
     /// Count the outcomes confirmed on disk in `ended` (the API's long polls wait on it).
@@ -337,7 +344,10 @@ impl Scheduler {
     /// what happened and take its confirmations.
     pub fn round(&mut self, now: Now) {
         self.clock = now;
-        self.ledger.progress.flush_submissions(&mut self.journal);
+        if !(self.ledger.progress).flush_submissions(&mut *self.journal, now.instant) {
+            // Held until the journal takes them: nothing moves meanwhile.
+            return;
+        }
         self.send_lookups();
         self.drain_actions();
         self.ledger.confirm_outcomes(&mut *self.comm);
@@ -408,6 +418,7 @@ impl Scheduler {
             results: &self.results,
             start: self.start,
             clock: self.clock,
+            writer_error: self.comm.writer_error(),
         }
     }
 

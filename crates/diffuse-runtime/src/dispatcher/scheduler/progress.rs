@@ -4,13 +4,46 @@
 //! them, and only then answered (group commit). Attempts, retried attempts' reports and outcomes
 //! go to the journal writer through the [`Comm`]; an outcome stays *unconfirmed* (its task shown
 //! as running) until the writer says it is committed.
+//!
+//! A round whose submissions cannot be committed (the journal's disk full, say) is held: its
+//! submitters wait, nothing of it is answered, and the scheduler moves no task on (no lookup, no
+//! dispatch, nothing to the writer) until a retry, once a second, commits it. So nothing runs
+//! that was not acknowledged, and nothing is refused that will run; `/v1/status` shows the error
+//! while it lasts.
 
 use super::comm::Comm;
 use super::views::{SubmitError, Submitted};
 use super::writer::Write;
-use crate::journal::{Journal, SubmittedTask, TaskOutcome};
+use crate::journal::{Journal, JournalError, SubmittedTask, TaskOutcome};
 use rustc_hash::FxHashMap;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+/// Where the scheduler commits submissions: the [`Journal`] (tests put one that can be made to
+/// fail in front of it).
+pub trait TaskLog: Send {
+    /// Commit `tasks` in one transaction, all or none.
+    fn submit(&mut self, tasks: &[SubmittedTask]) -> Result<(), JournalError>;
+}
+
+impl TaskLog for Journal {
+    fn submit(&mut self, tasks: &[SubmittedTask]) -> Result<(), JournalError> {
+        Journal::submit(self, tasks)
+    }
+}
+
+/// How long a round held by a failed commit waits before it tries again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// A commit that failed: why, since when, and when to try again.
+#[derive(Clone, Debug)]
+pub struct Held {
+    /// The journal's error.
+    pub error: String,
+    /// When the first commit of this round failed.
+    pub since: Instant,
+    next_try: Instant,
+}
 
 /// A submitter waiting for its batch to reach the disk, and what it will be told.
 type Reply = (oneshot::Sender<Result<Submitted, SubmitError>>, Submitted);
@@ -26,6 +59,8 @@ pub struct Progress {
     new_attempt_results: Vec<(String, u32, String)>,
     new_outcomes: Vec<TaskOutcome>,
     replies: Vec<Reply>,
+    /// Set while the round's submissions cannot be committed.
+    held: Option<Held>,
 }
 
 impl Progress {
@@ -48,21 +83,50 @@ impl Progress {
         self.replies.push((reply, n));
     }
 
-    /// Commit this round's submissions, then answer the submitters.
-    pub fn flush_submissions(&mut self, journal: &mut Journal) {
-        if !self.new_tasks.is_empty() {
-            let tasks = std::mem::take(&mut self.new_tasks);
-            if let Err(e) = journal.submit(&tasks) {
-                // Should not happen (duplicates are refused before); refuse the whole round.
-                tracing::error!("journal: {e}");
-                for (reply, _) in self.replies.drain(..) {
-                    let _ = reply.send(Err(SubmitError::Journal(e.to_string())));
-                }
+    /// Commit the submissions taken so far, then answer their submitters. False if they could
+    /// not be committed: the round is held (see the module doc) and tried again at the first
+    /// call a second after the last try.
+    pub fn flush_submissions(&mut self, log: &mut dyn TaskLog, now: Instant) -> bool {
+        if let Some(h) = &self.held {
+            if now < h.next_try {
+                return false;
             }
+        }
+        if !self.new_tasks.is_empty() {
+            if let Err(e) = log.submit(&self.new_tasks) {
+                let since = self.held.as_ref().map_or(now, |h| h.since);
+                if self.held.is_none() {
+                    tracing::error!(
+                        tasks = self.new_tasks.len(),
+                        "journal: {e}; submissions wait and no task moves until it takes them \
+                         (tried again every {} s)",
+                        RETRY.as_secs()
+                    );
+                }
+                self.held = Some(Held {
+                    error: e.to_string(),
+                    since,
+                    next_try: now + RETRY,
+                });
+                return false;
+            }
+            self.new_tasks.clear();
+        }
+        if let Some(h) = self.held.take() {
+            tracing::info!(
+                "journal: the held submissions are committed after {:.1} s",
+                now.saturating_duration_since(h.since).as_secs_f64()
+            );
         }
         for (reply, n) in self.replies.drain(..) {
             let _ = reply.send(Ok(n));
         }
+        true
+    }
+
+    /// Why the round is held, while it is.
+    pub fn held(&self) -> Option<&Held> {
+        self.held.as_ref()
     }
 
     /// Attempt `attempt` of task `id` was sent to worker `worker`.

@@ -36,6 +36,8 @@ pub struct Reader<'a> {
     pub start: Instant,
     /// The clock's reading for this step.
     pub clock: Now,
+    /// The journal writer's error, while its commit is refused.
+    pub writer_error: Option<String>,
 }
 
 impl Reader<'_> {
@@ -164,6 +166,15 @@ impl Reader<'_> {
             worker_list,
             worker_list_more,
             pool,
+            journal_error: self
+                .ledger
+                .progress
+                .held()
+                .map(|h| {
+                    let secs = self.clock.since(h.since).as_secs_f64();
+                    format!("{} (for {secs:.0} s)", h.error)
+                })
+                .or_else(|| self.writer_error.clone()),
             unschedulable: unfit.len() as u64,
             unschedulable_examples: examples,
             queued: c.queued + c.blocked - remakes_waiting,

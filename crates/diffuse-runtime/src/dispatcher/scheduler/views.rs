@@ -121,6 +121,11 @@ pub struct Status {
     /// Workers left out of `worker_list`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub worker_list_more: u64,
+    /// The journal refuses what the dispatcher writes (its disk full, say): its error. While
+    /// submissions cannot be committed (shown with for how long), submitters wait and no task
+    /// moves; while outcomes cannot be, their tasks show as running and are not confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_error: Option<String>,
     /// The elastic pool's settings and errors (none for a static pool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolView>,

@@ -1,9 +1,46 @@
 //! The journal writer thread: group-commits dispatched attempts and outcomes off the scheduler
 //! thread, and confirms each committed outcome back to it.
+//!
+//! A commit the journal refuses for a reason that may pass (its disk full, an I/O error) is
+//! tried again once a second until it goes through, and nothing of it is confirmed meanwhile:
+//! its tasks show as running (ending), never as ended, so no client sees an outcome that a
+//! restart would not find. [`Writer::failing`] holds the error while it lasts (`/v1/status`
+//! shows it). An error no retry can mend (an outcome for a task the journal does not know, or a
+//! second one) is logged and its commit dropped, as before.
 
 use crate::journal::{Journal, JournalError, TaskOutcome};
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// What the writer commits to: the journal (a test puts one that can fail in front of it).
+pub trait Records: Send + 'static {
+    /// Attempts dispatched: (task id, attempt, worker name).
+    fn record_attempts(&mut self, a: &[(String, u32, String)]) -> Result<(), JournalError>;
+    /// Reports of retried attempts: (task id, attempt, report JSON).
+    fn record_attempt_results(&mut self, r: &[(String, u32, String)]) -> Result<(), JournalError>;
+    /// Outcomes, in one transaction.
+    fn record_outcomes(&mut self, o: &[TaskOutcome]) -> Result<(), JournalError>;
+}
+
+impl Records for Journal {
+    fn record_attempts(&mut self, a: &[(String, u32, String)]) -> Result<(), JournalError> {
+        Journal::record_attempts(self, a)
+    }
+    fn record_attempt_results(&mut self, r: &[(String, u32, String)]) -> Result<(), JournalError> {
+        Journal::record_attempt_results(self, r)
+    }
+    fn record_outcomes(&mut self, o: &[TaskOutcome]) -> Result<(), JournalError> {
+        Journal::record_outcomes(self, o)
+    }
+}
+
+/// How long a refused commit waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// How long, once the scheduler has closed the writer, a refused commit is still tried: then it
+/// is given up (its tasks run again after a restart, and none was shown as ended).
+const RETRY_AT_CLOSE: Duration = Duration::from_secs(10);
 
 /// What the writer thread commits.
 pub enum Write {
@@ -21,6 +58,8 @@ pub struct Writer {
     pub tx: Sender<Write>,
     /// Ids of the tasks whose outcomes were committed, one batch per commit.
     pub committed: Receiver<Vec<String>>,
+    /// The journal's error while a commit is refused and being tried again.
+    pub failing: Arc<Mutex<Option<String>>>,
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -29,17 +68,25 @@ impl Writer {
     pub fn start(path: &std::path::Path) -> Result<Writer, JournalError> {
         let journal = Journal::reopen(path, false)?;
         journal.relax_durability()?;
+        Ok(Writer::on(journal))
+    }
+
+    /// Start the thread writing to `records`.
+    pub fn on(records: impl Records) -> Writer {
         let (tx, rx) = std::sync::mpsc::channel::<Write>();
         let (done_tx, committed) = std::sync::mpsc::channel();
+        let failing = Arc::new(Mutex::new(None));
+        let shown = Arc::clone(&failing);
         let thread = std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || write_until_closed(journal, rx, done_tx))
+            .spawn(move || write_until_closed(records, rx, done_tx, &shown))
             .expect("spawn journal writer");
-        Ok(Writer {
+        Writer {
             tx,
             committed,
+            failing,
             thread,
-        })
+        }
     }
 
     /// Wait until everything sent has been committed (see [`skip_ended_attempts`]).
@@ -63,9 +110,10 @@ const ATTEMPT_WAIT: Duration = Duration::from_millis(20);
 /// the next attempt after a restart), so that a short task's attempt is never written even
 /// when outcomes are committed at once.
 fn write_until_closed(
-    mut journal: Journal,
+    mut journal: impl Records,
     rx: Receiver<Write>,
     done_tx: std::sync::mpsc::Sender<Vec<String>>,
+    failing: &Mutex<Option<String>>,
 ) {
     use std::sync::mpsc::RecvTimeoutError;
     use std::time::Instant;
@@ -130,36 +178,99 @@ fn write_until_closed(
         }
         drop((ended, reported));
         last_rows = attempts.len() + results.len() + outcomes.len();
-        commit(&mut journal, &attempts, &results, &outcomes, &skipped);
-        if !outcomes.is_empty() {
-            let _ = done_tx.send(outcomes.into_iter().map(|o| o.id).collect());
+        let ids: Vec<String> = outcomes.iter().map(|o| o.id.clone()).collect();
+        let mut commit = Commit {
+            attempts,
+            results,
+            outcomes,
+            skipped,
+        };
+        if commit_until_done(&mut commit, &mut journal, failing, open) && !ids.is_empty() {
+            let _ = done_tx.send(ids);
         }
     }
 }
 
-/// One group commit: attempts, the reports of retried attempts, outcomes. Errors are logged;
-/// without their outcomes, the attempts left out for them (`skipped`) are written instead.
-fn commit(
-    journal: &mut Journal,
-    attempts: &[(String, u32, String)],
-    results: &[(String, u32, String)],
-    outcomes: &[TaskOutcome],
-    skipped: &[(String, u32, String)],
-) {
-    if let Err(e) = journal.record_attempts(attempts) {
-        tracing::error!("journal: {e}");
-    }
-    if let Err(e) = journal.record_attempt_results(results) {
-        tracing::error!("journal: {e}");
-    }
-    if let Err(e) = journal.record_outcomes(outcomes) {
-        tracing::error!("journal: {e}");
-        // Without their outcomes, the attempts left out must be on disk: they number the next
-        // attempt after a restart.
-        if let Err(e) = journal.record_attempts(skipped) {
-            tracing::error!("journal: {e}");
+/// What one group commit writes; each part is emptied once it is on disk.
+struct Commit {
+    attempts: Vec<(String, u32, String)>,
+    results: Vec<(String, u32, String)>,
+    outcomes: Vec<TaskOutcome>,
+    /// Attempts left out because their outcome is in this commit: written only if the
+    /// outcomes cannot be (they number the next attempt after a restart).
+    skipped: Vec<(String, u32, String)>,
+}
+
+impl Commit {
+    /// Write what is left: attempts, the reports of retried attempts, outcomes.
+    fn write(&mut self, journal: &mut impl Records) -> Result<(), JournalError> {
+        if !self.attempts.is_empty() {
+            journal.record_attempts(&self.attempts)?;
+            self.attempts.clear();
         }
+        if !self.results.is_empty() {
+            journal.record_attempt_results(&self.results)?;
+            self.results.clear();
+        }
+        if !self.outcomes.is_empty() {
+            journal.record_outcomes(&self.outcomes)?;
+            self.outcomes.clear();
+        }
+        Ok(())
     }
+}
+
+/// Write `commit`, trying again every [`RETRY`] while the journal refuses it for a reason that
+/// may pass (for at most [`RETRY_AT_CLOSE`] once the writer is closed, `open` false). True if
+/// its outcomes are on disk (or had to be dropped for an error no retry mends: logged).
+fn commit_until_done(
+    commit: &mut Commit,
+    journal: &mut impl Records,
+    failing: &Mutex<Option<String>>,
+    open: bool,
+) -> bool {
+    let mut first_failure = None;
+    loop {
+        let e = match commit.write(journal) {
+            Ok(()) => break,
+            Err(e) if !e.may_pass() => {
+                tracing::error!("journal: {e}; this commit is dropped");
+                if !commit.outcomes.is_empty() {
+                    if let Err(e) = journal.record_attempts(&commit.skipped) {
+                        tracing::error!("journal: {e}");
+                    }
+                }
+                break;
+            }
+            Err(e) => e,
+        };
+        let since = *first_failure.get_or_insert_with(std::time::Instant::now);
+        if !open && since.elapsed() >= RETRY_AT_CLOSE {
+            tracing::error!(
+                "journal: {e}; given up at shutdown: {} outcomes not written (their tasks run again after a restart)",
+                commit.outcomes.len()
+            );
+            return false;
+        }
+        let mut shown = failing.lock().expect("the writer's error");
+        if shown.is_none() {
+            tracing::error!(
+                "journal: {e}; the writer tries again every {} s and confirms nothing meanwhile",
+                RETRY.as_secs()
+            );
+        }
+        *shown = Some(e.to_string());
+        drop(shown);
+        std::thread::sleep(RETRY);
+    }
+    if let Some(since) = first_failure {
+        *failing.lock().expect("the writer's error") = None;
+        tracing::info!(
+            "journal: the writer's commit went through after {:.1} s",
+            since.elapsed().as_secs_f64()
+        );
+    }
+    true
 }
 
 /// The attempts (task id, attempt) that `outcomes` record as having run on a node.
@@ -300,5 +411,90 @@ mod tests {
         w.close();
         assert_eq!(j.attempts("a").unwrap(), vec![(3, "w2".to_string())]);
         assert_eq!(j.load().unwrap()[0].attempts, 3);
+    }
+
+    /// The real journal, behind a switch that makes its outcome commits fail as a full disk
+    /// does.
+    struct Switched {
+        journal: Journal,
+        full: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Records for Switched {
+        fn record_attempts(&mut self, a: &[(String, u32, String)]) -> Result<(), JournalError> {
+            self.journal.record_attempts(a)
+        }
+        fn record_attempt_results(
+            &mut self,
+            r: &[(String, u32, String)],
+        ) -> Result<(), JournalError> {
+            self.journal.record_attempt_results(r)
+        }
+        fn record_outcomes(&mut self, o: &[TaskOutcome]) -> Result<(), JournalError> {
+            if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(JournalError::Sql(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                    Some("database or disk is full".into()),
+                )));
+            }
+            self.journal.record_outcomes(o)
+        }
+    }
+
+    #[test]
+    fn an_outcome_the_journal_refuses_is_not_confirmed_until_a_retry_writes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal_with(dir.path(), &["a"]);
+        let full = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let w = Writer::on(Switched {
+            journal: Journal::reopen(&dir.path().join("j.sqlite"), false).unwrap(),
+            full: Arc::clone(&full),
+        });
+        w.tx.send(Write::Outcomes(vec![outcome("a", 1, Some("w1"))]))
+            .unwrap();
+        let start = std::time::Instant::now();
+        while w.failing.lock().unwrap().is_none() {
+            assert!(start.elapsed() < Duration::from_secs(5), "no error shown");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(w
+            .failing
+            .lock()
+            .unwrap()
+            .as_deref()
+            .unwrap()
+            .contains("full"));
+        std::thread::sleep(RETRY + RETRY / 2);
+        assert!(
+            w.committed.try_recv().is_err(),
+            "confirmed though not written"
+        );
+        assert!(j.load().unwrap()[0].outcome.is_none());
+        full.store(false, std::sync::atomic::Ordering::SeqCst);
+        let ids = w
+            .committed
+            .recv_timeout(RETRY * 3)
+            .expect("confirmed after a retry");
+        assert_eq!(ids, vec!["a".to_string()]);
+        assert!(w.failing.lock().unwrap().is_none());
+        assert!(j.load().unwrap()[0].outcome.is_some());
+        w.close();
+    }
+
+    #[test]
+    fn an_outcome_no_retry_can_write_is_dropped_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_j, w) = journal_and_writer(dir.path(), &["a"]);
+        // "ghost" was never submitted: no retry mends that.
+        w.tx.send(Write::Outcomes(vec![outcome("ghost", 1, Some("w1"))]))
+            .unwrap();
+        w.tx.send(Write::Outcomes(vec![outcome("a", 1, Some("w1"))]))
+            .unwrap();
+        let mut confirmed = Vec::new();
+        while confirmed.len() < 2 {
+            confirmed.extend(w.committed.recv_timeout(RETRY).expect("the writer goes on"));
+        }
+        assert!(w.failing.lock().unwrap().is_none());
+        w.close();
     }
 }

@@ -7,6 +7,7 @@
 //! (heartbeat, hand-off, the dashboard's sampling) are tested without waiting.
 
 mod cases;
+mod journal;
 mod reuse;
 mod stage;
 mod timeouts;
@@ -114,6 +115,11 @@ impl Env {
     pub fn tick(&mut self) {
         self.s.tick(self.now);
         self.round();
+    }
+
+    /// The journal's file.
+    pub fn journal_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("journal.db")
     }
 
     /// Move the test's clock `d` on (nothing happens until the next step).
