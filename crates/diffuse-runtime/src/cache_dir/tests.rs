@@ -1,6 +1,7 @@
 //! Tests of the on-disk cache: layout, quota, eviction, verification, confinement.
 
 use super::*;
+use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
 /// Flip the byte at `offset` and put the modification time back: corruption the file
