@@ -24,8 +24,10 @@
 //!
 //! | module | what it decides |
 //! |---|---|
-//! | this module | [`Pool`]: the requests, the limits, what to ask of the backend and when; [`Backend`]: which backend, built where |
+//! | this module | [`Pool`]: the requests, the limits, what to ask of the backend and when |
 //! | [`backend`] | what the pool asks of a backend ([`ResourceManager`]) and how it can follow its jobs ([`Listing`]) |
+//! | [`settings`] | the pool's settings ([`PoolConfig`]) and which backend ([`Backend`]), built where |
+//! | [`messages`] | what the pool and the scheduler say to each other ([`PoolCmd`], [`PoolEvent`]), where a request stands ([`RequestState`]) |
 //! | [`job`] | what a worker's job runs ([`Launch`]), where it stands ([`RmState`]), a job as listed ([`Job`]) |
 //! | [`rm`] | running a resource-manager command: time limit, retries |
 //! | [`reconcile`] | what to do with a job under the pool's names that no request owns |
@@ -43,268 +45,26 @@ pub mod command;
 pub mod job;
 pub mod ledger;
 pub mod local;
+pub mod messages;
 pub mod reconcile;
 pub mod rm;
+pub mod settings;
 pub mod slurm;
 #[cfg(test)]
 mod tests;
 
 pub use backend::{Listing, ResourceManager};
 pub use job::{Job, Launch, RmState};
-use rm::RmPolicy;
-use serde::{Deserialize, Serialize};
+pub use messages::{EventSink, PoolCmd, PoolEvent, RequestState};
+pub use settings::{Backend, PoolConfig};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// How often the live dispatcher's core reviews the pool (asks for workers, releases idle
 /// ones): `DynamicConfig::check_interval` of every elastic pool, and of the simulation of a
 /// task file (`diffuse sim run`), which follows the live dispatcher.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
-
-/// Which resource manager workers come from.
-#[derive(Clone, Debug)]
-pub enum Backend {
-    /// `diffuse worker` processes on this machine.
-    Local,
-    /// Slurm batch jobs: one per worker, or job arrays of `workers_per_job`.
-    Slurm(slurm::SlurmConfig),
-    /// The user's start and stop commands.
-    Command(command::CommandConfig),
-}
-
-impl Backend {
-    /// Its name as given to `--provisioner`, and the programs it runs itself (a user's
-    /// commands are theirs to check).
-    fn about(&self) -> (&'static str, &'static [&'static str]) {
-        match self {
-            Backend::Local => ("local", &[]),
-            Backend::Slurm(_) => ("slurm", &slurm::PROGRAMS),
-            Backend::Command(_) => ("command", &[]),
-        }
-    }
-
-    /// The backend itself: its files written in `dir` (the pool's directory), its job names
-    /// under `prefix`, its commands run with `policy`. Every backend is built here.
-    fn build(
-        &self,
-        dir: &Path,
-        prefix: &str,
-        policy: &RmPolicy,
-    ) -> Result<Box<dyn ResourceManager>, String> {
-        Ok(match self {
-            Backend::Local => Box::new(local::Local::new(dir.to_path_buf())),
-            Backend::Slurm(c) => Box::new(slurm::Slurm::new(
-                c.clone(),
-                dir,
-                prefix.to_string(),
-                policy.clone(),
-            )?),
-            Backend::Command(c) => {
-                Box::new(command::CommandBackend::new(c.clone(), policy.clone()))
-            }
-        })
-    }
-
-    /// Whether the programs it runs are installed: an error names the first missing one.
-    pub fn check(&self) -> Result<(), String> {
-        let (name, programs) = self.about();
-        match programs.iter().find(|prog| !on_path(prog)) {
-            Some(prog) => Err(format!(
-                "--provisioner {name}: `{prog}` is not installed (not on PATH)"
-            )),
-            None => Ok(()),
-        }
-    }
-
-    /// Its name as given to `--provisioner`.
-    pub fn name(&self) -> &'static str {
-        self.about().0
-    }
-}
-
-/// How workers are started and what they bring.
-#[derive(Clone, Debug)]
-pub struct PoolConfig {
-    /// The resource manager.
-    pub backend: Backend,
-    /// Most workers alive at once (requested, pending, running or ending).
-    pub max_workers: u32,
-    /// Most requests not yet running at the resource manager.
-    pub max_pending: u32,
-    /// Cores of each worker (`--cores`; Slurm's `--cpus-per-task`).
-    pub cores: u32,
-    /// Cache quota of each worker, bytes.
-    pub cache_size: u64,
-    /// Each worker's cache directory; `{request}` stands for the request's name.
-    pub cache_dir: String,
-    /// More `diffuse worker` arguments, as given.
-    pub worker_args: Vec<String>,
-    /// The URL workers reach the dispatcher at.
-    pub dispatcher_url: String,
-    /// The worker token (passed in the environment).
-    pub worker_token: String,
-    /// More environment for every worker: the dispatcher's TLS settings as
-    /// `DIFFUSE_WORKER_TLS_CERT`, `..._KEY` and `..._CA` (file paths; a `--worker-arg` flag
-    /// wins over them, as flags win over the environment).
-    pub worker_env: Vec<(String, String)>,
-    /// The `diffuse` executable workers run.
-    pub exe: PathBuf,
-    /// Logs and scripts of the pool.
-    pub state_dir: PathBuf,
-    /// Request names start with this; unique to this dispatcher.
-    pub prefix: String,
-    /// Time limit and retries of resource-manager commands.
-    pub rm: RmPolicy,
-    /// How often the resource manager is asked for its jobs' states.
-    pub poll_interval: Duration,
-    /// A job running this long without its worker connecting is cancelled.
-    pub start_timeout: Duration,
-    /// A released worker's job is cancelled if still there after this.
-    pub release_grace: Duration,
-    /// A disconnected worker's job is kept this long for it to connect again (a network that
-    /// heals, a dispatcher back from a restart), then cancelled. It counts as one of the pool's
-    /// workers meanwhile, and its cache is not lost to a brief partition.
-    pub lost_grace: Duration,
-}
-
-impl PoolConfig {
-    /// What starts the workers of a group of requests submitted at once, the first numbered
-    /// `first`: `{request}` in its arguments, and the prefix and the first number in the
-    /// environment, from which each member learns its own request (see `slurm.rs`).
-    pub fn launch_group(&self, first: u64) -> Launch {
-        let mut launch = self.launch("{request}");
-        launch.env.retain(|(k, _)| k != "DIFFUSE_POOL_REQUEST");
-        launch
-            .env
-            .push(("DIFFUSE_POOL_PREFIX".into(), self.prefix.clone()));
-        launch
-            .env
-            .push(("DIFFUSE_POOL_FIRST".into(), first.to_string()));
-        launch
-    }
-
-    /// What starts the worker of `request`: the arguments of `diffuse worker`.
-    pub fn launch(&self, request: &str) -> Launch {
-        let mut args = vec![
-            "--cache-dir".to_string(),
-            self.cache_dir.replace("{request}", request),
-            "--cache-size".into(),
-            self.cache_size.to_string(),
-            "--cores".into(),
-            self.cores.to_string(),
-            "--name".into(),
-            request.to_string(),
-        ];
-        args.extend(self.worker_args.iter().cloned());
-        let mut env = vec![
-            ("DIFFUSE_DISPATCHER".into(), self.dispatcher_url.clone()),
-            ("DIFFUSE_WORKER_TOKEN".into(), self.worker_token.clone()),
-            ("DIFFUSE_POOL_REQUEST".into(), request.to_string()),
-        ];
-        env.extend(self.worker_env.iter().cloned());
-        Launch {
-            exe: self.exe.clone(),
-            args,
-            env,
-            cores: self.cores,
-            dispatcher: self.dispatcher_url.clone(),
-        }
-    }
-}
-
-/// Where a request stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RequestState {
-    /// Being submitted.
-    Requested,
-    /// Queued at the resource manager.
-    Pending,
-    /// Running there; its worker has not connected yet.
-    Starting,
-    /// Its worker is connected (the scheduler tells running from idle).
-    Joined,
-    /// Its worker was connected and is not now (it may reconnect).
-    Lost,
-    /// Given back: told to stop, its job ending.
-    Releasing,
-    /// Its job is gone.
-    Gone,
-}
-
-impl RequestState {
-    /// Where the request of a job the resource manager shows live stands: queued (pending),
-    /// or running without its worker connected yet (starting).
-    fn of_live_job(job: &RmState) -> RequestState {
-        match job {
-            RmState::Pending => RequestState::Pending,
-            _ => RequestState::Starting,
-        }
-    }
-}
-
-/// What the scheduler tells the pool.
-#[derive(Debug)]
-pub enum PoolCmd {
-    /// Acquire this many more workers.
-    Acquire(u32),
-    /// The worker of this request connected.
-    Joined(String),
-    /// The worker of this request disconnected (it may come back).
-    Disconnected(String),
-    /// Give back this request's worker (it was told to shut down).
-    Release(String),
-    /// Give back every worker; answered when their jobs are cancelled.
-    Shutdown(oneshot::Sender<()>),
-}
-
-/// Where the pool's [`PoolEvent`]s go: the dispatcher passes them on to the scheduler thread.
-pub type EventSink = Box<dyn Fn(PoolEvent) + Send + Sync>;
-
-/// What the pool tells the scheduler.
-#[derive(Clone, Debug)]
-pub enum PoolEvent {
-    /// A request's state or job id changed.
-    State {
-        /// Request name.
-        request: String,
-        /// Its job id, once known.
-        job: Option<String>,
-        /// Its state.
-        state: RequestState,
-    },
-    /// A request ended without its worker ever connecting: that worker will not come.
-    NeverJoined {
-        /// Request name.
-        request: String,
-        /// Why.
-        reason: String,
-    },
-    /// A resource-manager call failed (shown in status until a later one succeeds).
-    Error(Option<String>),
-    /// A job under the pool's names that was not a request's own: adopted as a worker, or
-    /// cancelled.
-    Extra {
-        /// Its job id.
-        job: String,
-        /// Its name.
-        name: String,
-        /// Adopted (else cancelled).
-        adopted: bool,
-        /// What was done and why, as logged.
-        message: String,
-    },
-    /// A request's worker connected for the first time, this long after it was asked for
-    /// (the resource manager's queue wait and the worker's start).
-    Started {
-        /// Request name.
-        request: String,
-        /// Seconds from asking to joining.
-        seconds: f64,
-    },
-}
 
 struct Request {
     job: Option<String>,
@@ -932,14 +692,4 @@ impl Pool {
             tracing::info!("gave back {} worker(s)", jobs.len());
         }
     }
-}
-
-fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|d| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(d.join(prog))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
 }

@@ -3,8 +3,10 @@
 //! end to end by `crates/diffuse/tests/pool.rs`.
 
 use super::backend::RmFuture;
+use super::rm::RmPolicy;
 use super::*;
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// A backend whose listings are scripted and whose calls are recorded.
