@@ -70,7 +70,7 @@ pub enum ApiError {
     /// Conflicts with existing state (duplicate id).
     #[error("{0}")]
     Conflict(String),
-    /// The request body is over [`super::MAX_BODY`].
+    /// The request body is over [`super::MAX_BODY`] (the task routes' limit).
     #[error("{0}")]
     TooLarge(String),
     /// The dispatcher is shutting down or failed.

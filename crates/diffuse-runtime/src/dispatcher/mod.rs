@@ -36,10 +36,12 @@
 //!
 //! | module | what it decides |
 //! |---|---|
-//! | this module | the settings, starting the scheduler thread, the routes and their handlers |
+//! | this module | the settings, starting the scheduler thread, the routes, the handlers of status, workers, jobs, objects and metrics |
 //! | [`answers`] | every answer of the API as one type, for the dispatcher and its clients |
 //! | [`handle`] | the API's shared state ([`Handle`]): token checks, questions to the scheduler thread, [`ApiError`] |
 //! | [`dashboard`] | the web dashboard's page, assets and `/v1/series` |
+//! | `tasks_api` | the task routes: submit, list, states, a task, its cancel and logs, a batch |
+//! | `sessions` | workers' WebSocket sessions: hello checked, messages both ways |
 //! | `stage_api` | `POST /v1/stage` and `GET /v1/stage/{id}` |
 //! | [`blobs`] | `PUT` and `GET /v1/blobs/{sha256}`: blobs kept by their digest |
 //! | [`blob_store`] | where blobs are kept: files named by their SHA-256, written whole or not at all |
@@ -53,37 +55,30 @@ pub mod dashboard;
 mod handle;
 pub mod metrics;
 pub mod scheduler;
+mod sessions;
 mod stage_api;
+mod tasks_api;
+
+pub use tasks_api::MAX_BODY;
 
 use crate::journal::Journal;
-use crate::proto::{ToDispatcher, ToWorker};
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use diffuse_core::{Core, CoreConfig};
-use futures_util::{SinkExt, StreamExt};
 use handle::NoParams;
 pub use handle::{ApiError, Handle, Tokens};
 pub use metrics::metrics_text;
-use scheduler::tasks::Listed;
-use scheduler::{
-    BatchView, ListQuery, Scheduler, SchedulerConfig, SchedulerMsg, SchedulerQuery, Status,
-    Submitted,
-};
+use scheduler::{Scheduler, SchedulerConfig, SchedulerMsg, SchedulerQuery, Status};
 use serde::Deserialize;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// Largest request body (a batch of tasks): 64 MiB. `diffuse submit` splits larger task files
-/// into batches below it.
-pub const MAX_BODY: usize = 64 << 20;
 
 /// Settings of a dispatcher.
 #[derive(Clone, Debug)]
@@ -279,20 +274,6 @@ pub fn router(handle: Handle) -> Router {
         None => Router::new(),
     };
     Router::new()
-        .route(
-            "/v1/tasks",
-            post(submit)
-                .get(list)
-                .layer(DefaultBodyLimit::max(MAX_BODY)),
-        )
-        .route(
-            "/v1/states",
-            post(states).layer(DefaultBodyLimit::max(MAX_BODY)),
-        )
-        .route("/v1/tasks/{id}", get(task))
-        .route("/v1/tasks/{id}/cancel", post(cancel))
-        .route("/v1/tasks/{id}/logs", get(logs))
-        .route("/v1/batches/{batch}", get(batch))
         .route("/v1/status", get(status))
         .route("/v1/results", get(results).delete(clear_results))
         .route("/v1/workers", get(workers))
@@ -302,7 +283,8 @@ pub fn router(handle: Handle) -> Router {
         .route("/v1/objects/{uri}", get(object))
         .route("/v1/objects/{uri}/placement", put(place))
         .route("/metrics", get(metrics))
-        .route("/v1/workers/connect", get(connect))
+        .merge(tasks_api::routes())
+        .merge(sessions::routes())
         .merge(dashboard::routes())
         .merge(stage_api::routes())
         .merge(blobs::routes())
@@ -376,288 +358,6 @@ pub async fn serve(
         }
     }
     served
-}
-
-async fn submit(
-    State(h): State<Handle>,
-    headers: HeaderMap,
-    body: Result<axum::body::Bytes, BytesRejection>,
-) -> Result<Json<Submitted>, ApiError> {
-    h.client(&headers)?;
-    let body = body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
-            "the request body is over {} MiB: submit the tasks in several batches (`diffuse submit` does)",
-            MAX_BODY >> 20
-        )),
-        _ => ApiError::BadRequest(e.body_text()),
-    })?;
-    let text = std::str::from_utf8(&body).map_err(|e| {
-        let line = 1 + body[..e.valid_up_to()]
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count();
-        ApiError::BadRequest(format!("line {line}: not valid UTF-8"))
-    })?;
-    Ok(Json(h.submit_text(text).await?))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListParams {
-    state: Option<String>,
-    limit: Option<usize>,
-    after: Option<String>,
-}
-
-async fn list(
-    State(h): State<Handle>,
-    headers: HeaderMap,
-    q: Result<Query<ListParams>, QueryRejection>,
-) -> Result<Response, ApiError> {
-    h.client(&headers)?;
-    let Query(q) = q?;
-    let state = match &q.state {
-        Some(s) => Some(Listed::parse(s).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "state '{s}' is not one of queued, running, succeeded, failed, cancelled"
-            ))
-        })?),
-        None => None,
-    };
-    let after = match &q.after {
-        Some(a) => Some(
-            a.parse::<u64>()
-                .map_err(|_| ApiError::BadRequest(format!("after '{a}' is not a cursor")))?,
-        ),
-        None => None,
-    };
-    let limit = q.limit.unwrap_or(1000);
-    if limit == 0 || limit > 10_000 {
-        return Err(ApiError::BadRequest(
-            "limit must be between 1 and 10000".into(),
-        ));
-    }
-    let (views, next) = h
-        .ask(|tx| {
-            SchedulerQuery::List(
-                ListQuery {
-                    state,
-                    after,
-                    limit,
-                },
-                tx,
-            )
-        })
-        .await?;
-    let views = h.with_outcomes(views).await?;
-    Ok(Json(answers::TaskPage {
-        tasks: views,
-        next: next.map(|n| n.to_string()),
-    })
-    .into_response())
-}
-
-/// At most this many ids in one `POST /v1/states`, as in a page of the listing.
-const MAX_STATES: usize = 10_000;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StatesBody {
-    ids: Vec<String>,
-    /// Wait up to this many seconds (at most [`MAX_STATES_WAIT`]) for one of them to end.
-    #[serde(default)]
-    wait_s: Option<f64>,
-}
-
-/// The longest `POST /v1/states` waits for a task to end.
-const MAX_STATES_WAIT: f64 = 60.0;
-
-/// `POST /v1/states` with `{"ids": [...]}`: the tasks named, as the listing shows them, in one
-/// request, however many other tasks the dispatcher holds (a workflow engine's status poll).
-/// With `"wait_s": S`, the answer waits until one of them has ended (or S seconds): a client
-/// following its tasks hears of each end at once, without polling.
-async fn states(
-    State(h): State<Handle>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<Response, ApiError> {
-    h.client(&headers)?;
-    let body: StatesBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::BadRequest(format!("body: {e} (expected {{\"ids\": [\"ID\", ...]}})"))
-    })?;
-    if body.ids.len() > MAX_STATES {
-        return Err(ApiError::BadRequest(format!(
-            "{} ids: at most {MAX_STATES} in one request",
-            body.ids.len()
-        )));
-    }
-    let deadline = body
-        .wait_s
-        .filter(|w| w.is_finite() && *w > 0.0)
-        .map(|w| tokio::time::Instant::now() + Duration::from_secs_f64(w.min(MAX_STATES_WAIT)));
-    let mut ended = h.ended.clone();
-    let (views, unknown) = loop {
-        ended.borrow_and_update();
-        let ids = body.ids.clone();
-        let (views, unknown) = h.ask(|tx| SchedulerQuery::Tasks(ids, tx)).await?;
-        let Some(deadline) = deadline else {
-            break (views, unknown);
-        };
-        let over = views
-            .iter()
-            .any(|v| matches!(v.state.as_str(), "succeeded" | "failed" | "cancelled"));
-        if over || !unknown.is_empty() || tokio::time::Instant::now() >= deadline {
-            break (views, unknown);
-        }
-        tokio::select! {
-            changed = ended.changed() => if changed.is_err() { break (views, unknown) },
-            () = tokio::time::sleep_until(deadline) => {}
-        }
-    };
-    let tasks = h.with_outcomes(views).await?;
-    Ok(Json(answers::TaskStates { tasks, unknown }).into_response())
-}
-
-async fn task(
-    State(h): State<Handle>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    h.client(&headers)?;
-    match h.ask(|tx| SchedulerQuery::Task(id.clone(), tx)).await? {
-        Some(v) => {
-            let mut v = h.with_outcomes(vec![v]).await?.remove(0);
-            let attempts = h.attempt_results(&id).await?;
-            v.attempts = Some(
-                attempts
-                    .into_iter()
-                    .map(|(attempt, node, report)| scheduler::AttemptView {
-                        attempt,
-                        node,
-                        report: report.and_then(|r| {
-                            serde_json::from_str(&crate::proto::full_report_json(&r)).ok()
-                        }),
-                    })
-                    .collect(),
-            );
-            Ok(Json(v).into_response())
-        }
-        None => Err(ApiError::NotFound(format!("unknown task '{id}'"))),
-    }
-}
-
-async fn cancel(
-    State(h): State<Handle>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    h.client(&headers)?;
-    match h.ask(|tx| SchedulerMsg::Cancel(id, tx)).await? {
-        Ok(result) => Ok(Json(answers::CancelAnswer { result }).into_response()),
-        Err(e) if e.starts_with("unknown") => Err(ApiError::NotFound(e)),
-        Err(e) => Err(ApiError::Conflict(e)),
-    }
-}
-
-async fn batch(
-    State(h): State<Handle>,
-    headers: HeaderMap,
-    Path(b): Path<String>,
-) -> Result<Json<BatchView>, ApiError> {
-    h.client(&headers)?;
-    let n = b
-        .parse::<u64>()
-        .map_err(|_| ApiError::BadRequest(format!("'{b}' is not a batch number")))?;
-    h.ask(|tx| SchedulerQuery::Batch(n, tx))
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::NotFound(format!("unknown batch {n}")))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LogParams {
-    attempt: Option<u32>,
-    stream: Option<String>,
-}
-
-/// An attempt's captured stdout or stderr, fetched from the worker that ran it.
-async fn logs(
-    State(h): State<Handle>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    q: Result<Query<LogParams>, QueryRejection>,
-) -> Result<Response, ApiError> {
-    h.client(&headers)?;
-    let Query(q) = q?;
-    let stream = q.stream.unwrap_or_else(|| "stdout".into());
-    if stream != "stdout" && stream != "stderr" {
-        return Err(ApiError::BadRequest(format!(
-            "stream '{stream}' is not stdout or stderr"
-        )));
-    }
-    let attempts = h.attempt_results(&id).await?;
-    if attempts.is_empty() {
-        return Err(ApiError::NotFound(format!(
-            "task '{id}' is unknown or has not run yet"
-        )));
-    }
-    let (attempt, node) = match q.attempt {
-        Some(n) => attempts
-            .iter()
-            .find(|(a, _, _)| *a == n)
-            .map(|(a, n, _)| (*a, n.clone()))
-            .ok_or_else(|| {
-                ApiError::NotFound(format!(
-                    "task '{id}' has no attempt {n} (it has {})",
-                    attempts.len()
-                ))
-            })?,
-        None => {
-            let (a, n, _) = attempts.last().expect("not empty");
-            (*a, n.clone())
-        }
-    };
-    let peer = h
-        .ask(|tx| SchedulerQuery::PeerOf(node.clone(), tx))
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "the output of attempt {attempt} of '{id}' is on worker {node}, which is not connected"
-            ))
-        })?;
-    let url = format!(
-        "{peer}/v1/logs/{}",
-        crate::worker::log_name(&id, attempt, &stream)
-    );
-    let resp = h
-        .http
-        .get(url)
-        .bearer_auth(&h.tokens.worker)
-        .send()
-        .await
-        .map_err(|e| {
-            ApiError::Internal(format!(
-                "worker {node} at {peer}: {}",
-                crate::tls::describe(&e)
-            ))
-        })?;
-    if resp.status() == reqwest::StatusCode::NOT_FOUND {
-        return Err(ApiError::NotFound(format!(
-            "attempt {attempt} of '{id}' printed nothing on {stream} (or worker {node} no longer keeps it)"
-        )));
-    }
-    if !resp.status().is_success() {
-        return Err(ApiError::Internal(format!(
-            "worker {node}: status {}",
-            resp.status()
-        )));
-    }
-    Ok((
-        [("content-type", "text/plain; charset=utf-8")],
-        axum::body::Body::from_stream(resp.bytes_stream()),
-    )
-        .into_response())
 }
 
 async fn status(
@@ -860,98 +560,4 @@ fn scrape(s: Status, c: &crate::server::ConnectionStats) -> metrics::Scrape {
         connections_evicted: c.evicted(),
         connections_refused: c.refused(),
     }
-}
-
-async fn connect(
-    State(h): State<Handle>,
-    headers: HeaderMap,
-    ws: WebSocketUpgrade,
-) -> Result<Response, ApiError> {
-    h.worker(&headers)?;
-    Ok(ws
-        .max_message_size(64 << 20)
-        .read_buffer_size(crate::proto::SESSION_BUFFER)
-        .write_buffer_size(crate::proto::SESSION_BUFFER)
-        .on_upgrade(move |socket| session(socket, h)))
-}
-
-/// End a worker's session before it began, with a close frame whose reason says why (a
-/// policy violation, 1008): the worker shows it and does not connect again.
-async fn refuse(mut sink: futures_util::stream::SplitSink<WebSocket, Message>, why: String) {
-    use axum::extract::ws::CloseFrame;
-    let mut reason = why;
-    // WebSocket allows 123 bytes of reason.
-    while reason.len() > 123 {
-        reason.pop();
-    }
-    let frame = CloseFrame {
-        code: axum::extract::ws::close_code::POLICY,
-        reason: reason.into(),
-    };
-    let _ = sink.send(Message::Close(Some(frame))).await;
-}
-
-/// One worker's WebSocket: hello first, then messages both ways until either side closes.
-async fn session(socket: WebSocket, h: Handle) {
-    let conn = h.conns.fetch_add(1, Ordering::Relaxed);
-    let (mut sink, mut stream) = socket.split();
-    let hello = match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
-        Ok(Some(Ok(Message::Text(t)))) => match serde_json::from_str::<ToDispatcher>(&t) {
-            Ok(m @ ToDispatcher::Hello { .. }) => m,
-            Ok(other) => return refuse(sink, format!("expected a hello, got {other:?}")).await,
-            Err(e) => {
-                return refuse(sink, format!("a hello this dispatcher cannot read: {e}")).await
-            }
-        },
-        _ => return,
-    };
-    if let ToDispatcher::Hello { protocol, name, .. } = &hello {
-        if *protocol != crate::proto::PROTOCOL {
-            let why = crate::proto::protocol_refusal(*protocol);
-            tracing::warn!(worker = %name, "{why}");
-            return refuse(sink, why).await;
-        }
-    }
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ToWorker>();
-    if h.tx
-        .send(SchedulerMsg::WorkerUp {
-            conn,
-            hello,
-            link: tx,
-        })
-        .is_err()
-    {
-        return;
-    }
-    let writer = tokio::spawn(async move {
-        // Everything already queued goes out in one write: a round of the scheduler often
-        // sends one worker several messages.
-        'session: while let Some(m) = rx.recv().await {
-            let mut next = Some(m);
-            while let Some(m) = next.take() {
-                let text = serde_json::to_string(&m).expect("message serializes");
-                if sink.feed(Message::Text(text.into())).await.is_err() {
-                    break 'session;
-                }
-                next = rx.try_recv().ok();
-            }
-            if sink.flush().await.is_err() {
-                break;
-            }
-        }
-        let _ = sink.close().await;
-    });
-    while let Some(Ok(msg)) = stream.next().await {
-        let Message::Text(t) = msg else { continue };
-        match crate::proto::read_to_dispatcher(&t) {
-            Ok(m) => {
-                if h.tx.send(SchedulerMsg::FromWorker(conn, m)).is_err() {
-                    break;
-                }
-            }
-            Err(e) => tracing::warn!("malformed message from worker: {e}"),
-        }
-    }
-    let _ = h.tx.send(SchedulerMsg::WorkerDown(conn));
-    writer.abort();
 }
