@@ -144,12 +144,12 @@ pub fn config(mix: &Mix, variant: Variant) -> SimConfig {
         }
     }
     let mut cfg = SimConfig::new(Workload::Custom(arrivals), testbed, 100_000_000_000);
-    cfg.policy = PolicyKind::MixApart;
-    cfg.job_order = mix.job_order;
+    cfg.core.policy = PolicyKind::MixApart;
+    cfg.core.job_order = mix.job_order;
     cfg.placed = placed;
     if let Variant::MixApart { cap_gbps, prefetch } = variant {
-        cfg.storage_cap = Some(cap_gbps * GBPS);
-        cfg.prefetch = prefetch.then(|| PrefetchConfig {
+        cfg.core.storage_cap = Some(cap_gbps * GBPS);
+        cfg.core.prefetch = prefetch.then(|| PrefetchConfig {
             // Caches are large (the paper's 850 GB a node): room is not what limits prefetching.
             cache_share: 1.0,
             ..PrefetchConfig::default()

@@ -64,14 +64,14 @@ fn exp(id: &'static str, paper: &'static str, eff: Option<f64>, config: SimConfi
 pub fn experiments(seed: u64) -> Vec<Experiment> {
     let mi = |policy: PolicyKind, cache: u64| {
         let mut c = SimConfig::new(Workload::Mi, Testbed::teragrid_2007(), cache);
-        c.policy = policy;
+        c.core.policy = policy;
         c.dynamic = Some(DynamicSettings::default());
         c.seed = seed;
         c
     };
     let sw = |policy: PolicyKind, dynamic: bool| {
         let mut c = SimConfig::new(Workload::Sw, Testbed::teragrid_2008(), 50 * GB);
-        c.policy = policy;
+        c.core.policy = policy;
         c.dynamic = dynamic.then(DynamicSettings::default);
         c.seed = seed;
         c
@@ -82,7 +82,7 @@ pub fn experiments(seed: u64) -> Vec<Experiment> {
             Testbed::teragrid_2008(),
             50 * GB,
         );
-        c.policy = policy;
+        c.core.policy = policy;
         c.seed = seed;
         c
     };
@@ -90,7 +90,7 @@ pub fn experiments(seed: u64) -> Vec<Experiment> {
     // question), everything else as in the paper's run.
     let sw_handoff = {
         let mut c = sw(PolicyKind::Gcc, true);
-        c.handoff = Some(HandoffConfig {
+        c.core.handoff = Some(HandoffConfig {
             budget: GB,
             time_bound: Duration::from_secs(10),
         });

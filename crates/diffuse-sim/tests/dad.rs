@@ -10,8 +10,8 @@ use diffuse_sim::{simulate, SimConfig, Summary};
 fn readgf(policy: PolicyKind, dad: DadConfig) -> Summary {
     let tb = Testbed::tsukuba_2014();
     let mut cfg = SimConfig::new(Workload::Custom(readgf_arrivals()), tb, 64_000_000_000);
-    cfg.policy = policy;
-    cfg.dad = dad;
+    cfg.core.policy = policy;
+    cfg.core.dad = dad;
     cfg.placed = readgf_placement(4);
     cfg.check_invariants = true;
     simulate(cfg).expect("simulation").0
@@ -55,8 +55,8 @@ fn blast(policy: PolicyKind, beta: f64, delay: u32) -> Summary {
     let tb = Testbed::tsukuba_2014();
     let arrivals = diffuse_sim::workload::blast_arrivals();
     let mut cfg = SimConfig::new(Workload::Custom(arrivals), tb, 64_000_000_000);
-    cfg.policy = policy;
-    cfg.dad = DadConfig {
+    cfg.core.policy = policy;
+    cfg.core.dad = DadConfig {
         beta,
         local_threshold: beta.min(0.5),
         delay,

@@ -14,7 +14,7 @@
 //! - compute starts when the last input is read; node ids are given in order and the core offers
 //!   free nodes in id order, so with everything free the oldest task goes to node 0.
 
-use diffuse_core::{EvictionPolicy, HandoffConfig, ObjectId, PolicyKind, StepPolicy};
+use diffuse_core::{CoreConfig, EvictionPolicy, HandoffConfig, ObjectId, PolicyKind, StepPolicy};
 use diffuse_sim::{
     simulate, Arrival, DynamicSettings, HandoffReport, Sample, SimConfig, Summary, Testbed,
     Workload,
@@ -288,8 +288,11 @@ fn peer_scenario(policy: PolicyKind, threshold: f64) -> SimConfig {
         ..testbed(2, 1)
     };
     SimConfig {
-        policy,
-        threshold,
+        core: CoreConfig {
+            policy,
+            threshold,
+            ..CoreConfig::default()
+        },
         ..config(
             tb,
             vec![at(0.0, &[(0, 100)], 1.0), at(1.5, &[(0, 100)], 1.0)],
@@ -344,7 +347,10 @@ fn mch_waits_for_the_node_that_holds_the_data() {
 fn fa_never_caches_nor_reads_from_peers() {
     // Same object read twice on one node: FA reads from storage both times (5..6, 6..7).
     let s = summary(SimConfig {
-        policy: PolicyKind::Fa,
+        core: CoreConfig {
+            policy: PolicyKind::Fa,
+            ..CoreConfig::default()
+        },
         ..config(
             testbed(1, 1),
             vec![at(0.0, &[(0, 100)], 1.0), at(5.0, &[(0, 100)], 1.0)],
@@ -669,7 +675,10 @@ fn handoff_scenario(handoff: Option<HandoffConfig>) -> SimConfig {
     ];
     SimConfig {
         dynamic: dynamic(StepPolicy::AllAtOnce, 3.0),
-        handoff,
+        core: CoreConfig {
+            handoff,
+            ..CoreConfig::default()
+        },
         ..config(testbed(3, 1), arrivals, 1000)
     }
 }

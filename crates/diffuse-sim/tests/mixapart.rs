@@ -46,7 +46,7 @@ fn run(
     placed: &[(u32, u64, u64)],
 ) -> Summary {
     let mut cfg = SimConfig::new(Workload::Custom(arrivals), tb, 1_000_000);
-    cfg.policy = policy;
+    cfg.core.policy = policy;
     cfg.check_invariants = true;
     cfg.placed = placed
         .iter()
@@ -108,9 +108,9 @@ fn storage_reads_share_their_racks_uplink() {
 fn the_storage_cap_bounds_all_storage_reads_together() {
     let arrivals: Vec<Arrival> = (0..4).map(|i| at(0.0, &[(i, 1000)], 0.0)).collect();
     let mut cfg = SimConfig::new(Workload::Custom(arrivals), testbed(0.0), 1_000_000);
-    cfg.policy = PolicyKind::Fa;
+    cfg.core.policy = PolicyKind::Fa;
     cfg.check_invariants = true;
-    cfg.storage_cap = Some(400.0);
+    cfg.core.storage_cap = Some(400.0);
     let s = simulate(cfg).unwrap().0;
     close(s.makespan_s, 10.0, "4000 B at 400 B/s");
 }
@@ -130,11 +130,11 @@ fn prefetches_land_during_compute_and_tasks_read_them_locally() {
     let mut tb = testbed(0.0);
     tb.nodes = 1;
     let mut cfg = SimConfig::new(Workload::Custom(arrivals), tb, 1_000_000);
-    cfg.policy = PolicyKind::MixApart;
-    cfg.job_order = JobOrder::Fifo;
+    cfg.core.policy = PolicyKind::MixApart;
+    cfg.core.job_order = JobOrder::Fifo;
     cfg.check_invariants = true;
-    cfg.storage_cap = Some(1000.0);
-    cfg.prefetch = Some(PrefetchConfig {
+    cfg.core.storage_cap = Some(1000.0);
+    cfg.core.prefetch = Some(PrefetchConfig {
         cache_share: 1.0,
         ..PrefetchConfig::default()
     });

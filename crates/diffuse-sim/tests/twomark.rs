@@ -40,9 +40,9 @@ fn at(time: f64, object: u64, size: u64, compute_s: f64) -> Arrival {
 
 fn run(two_mark: bool, nodes: u32, cache: u64, arrivals: Vec<Arrival>) -> Summary {
     let mut cfg = SimConfig::new(Workload::Custom(arrivals), testbed(nodes), cache);
-    cfg.policy = PolicyKind::Gcc;
+    cfg.core.policy = PolicyKind::Gcc;
     cfg.eviction = EvictionPolicy::Lru;
-    cfg.two_mark = two_mark;
+    cfg.core.two_mark = two_mark;
     cfg.check_invariants = true;
     simulate(cfg).expect("simulation completes").0
 }
@@ -96,8 +96,8 @@ fn a_moved_copy_is_read_from_a_peer_where_lru_reads_storage() {
     ];
     let run = |two_mark: bool| {
         let mut cfg = SimConfig::new(Workload::Custom(arrivals.clone()), testbed(2), 20);
-        cfg.policy = PolicyKind::Gcc;
-        cfg.two_mark = two_mark;
+        cfg.core.policy = PolicyKind::Gcc;
+        cfg.core.two_mark = two_mark;
         cfg.check_invariants = true;
         cfg.placed = vec![(0, ObjectId(9), 10)];
         simulate(cfg).expect("simulation completes").0

@@ -21,6 +21,7 @@ mod config;
 mod dad_args;
 mod live;
 mod numbers;
+mod policy_args;
 mod sim;
 mod sim_tasks;
 mod size;

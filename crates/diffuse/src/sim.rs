@@ -1,10 +1,10 @@
 //! `diffuse sim`: run the simulator and report, or reproduce the paper's experiments.
 
-use crate::numbers::{positive_f64, positive_seconds};
+use crate::numbers::positive_seconds;
 use crate::size::{format_size, parse_size};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use diffuse_core::{EvictionPolicy, HandoffConfig, PolicyKind, StepPolicy};
+use diffuse_core::{EvictionPolicy, HandoffConfig, StepPolicy};
 use diffuse_sim::paper;
 use diffuse_sim::plot::plot;
 use diffuse_sim::report::{series, write_csv};
@@ -126,15 +126,6 @@ fn seconds_or_zero(s: &str) -> Result<f64, String> {
     }
 }
 
-pub fn threshold(s: &str) -> Result<f64, String> {
-    let v = positive_f64(s)?;
-    if v <= 1.0 {
-        Ok(v)
-    } else {
-        Err(format!("'{s}' must be in (0, 1]"))
-    }
-}
-
 /// Arguments of `diffuse sim`.
 #[derive(Args, Debug)]
 pub struct SimArgs {
@@ -152,15 +143,8 @@ pub struct SimArgs {
     /// run), e.g. 100MB.
     #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     tmp_size: Option<u64>,
-    /// Dispatch policy: fa, mcu, mch, gcc, dad or mixapart.
-    #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
-    policy: PolicyKind,
-    /// How jobs share the slots: fifo or fair (the workloads with jobs: arrivals files with a
-    /// `job` field).
-    #[arg(long, value_parser = |s: &str| s.parse::<diffuse_core::JobOrder>(), default_value = "fifo")]
-    job_order: diffuse_core::JobOrder,
     #[command(flatten)]
-    transfers: crate::transfer_args::TransferArgs,
+    sched: crate::policy_args::PolicyArgs,
     /// Nodes per rack, in the order they join (0: no racks): MixApart's rack-local tier.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     rack_size: u32,
@@ -178,14 +162,6 @@ pub struct SimArgs {
     /// Provisioning [default: MI and arrivals dynamic, SW and AP static].
     #[arg(long, value_enum)]
     provisioning: Option<ProvisioningArg>,
-    /// Scheduling window: how many queued tasks a decision looks at.
-    #[arg(long, default_value_t = 2500, value_parser = clap::value_parser!(u64).range(1..), allow_hyphen_values = true)]
-    window: u64,
-    /// GCC's utilisation threshold, in (0, 1].
-    #[arg(long, default_value_t = 0.9, value_parser = threshold, allow_hyphen_values = true)]
-    threshold: f64,
-    #[command(flatten)]
-    dad: crate::dad_args::DadArgs,
     /// Eviction policy: random, fifo, lru or lfu (each node on its own), or 2mark (the
     /// dispatcher decides for all nodes together: data-diffusion's 2Mark).
     #[arg(long, value_parser = eviction, default_value = "lru")]
@@ -316,18 +292,12 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
     if a.workload == WorkloadArg::Blast {
         cfg.placed = diffuse_sim::workload::blast_placement();
     }
-    cfg.policy = a.policy;
-    cfg.threshold = a.threshold;
-    cfg.dad = a.dad.config().unwrap_or_default();
-    cfg.window = a.window as usize;
+    a.sched.apply(&mut cfg.core);
     cfg.eviction = a.eviction.policy;
-    cfg.two_mark = a.eviction.two_mark;
+    cfg.core.two_mark = a.eviction.two_mark;
     cfg.seed = a.seed;
-    cfg.peer_read_limit = a.peer_read_limit;
+    cfg.core.peer_read_limit = a.peer_read_limit;
     cfg.check_invariants = a.check;
-    cfg.job_order = a.job_order;
-    cfg.storage_cap = a.transfers.storage_cap();
-    cfg.prefetch = a.transfers.prefetch();
     if let Some(n) = a.nodes {
         cfg.nodes = n;
     }
@@ -353,7 +323,7 @@ fn config(a: &SimArgs, custom: Option<Vec<Arrival>>) -> SimConfig {
                 DynamicSettings::default().check_interval_s
             },
         });
-        cfg.handoff = a.handoff.0.map(|budget| HandoffConfig {
+        cfg.core.handoff = a.handoff.0.map(|budget| HandoffConfig {
             budget,
             time_bound: std::time::Duration::from_secs_f64(a.handoff_time),
         });
@@ -374,11 +344,7 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::from(2));
     }
-    if let Err(e) = a.dad.config() {
-        eprintln!("error: {e}");
-        return Ok(ExitCode::from(2));
-    }
-    if let Err(e) = a.transfers.check() {
+    if let Err(e) = a.sched.check() {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(2));
     }

@@ -3,10 +3,7 @@
 
 use crate::testbed::Testbed;
 use crate::workload::Workload;
-use diffuse_core::{
-    CoreConfig, DadConfig, DynamicConfig, EvictionPolicy, HandoffConfig, JobOrder, ObjectId,
-    PolicyKind, PrefetchConfig, Provisioning, StepPolicy,
-};
+use diffuse_core::{CoreConfig, DynamicConfig, EvictionPolicy, ObjectId, Provisioning, StepPolicy};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -17,12 +14,14 @@ pub struct SimConfig {
     pub workload: Workload,
     /// The cluster model.
     pub testbed: Testbed,
-    /// Dispatch policy.
-    pub policy: PolicyKind,
-    /// GCC utilisation threshold.
-    pub threshold: f64,
-    /// Scheduling window.
-    pub window: usize,
+    /// The scheduling core's settings, as the live dispatcher takes them: dispatch policy,
+    /// window, GCC's threshold, DAD's parameters, job order, the peer-read limit, cache hand-off
+    /// on release (dynamic provisioning only; pushes are peer transfers from the released node,
+    /// which stays allocated until they end or the time bound cuts them off), the storage cap
+    /// (one more resource every storage read crosses), MixApart's prefetch and 2Mark (the
+    /// nodes' caches then never evict on their own). Its provisioning, crash limit, `tmp://`
+    /// replicas and ready tasks are the simulation's own ([`SimConfig::core_config`]).
+    pub core: CoreConfig,
     /// Cache quota per node, bytes.
     pub cache_size: u64,
     /// Eviction policy of every node.
@@ -33,31 +32,12 @@ pub struct SimConfig {
     pub dynamic: Option<DynamicSettings>,
     /// Seed for the workload's file choices and random eviction.
     pub seed: u64,
-    /// Most concurrent peer reads a node serves (0: no limit); see `CoreConfig::peer_read_limit`.
-    pub peer_read_limit: u32,
-    /// Cache hand-off on release (dynamic provisioning only; None: a released node's cache is
-    /// lost, as in the paper). Pushes are peer transfers from the released node, which stays
-    /// allocated (and billed) until they end or the time bound cuts them off.
-    pub handoff: Option<HandoffConfig>,
     /// Run `Core::check_invariants` after every step (slow; for tests).
     pub check_invariants: bool,
-    /// DAD's parameters (the `dad` policy).
-    pub dad: DadConfig,
     /// Objects already on nodes' disks when they start, as `(node index, object, bytes)`:
     /// files a distributed file system keeps on its compute nodes (Gfarm in the DAD paper).
     /// They are cached entries of those nodes, known to the core.
     pub placed: Vec<(u32, ObjectId, u64)>,
-    /// How jobs share the slots (FIFO or Fair).
-    pub job_order: JobOrder,
-    /// Bytes per second that all reads from persistent storage may take together (None: only
-    /// the storage's own bandwidth bounds them). Modelled as one more resource every storage
-    /// read crosses.
-    pub storage_cap: Option<f64>,
-    /// MixApart's transfer scheduler (None: no prefetching), within `storage_cap`.
-    pub prefetch: Option<PrefetchConfig>,
-    /// 2Mark decides what every node evicts (`CoreConfig::two_mark`); the nodes' caches then
-    /// never evict on their own.
-    pub two_mark: bool,
     /// Keep a [`TaskTrace`] of every task that succeeds ([`Simulation::run_traced`]).
     pub trace: bool,
 }
@@ -109,28 +89,20 @@ impl Default for DynamicSettings {
 }
 
 impl SimConfig {
-    /// Defaults for a workload on a testbed: GCC, threshold 0.9, window 2500, LRU, all nodes.
+    /// Defaults for a workload on a testbed: the core's defaults (GCC, threshold 0.9, window
+    /// 2500), LRU, all nodes.
     pub fn new(workload: Workload, testbed: Testbed, cache_size: u64) -> SimConfig {
         SimConfig {
             workload,
             nodes: testbed.nodes,
             testbed,
-            policy: PolicyKind::Gcc,
-            threshold: 0.9,
-            window: 2500,
+            core: CoreConfig::default(),
             cache_size,
             eviction: EvictionPolicy::Lru,
             dynamic: None,
             seed: 1,
-            peer_read_limit: CoreConfig::default().peer_read_limit,
-            handoff: None,
             check_invariants: false,
-            dad: DadConfig::default(),
             placed: Vec::new(),
-            job_order: JobOrder::Fifo,
-            storage_cap: None,
-            prefetch: None,
-            two_mark: false,
             trace: false,
         }
     }
@@ -167,7 +139,7 @@ pub enum SimError {
 
 impl SimConfig {
     /// The scheduling core's configuration for this simulation.
-    pub(super) fn core_config(&self) -> CoreConfig {
+    pub fn core_config(&self) -> CoreConfig {
         let provisioning = match &self.dynamic {
             None => Provisioning::Static,
             Some(d) => Provisioning::Dynamic(DynamicConfig {
@@ -180,25 +152,16 @@ impl SimConfig {
             }),
         };
         CoreConfig {
-            policy: self.policy,
-            threshold: self.threshold,
-            window: self.window,
             provisioning,
             crash_limit: 3,
-            peer_read_limit: self.peer_read_limit,
-            handoff: self.handoff.clone(),
-            dad: self.dad,
-            job_order: self.job_order,
             // Replicas ahead of time are not modelled (docs/simulation.md, "Not modelled").
             tmp_replicas: 1,
-            storage_cap: self.storage_cap,
-            prefetch: self.prefetch,
-            two_mark: self.two_mark,
             bandwidth: Default::default(),
             // The simulator has no round trip between a task's end and the next dispatch, so
             // a task held ready would gain nothing (docs/simulation.md).
             ready_tasks: 0,
             ready_below_s: 1.0,
+            ..self.core.clone()
         }
     }
 }

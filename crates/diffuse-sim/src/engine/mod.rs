@@ -83,7 +83,7 @@ impl Simulation {
     /// Set up a simulation; static nodes join at time 0.
     pub fn new(cfg: SimConfig) -> Simulation {
         let core = Core::new(cfg.core_config());
-        let net = Network::new(&cfg.testbed, cfg.storage_cap, cfg.seed);
+        let net = Network::new(&cfg.testbed, cfg.core.storage_cap, cfg.seed);
         let tasks = Tasks::new(cfg.workload.arrivals(cfg.seed));
         let mut sim = Simulation {
             core,
@@ -338,7 +338,7 @@ impl Simulation {
         let ports = self.net.attach(node);
         let rack = ports.rack();
         // Under 2Mark the core decides every eviction: the node's cache never evicts.
-        let quota = if self.cfg.two_mark {
+        let quota = if self.cfg.core.two_mark {
             u64::MAX
         } else {
             self.cfg.cache_size
@@ -570,6 +570,7 @@ impl Simulation {
         }
         let bound = self
             .cfg
+            .core
             .handoff
             .as_ref()
             .map_or(Duration::ZERO, |h| h.time_bound);

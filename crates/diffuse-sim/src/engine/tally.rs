@@ -214,10 +214,10 @@ impl Tally {
         };
         Summary {
             workload: info.name,
-            policy: cfg.policy.to_string(),
+            policy: cfg.core.policy.to_string(),
             testbed: tb.name.to_string(),
             cache_size: cfg.cache_size,
-            eviction: if cfg.two_mark {
+            eviction: if cfg.core.two_mark {
                 "2mark".into()
             } else {
                 cfg.eviction.to_string()
@@ -229,8 +229,8 @@ impl Tally {
             }
             .into(),
             nodes: cfg.nodes,
-            window: cfg.window,
-            threshold: cfg.threshold,
+            window: cfg.core.window,
+            threshold: cfg.core.threshold,
             seed: cfg.seed,
             tasks: self.finished,
             makespan_s: makespan,

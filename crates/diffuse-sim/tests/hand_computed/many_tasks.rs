@@ -130,7 +130,10 @@ fn many_tasks_with_handoff_under_every_eviction_policy_finish_exactly_once() {
         let cfg = SimConfig {
             eviction,
             dynamic: dynamic(StepPolicy::Exponential, 1.0),
-            handoff: handoff(40_000_000, 0.5),
+            core: CoreConfig {
+                handoff: handoff(40_000_000, 0.5),
+                ..CoreConfig::default()
+            },
             ..config(small_teragrid(), arrivals.clone(), 200_000_000)
         };
         let (mut a, _) = run(cfg.clone());
@@ -166,9 +169,12 @@ fn many_tasks_with_every_policy_finish_exactly_once() {
     {
         for dynamic_on in [false, true] {
             let cfg = SimConfig {
-                policy,
+                core: CoreConfig {
+                    policy,
+                    window: 50,
+                    ..CoreConfig::default()
+                },
                 eviction: evictions[i],
-                window: 50,
                 dynamic: if dynamic_on {
                     dynamic(StepPolicy::Exponential, 3.0)
                 } else {
@@ -214,8 +220,11 @@ fn peer_read_limit_settings_all_complete() {
     let arrivals = mi_like(300, 10, 5);
     for limit in [0, 1, 4] {
         let (s, _) = run(SimConfig {
-            peer_read_limit: limit,
-            policy: PolicyKind::Mcu,
+            core: CoreConfig {
+                peer_read_limit: limit,
+                policy: PolicyKind::Mcu,
+                ..CoreConfig::default()
+            },
             ..config(small_teragrid(), arrivals.clone(), 30_000_000)
         });
         assert!(s.hit_local + s.hit_peer > 0.0, "limit {limit}");
@@ -309,7 +318,7 @@ fn lockstep_workload(spread: f64, seed: u64) -> Summary {
     tb.storage_share_spread = spread;
     let arrivals = (0..48).map(|k| at(0.0, &[(k, 100)], 0.5)).collect();
     let mut cfg = config(tb, arrivals, 10_000);
-    cfg.policy = PolicyKind::Fa;
+    cfg.core.policy = PolicyKind::Fa;
     cfg.seed = seed;
     run(cfg).0
 }

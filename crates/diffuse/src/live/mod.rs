@@ -21,7 +21,7 @@ pub mod tasks;
 use crate::size::parse_size;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use diffuse_core::{CoreConfig, PolicyKind};
+use diffuse_core::CoreConfig;
 use std::path::{Path, PathBuf};
 
 /// Where clients look for a dispatcher when neither `--dispatcher` nor `DIFFUSE_DISPATCHER` says.
@@ -52,15 +52,8 @@ impl StorageArgs {
 /// Scheduling settings shared by `dispatcher` and `run`.
 #[derive(Args, Debug, Clone)]
 pub struct SchedArgs {
-    /// Dispatch policy: fa, mcu, mch, gcc, dad or mixapart (docs/policies.md).
-    #[arg(long, value_parser = |s: &str| s.parse::<PolicyKind>(), default_value = "gcc")]
-    policy: PolicyKind,
-    /// Scheduling window: how many queued tasks a decision looks at.
-    #[arg(long, default_value_t = 2500, value_parser = clap::value_parser!(u64).range(1..), allow_hyphen_values = true)]
-    window: u64,
-    /// GCC's utilisation threshold, in (0, 1].
-    #[arg(long, default_value_t = 0.9, value_parser = crate::sim::threshold, allow_hyphen_values = true)]
-    threshold: f64,
+    #[command(flatten)]
+    policy: crate::policy_args::PolicyArgs,
     /// A task whose worker is lost (crashed, killed, cut off) while running it this many times
     /// fails with that reason instead of running again.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
@@ -69,14 +62,6 @@ pub struct SchedArgs {
     /// workers (the least busy) fetch it, so losing a worker makes no producer run again.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16), allow_hyphen_values = true)]
     tmp_replicas: u32,
-    #[command(flatten)]
-    dad: crate::dad_args::DadArgs,
-    /// How jobs share the slots: fifo (the oldest task first, whatever its job) or fair (the
-    /// job holding the fewest cores first; work-conserving).
-    #[arg(long, value_parser = |s: &str| s.parse::<diffuse_core::JobOrder>(), default_value = "fifo")]
-    job_order: diffuse_core::JobOrder,
-    #[command(flatten)]
-    transfers: crate::transfer_args::TransferArgs,
     /// Tasks each worker holds ready beyond its cores (one core each): the next task waits on
     /// the worker while one runs and starts the moment a core frees, instead of after a round
     /// trip to the dispatcher (with `true` tasks at slots = cores, 0 ran at 0.73-0.79 of
@@ -107,24 +92,18 @@ impl SchedArgs {
     /// The settings checked together (DAD's threshold against its beta); the message names
     /// the flags.
     pub(crate) fn check(&self) -> Result<(), String> {
-        self.transfers.check()?;
-        self.dad.config().map(|_| ())
+        self.policy.check()
     }
 
     pub(crate) fn core(&self) -> CoreConfig {
         let mut cfg = CoreConfig {
-            dad: self.dad.config().unwrap_or_default(),
-            job_order: self.job_order,
-            policy: self.policy,
-            window: self.window as usize,
-            threshold: self.threshold,
             crash_limit: self.crash_limit,
             tmp_replicas: self.tmp_replicas,
             ready_tasks: self.ready_tasks,
             ready_below_s: self.ready_below,
             ..CoreConfig::default()
         };
-        self.transfers.apply(&mut cfg);
+        self.policy.apply(&mut cfg);
         cfg
     }
 }
