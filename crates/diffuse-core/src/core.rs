@@ -18,9 +18,7 @@ use crate::dispatch::{DispatchPolicy, PolicyKind};
 use crate::handoff::CacheModel;
 use crate::hooks::handoff::CacheHandoff;
 use crate::hooks::hook::Gone;
-use crate::hooks::prefetch::TransferScheduler;
 use crate::hooks::registry::{registry, HookSettings};
-use crate::hooks::two_mark::TwoMarkHook;
 use crate::ids::{JobId, NodeId, NodeName, ObjectId, RackId, TaskId};
 use crate::index::LocationIndex;
 use crate::provision::Provisioning;
@@ -658,7 +656,7 @@ impl Core {
 
     /// What 2Mark did so far (None: 2Mark is off).
     pub fn two_mark_stats(&self) -> Option<crate::twomark::TwoMarkStats> {
-        self.hooks.find::<TwoMarkHook>().map(TwoMarkHook::stats)
+        self.hooks.report().two_mark
     }
 
     /// `object` is `size` bytes: for a driver that knows the size of a copy the core has not
@@ -671,26 +669,18 @@ impl Core {
 
     /// What the transfer scheduler did so far.
     pub fn prefetch_stats(&self) -> crate::mixapart::PrefetchStats {
-        self.hooks
-            .find::<TransferScheduler>()
-            .map(TransferScheduler::stats)
-            .unwrap_or_default()
+        self.hooks.report().prefetch.unwrap_or_default()
     }
 
     /// Reads from persistent storage under way to each node (prefetches and tasks' own), for
     /// a driver that divides the storage cap among its nodes by demand.
     pub fn storage_reads(&self) -> FxHashMap<NodeId, u32> {
-        self.hooks
-            .find::<TransferScheduler>()
-            .map(TransferScheduler::reads_by_node)
-            .unwrap_or_default()
+        self.hooks.report().storage_reads
     }
 
     /// The budgeted rate of the storage reads under way, bytes/s.
     pub fn storage_budget_used(&self) -> u64 {
-        self.hooks
-            .find::<TransferScheduler>()
-            .map_or(0, TransferScheduler::budget_used)
+        self.hooks.report().storage_budget_used
     }
 
     /// The prefetch of `object` to `node` failed (or was not carried out): it is no longer on

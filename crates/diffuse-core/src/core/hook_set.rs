@@ -3,7 +3,7 @@
 //! ([`super::view::View`]); carrying out what each asks for is the core's step
 //! ([`super::lifecycle::Step::notify`]), since an effect can change any owner.
 
-use crate::hooks::hook::{CoreView, Effects, Hook};
+use crate::hooks::hook::{CoreView, Effects, Hook, HookReport};
 use crate::ids::{NodeId, ObjectId};
 
 /// The hooks in use, in the registry's order.
@@ -34,7 +34,17 @@ impl HookSet {
         fx
     }
 
-    /// The hook of type `T`, if it is in use.
+    /// What every hook in use tells of itself.
+    pub(super) fn report(&self) -> HookReport {
+        let mut out = HookReport::default();
+        for h in &self.hooks {
+            h.report(&mut out);
+        }
+        out
+    }
+
+    /// The hook of type `T`, if it is in use (the hand-off's cache model, which is not a
+    /// statistic but a view a driver reads).
     pub(super) fn find<T: Hook>(&self) -> Option<&T> {
         self.hooks
             .iter()

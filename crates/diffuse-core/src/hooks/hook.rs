@@ -227,4 +227,22 @@ pub(crate) trait Hook: Any + Send {
     fn check(&self, view: &dyn CoreView) -> Result<(), String> {
         Ok(())
     }
+
+    /// Tell what this hook did so far: its part of `out` (the others' stay as they are).
+    fn report(&self, out: &mut HookReport) {}
+}
+
+/// What the hooks in use tell of themselves ([`Hook::report`]): each fills its own part; a
+/// part whose hook is not in use stays empty. The core's statistics accessors read it, so
+/// nothing asks a hook its type.
+#[derive(Clone, Debug, Default)]
+pub struct HookReport {
+    /// MixApart's transfer scheduler: what it prefetched (None: not in use).
+    pub prefetch: Option<crate::mixapart::PrefetchStats>,
+    /// The budgeted rate of the storage reads under way, bytes/s (the transfer scheduler's).
+    pub storage_budget_used: u64,
+    /// Reads from persistent storage under way to each node (the transfer scheduler's).
+    pub storage_reads: rustc_hash::FxHashMap<NodeId, u32>,
+    /// 2Mark: its evictions and moves (None: not in use).
+    pub two_mark: Option<crate::twomark::TwoMarkStats>,
 }

@@ -18,7 +18,7 @@
 //! * **Future locality.** A prefetch is an object in transfer to its node (MixApart's "in
 //!   progress"), so scoring sends the tasks that read it there, and they join the transfer.
 
-use super::hook::{CoreView, Effects, Gone, Hook};
+use super::hook::{CoreView, Effects, Gone, Hook, HookReport};
 use crate::action::{Action, Source};
 use crate::cache::EvictionPolicy;
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
@@ -70,18 +70,8 @@ impl TransferScheduler {
         }
     }
 
-    /// What it did so far.
-    pub fn stats(&self) -> PrefetchStats {
-        self.stats
-    }
-
-    /// The budgeted rate of the storage reads under way, bytes/s.
-    pub fn budget_used(&self) -> u64 {
-        self.used
-    }
-
     /// Storage reads under way to each node (prefetches and tasks' own).
-    pub fn reads_by_node(&self) -> FxHashMap<NodeId, u32> {
+    fn reads_by_node(&self) -> FxHashMap<NodeId, u32> {
         let mut out: FxHashMap<NodeId, u32> = FxHashMap::default();
         for (n, _) in self.prefetches.keys() {
             *out.entry(*n).or_default() += 1;
@@ -426,5 +416,11 @@ impl Hook for TransferScheduler {
             }
         }
         Ok(())
+    }
+
+    fn report(&self, out: &mut HookReport) {
+        out.prefetch = Some(self.stats);
+        out.storage_budget_used = self.used;
+        out.storage_reads = self.reads_by_node();
     }
 }

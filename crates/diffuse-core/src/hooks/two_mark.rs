@@ -5,12 +5,12 @@
 //! to evict (the simulator's do not; a live worker's own policy stays as a guard, and what it
 //! evicts is reported and followed here). The marking itself is [`crate::twomark`].
 
-use super::hook::{CoreView, Effects, Gone, Hook};
+use super::hook::{CoreView, Effects, Gone, Hook, HookReport};
 use crate::action::{Action, Source};
 use crate::cache::EvictionPolicy;
 use crate::ids::{NodeId, ObjectId, TaskId};
 use crate::task::Input;
-use crate::twomark::{Plan, TwoMark, TwoMarkStats};
+use crate::twomark::{Plan, TwoMark};
 
 /// 2Mark's marks and its model of every node's cache.
 #[derive(Clone, Debug, Default)]
@@ -22,11 +22,6 @@ impl TwoMarkHook {
     /// No stores known.
     pub fn new() -> TwoMarkHook {
         TwoMarkHook::default()
-    }
-
-    /// What 2Mark did so far.
-    pub fn stats(&self) -> TwoMarkStats {
-        self.marks.stats()
     }
 
     /// Carry out a plan: its copies are forgotten, and the driver asked to delete or move them.
@@ -135,5 +130,9 @@ impl Hook for TwoMarkHook {
             }
         }
         Ok(())
+    }
+
+    fn report(&self, out: &mut HookReport) {
+        out.two_mark = Some(self.marks.stats());
     }
 }
