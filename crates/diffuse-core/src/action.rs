@@ -1,6 +1,6 @@
 //! What the core asks its driver to do (`Core::poll_action`).
 
-use crate::handoff::Handoff;
+use crate::hooks::handoff::planner::Handoff;
 use crate::ids::{NodeId, NodeName, ObjectId, TaskId};
 use serde::{Deserialize, Serialize};
 

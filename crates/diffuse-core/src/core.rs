@@ -15,7 +15,7 @@ use crate::action::Action;
 use crate::bandwidth::{Endpoint, PairView};
 use crate::cache::EvictionPolicy;
 use crate::dispatch::{DispatchPolicy, PolicyKind};
-use crate::handoff::CacheModel;
+use crate::hooks::handoff::planner::CacheModel;
 use crate::hooks::handoff::CacheHandoff;
 use crate::hooks::hook::Gone;
 use crate::hooks::registry::{registry, HookSettings};
@@ -655,7 +655,7 @@ impl Core {
     }
 
     /// What 2Mark did so far (None: 2Mark is off).
-    pub fn two_mark_stats(&self) -> Option<crate::twomark::TwoMarkStats> {
+    pub fn two_mark_stats(&self) -> Option<crate::hooks::two_mark::marks::TwoMarkStats> {
         self.hooks.report().two_mark
     }
 
@@ -668,7 +668,7 @@ impl Core {
     }
 
     /// What the transfer scheduler did so far.
-    pub fn prefetch_stats(&self) -> crate::mixapart::PrefetchStats {
+    pub fn prefetch_stats(&self) -> crate::hooks::prefetch::config::PrefetchStats {
         self.hooks.report().prefetch.unwrap_or_default()
     }
 

@@ -12,7 +12,6 @@
 //! | [`locality`] | per-node candidate sets that make a decision O(\|Ti\| + log \|Q\|) | scheduling window |
 //! | [`dad`] (= `dispatch::dad`) | DAD's score of file locality and load, with a bounded delay | data-aware dispatching |
 //! | `dispatch::tiers` | MixApart's locality tiers (node, rack, in transfer, anywhere, storage) | compute scheduler |
-//! | [`mixapart`] | MixApart's transfer scheduler: its settings and counters | data transfer scheduler |
 //! | [`racks`] | which nodes share a switch | rack |
 //! | `registry` | the shape every list of policies shares ([`PolicyKind`], [`EvictionPolicy`], `staging::Schedule`): names, builders, parsing | |
 //! | [`queue`] | the wait queue by priority and its window boundary | wait queue, window W |
@@ -20,10 +19,8 @@
 //! | [`index`] | object <-> node location index | centralized index |
 //! | [`cache`] | a node's cache: what it holds within its quota, in its eviction order | store |
 //! | [`eviction`] | Random, FIFO, LRU, LFU behind the [`eviction::EvictionOrder`] trait, one file each, listed once in `eviction::registry` | eviction policy |
-//! | [`twomark`] | 2Mark: eviction across all nodes' caches, marking at two levels | 2Mark |
 //! | [`provision`] | static and dynamic provisioning | DRP |
-//! | [`handoff`] | cache hand-off on release: what a released node pushes, and where | (open question, section 6) |
-//! | `hooks` | the policies that act after dispatch (cache hand-off, MixApart's transfer scheduler, 2Mark) behind one trait, listed once in `hooks/registry.rs` | |
+//! | `hooks` | the policies that act after dispatch, each in one place under one name behind one trait, listed once in `hooks/registry.rs`: cache hand-off on release (`hooks/handoff/`: what a released node pushes, and where), MixApart's data transfer scheduler (`hooks/prefetch/`: its settings and counters in `config.rs`), 2Mark (`hooks/two_mark/`: eviction across all nodes' caches, marking at two levels) | (section 6), data transfer scheduler, 2Mark |
 //! | [`sharing`] | how jobs share the slots: FIFO and Fair behind one trait, one file each, listed once in `sharing/registry.rs` ([`JobOrder`]) | MixApart's compute scheduler |
 //! | [`staging`] | staging a batch of objects to nodes: GDS's MinMin, LDS, naive | coordinated transfers |
 //! | [`bandwidth`] | per-pair transfer rates and their prediction | GDS's bandwidth prediction |
@@ -37,12 +34,10 @@ pub mod cache;
 pub mod core;
 pub mod dispatch;
 pub mod eviction;
-pub mod handoff;
 pub(crate) mod hooks;
 pub mod ids;
 pub mod index;
 pub mod locality;
-pub mod mixapart;
 pub mod model;
 pub mod provision;
 pub mod queue;
@@ -53,7 +48,6 @@ pub mod sharing;
 pub mod staging;
 pub mod task;
 pub mod time;
-pub mod twomark;
 
 pub use crate::action::{Abandoned, Action, Dispatch, Source};
 pub use crate::cache::{Admission, EvictionPolicy, NodeCache};
@@ -61,9 +55,10 @@ pub use crate::core::{Core, CoreConfig, CoreError, Counts, JobOrder, LostTasks};
 pub use crate::dispatch::dad;
 pub use crate::dispatch::dad::DadConfig;
 pub use crate::dispatch::{DispatchPolicy, PolicyKind, PolicyParams, SchedView};
-pub use crate::handoff::{Handoff, HandoffConfig};
+pub use crate::hooks::handoff::planner::{Handoff, HandoffConfig};
+pub use crate::hooks::prefetch::config::{PrefetchConfig, PrefetchStats};
+pub use crate::hooks::two_mark::marks::TwoMarkStats;
 pub use crate::ids::{JobId, NodeId, NodeName, ObjectId, RackId, TaskId};
-pub use crate::mixapart::{PrefetchConfig, PrefetchStats};
 pub use crate::provision::{DynamicConfig, Provisioning, StepPolicy};
 pub use crate::resources::{Bytes, Resources};
 pub use crate::task::{Input, Outcome, Placement, TaskSpec, TaskState};

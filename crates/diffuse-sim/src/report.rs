@@ -221,7 +221,7 @@ pub struct Summary {
     /// Each job's tasks and duration (first arrival to last completion).
     pub jobs: Vec<JobSummary>,
     /// What 2Mark did (None: per-node eviction).
-    pub two_mark: Option<diffuse_core::twomark::TwoMarkStats>,
+    pub two_mark: Option<diffuse_core::TwoMarkStats>,
     /// Cache hand-off on release: what was planned and what arrived.
     pub handoff: HandoffReport,
     /// The abstract model next to the measurement.

@@ -2,7 +2,7 @@
 //! ([`Counts`], [`LostTasks`]): plain types, no state.
 
 use crate::dispatch::{PolicyKind, PolicyParams};
-use crate::handoff::HandoffConfig;
+use crate::hooks::handoff::planner::HandoffConfig;
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 use crate::provision::Provisioning;
 use crate::sharing::JobOrder;
@@ -50,10 +50,10 @@ pub struct CoreConfig {
     #[serde(default)]
     pub storage_cap: Option<f64>,
     /// MixApart's data transfer scheduler: prefetch the inputs of the tasks expected next
-    /// within `storage_cap` (None, or no cap: off). See [`crate::mixapart::PrefetchConfig`].
+    /// within `storage_cap` (None, or no cap: off). See [`crate::hooks::prefetch::config::PrefetchConfig`].
     #[serde(default)]
-    pub prefetch: Option<crate::mixapart::PrefetchConfig>,
-    /// 2Mark ([`crate::twomark`]): the core decides what every node's cache evicts, across
+    pub prefetch: Option<crate::hooks::prefetch::config::PrefetchConfig>,
+    /// 2Mark ([`crate::hooks::two_mark::marks`]): the core decides what every node's cache evicts, across
     /// nodes, and asks for it with [`Action::Evict`](crate::Action::Evict) and [`Action::Move`](crate::Action::Move). Nodes must report
     /// their cache quota ([`Core::handle_node_cache`](crate::Core::handle_node_cache)); a node that does not is left alone.
     #[serde(default)]

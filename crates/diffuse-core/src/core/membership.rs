@@ -11,7 +11,7 @@ use super::placement;
 use super::provisioner::Provisioner;
 use super::state::Phase;
 use crate::action::Action;
-use crate::handoff::Handoff;
+use crate::hooks::handoff::planner::Handoff;
 use crate::ids::{NodeId, ObjectId, TaskId};
 use crate::provision::Demand;
 use crate::racks::Racks;

@@ -9,7 +9,7 @@
 //! | [`random`], [`fifo`], [`lru`], [`lfu`] | the orders |
 //! | [`ranked`] | the ordered set and clock FIFO, LRU and LFU share |
 //!
-//! 2Mark ([`crate::twomark`]) is not one of these: it ranks copies across all nodes by its
+//! 2Mark ([`crate::hooks::two_mark::marks`]) is not one of these: it ranks copies across all nodes by its
 //! marks and the tick of their last request, in one model of every cache, and plans evictions
 //! and moves centrally; the nodes' own orders stay as a guard.
 //!

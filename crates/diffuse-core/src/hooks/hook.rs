@@ -3,7 +3,7 @@
 
 use crate::action::{Action, Source};
 use crate::cache::EvictionPolicy;
-use crate::handoff::Handoff;
+use crate::hooks::handoff::planner::Handoff;
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
 use crate::index::LocationIndex;
 use crate::locality::Locality;
@@ -238,11 +238,11 @@ pub(crate) trait Hook: Any + Send {
 #[derive(Clone, Debug, Default)]
 pub struct HookReport {
     /// MixApart's transfer scheduler: what it prefetched (None: not in use).
-    pub prefetch: Option<crate::mixapart::PrefetchStats>,
+    pub prefetch: Option<crate::hooks::prefetch::config::PrefetchStats>,
     /// The budgeted rate of the storage reads under way, bytes/s (the transfer scheduler's).
     pub storage_budget_used: u64,
     /// Reads from persistent storage under way to each node (the transfer scheduler's).
     pub storage_reads: rustc_hash::FxHashMap<NodeId, u32>,
     /// 2Mark: its evictions and moves (None: not in use).
-    pub two_mark: Option<crate::twomark::TwoMarkStats>,
+    pub two_mark: Option<crate::hooks::two_mark::marks::TwoMarkStats>,
 }

@@ -16,15 +16,18 @@
 //!
 //! | module | policy | paper |
 //! |---|---|---|
-//! | [`hook`] | the [`Hook`](hook::Hook) trait, what a hook sees ([`CoreView`](hook::CoreView)) and asks for ([`Effects`](hook::Effects)) | |
+//! | [`hook`] | the [`Hook`](hook::Hook) trait, what a hook sees ([`CoreView`](hook::CoreView)) and asks for ([`Effects`](hook::Effects)), what it tells of itself ([`HookReport`](hook::HookReport)) | |
 //! | [`registry`] | the hooks in use, in order, from the core's settings | |
-//! | [`handoff`] | cache hand-off: what a released node pushes, and where | data diffusion, section 6 |
-//! | [`prefetch`] | MixApart's transfer scheduler: prefetches within a storage budget | MixApart, Algorithm 2 |
-//! | [`two_mark`] | 2Mark: evictions and moves across every node's cache | data diffusion, Figure 1 |
+//! | [`handoff`] | cache hand-off: what a released node pushes, and where (the plan in `handoff/planner.rs`) | data diffusion, section 6 |
+//! | [`prefetch`] | MixApart's transfer scheduler: prefetches within a storage budget (settings and counters in `prefetch/config.rs`) | MixApart, Algorithm 2 |
+//! | [`two_mark`] | 2Mark: evictions and moves across every node's cache (the marks in `two_mark/marks.rs`) | data diffusion, Figure 1 |
 //!
-//! Adding one: a file here with a type implementing [`Hook`](hook::Hook) (every event has a
-//! no-op default), its `mod` line below, and one line in [`registry`](registry::registry); a
-//! setting for it in `CoreConfig` if it is chosen per run.
+//! Each hook is one place under one name: a file here, or a folder whose `mod.rs` is the hook
+//! and whose other files are its algorithm. Adding one: that file (or folder) with a type
+//! implementing [`Hook`](hook::Hook) (every event has a no-op default; its statistics, if
+//! any, told through [`Hook::report`](hook::Hook::report)), its `mod` line below, and one line
+//! in [`registry`](registry::registry); a setting for it in `CoreConfig` if it is chosen per
+//! run.
 
 pub(crate) mod handoff;
 pub(crate) mod hook;

@@ -5,8 +5,8 @@ use super::handoff::CacheHandoff;
 use super::hook::Hook;
 use super::prefetch::TransferScheduler;
 use super::two_mark::TwoMarkHook;
-use crate::handoff::HandoffConfig;
-use crate::mixapart::PrefetchConfig;
+use crate::hooks::handoff::planner::HandoffConfig;
+use crate::hooks::prefetch::config::PrefetchConfig;
 
 /// The settings the hooks are chosen and built with (from `CoreConfig`).
 #[derive(Clone, Copy, Debug)]

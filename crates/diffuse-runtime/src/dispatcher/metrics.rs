@@ -10,8 +10,8 @@
 //! histogram the scheduler records into.
 
 use crate::proto::Traffic;
-use diffuse_core::twomark::TwoMarkStats;
 use diffuse_core::PrefetchStats;
+use diffuse_core::TwoMarkStats;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     prometheus_text, DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet,

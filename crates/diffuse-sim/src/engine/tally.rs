@@ -7,7 +7,7 @@ use super::tasks::{Running, Used};
 use crate::report::{percentile, HandoffReport, JobSummary, ModelReport, Sample, Summary};
 use crate::workload::Arrival;
 use diffuse_core::model::{predict, ModelInput};
-use diffuse_core::twomark::TwoMarkStats;
+use diffuse_core::TwoMarkStats;
 use diffuse_core::{Counts, PrefetchStats, TaskId};
 use std::collections::BTreeMap;
 

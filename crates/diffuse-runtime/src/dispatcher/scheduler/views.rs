@@ -161,7 +161,7 @@ pub struct Status {
     pub task_staging_seconds: Histogram,
     /// What 2Mark did (`--two-mark`): phases begun, copies evicted and moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub two_mark: Option<diffuse_core::twomark::TwoMarkStats>,
+    pub two_mark: Option<diffuse_core::TwoMarkStats>,
     /// The rates predicted between connected workers (and from storage) by past transfers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkView>,

@@ -1,14 +1,16 @@
 //! Cache hand-off as a hook (`CoreConfig::handoff`, with a policy that reads through caches):
 //! the core's model of every node's cache follows the reports, and a node that provisioning
-//! releases pushes what the survivors will read to them ([`crate::handoff::plan`]).
+//! releases pushes what the survivors will read to them ([`crate::hooks::handoff::planner::plan`]).
+
+pub(crate) mod planner;
 
 use super::hook::{CoreView, Effects, Gone, Hook};
 use crate::cache::EvictionPolicy;
-use crate::handoff::{self, CacheModel, Handoff, HandoffConfig, PlanInput, Target, Want};
 use crate::ids::{NodeId, ObjectId};
 use crate::task::Input;
 use crate::time::Time;
 use crate::Source;
+use planner::{CacheModel, Handoff, HandoffConfig, PlanInput, Target, Want};
 use std::collections::BTreeSet;
 
 /// Cache hand-off: its settings and its model of the nodes' caches.
@@ -77,7 +79,7 @@ impl Hook for CacheHandoff {
                 .wanted(o)
                 .map(|(readers, first)| Want { readers, first })
         };
-        let plan = handoff::plan(&PlanInput {
+        let plan = planner::plan(&PlanInput {
             node,
             index: view.effective(),
             caches: &self.model,

@@ -1,6 +1,6 @@
 //! MixApart's data transfer scheduler (mixapart-cache-over-shared-storage.txt, Algorithm 2):
 //! its settings and counters. The planning is an after-dispatch hook of the core
-//! (`hooks/prefetch.rs`); MixApart's compute scheduler is a dispatch policy
+//! (`hooks/prefetch/mod.rs`); MixApart's compute scheduler is a dispatch policy
 //! ([`crate::dispatch::tiers`]).
 
 /// MixApart's data transfer scheduler (Algorithm 2): settings. With it (and a

@@ -109,11 +109,6 @@ pub struct TwoMark {
 }
 
 impl TwoMark {
-    /// No stores.
-    pub fn new() -> TwoMark {
-        TwoMark::default()
-    }
-
     /// What it did so far.
     pub fn stats(&self) -> TwoMarkStats {
         self.stats
@@ -623,7 +618,7 @@ mod tests {
 
     /// Two stores of 3 one-byte objects each.
     fn two_stores() -> TwoMark {
-        let mut m = TwoMark::new();
+        let mut m = TwoMark::default();
         m.store(NodeId(0), 3);
         m.store(NodeId(1), 3);
         for o in 0..20 {

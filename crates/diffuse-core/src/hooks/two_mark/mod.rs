@@ -3,14 +3,16 @@
 //! [`Action::Evict`] for copies to delete and [`Action::Move`] for copies to keep in the system
 //! on another node, each forgotten by the core at once. The nodes' own caches then never need
 //! to evict (the simulator's do not; a live worker's own policy stays as a guard, and what it
-//! evicts is reported and followed here). The marking itself is [`crate::twomark`].
+//! evicts is reported and followed here). The marking itself is [`crate::hooks::two_mark::marks`].
+
+pub(crate) mod marks;
 
 use super::hook::{CoreView, Effects, Gone, Hook, HookReport};
 use crate::action::{Action, Source};
 use crate::cache::EvictionPolicy;
+use crate::hooks::two_mark::marks::{Plan, TwoMark};
 use crate::ids::{NodeId, ObjectId, TaskId};
 use crate::task::Input;
-use crate::twomark::{Plan, TwoMark};
 
 /// 2Mark's marks and its model of every node's cache.
 #[derive(Clone, Debug, Default)]

@@ -18,11 +18,13 @@
 //! * **Future locality.** A prefetch is an object in transfer to its node (MixApart's "in
 //!   progress"), so scoring sends the tasks that read it there, and they join the transfer.
 
+pub(crate) mod config;
+
 use super::hook::{CoreView, Effects, Gone, Hook, HookReport};
 use crate::action::{Action, Source};
 use crate::cache::EvictionPolicy;
+use crate::hooks::prefetch::config::{PrefetchConfig, PrefetchStats};
 use crate::ids::{JobId, NodeId, ObjectId, TaskId};
-use crate::mixapart::{PrefetchConfig, PrefetchStats};
 use crate::time::Time;
 use rustc_hash::{FxHashMap, FxHashSet};
 
