@@ -489,3 +489,45 @@ fn python_files(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// Every file the docs name by its path from the repository's root exists: a file moved or
+/// renamed is renamed in the docs too. The recipes' new files (`NAME.rs`, the PBS example's
+/// `pbs.rs`) are the exceptions.
+#[test]
+fn every_file_the_docs_name_by_its_path_exists() {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
+        .expect("read docs/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.push(repo().join("README.md"));
+    let roots = [
+        "crates/",
+        "scripts/",
+        "bench/",
+        "python/",
+        "docs/",
+        "testbeds/",
+        ".ci/",
+    ];
+    let mut missing = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).expect("read a doc");
+        for quoted in text.split('`').skip(1).step_by(2) {
+            let path = quoted.trim_end_matches('.');
+            let is_path = roots.iter().any(|r| path.starts_with(r))
+                && path
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c));
+            let example = path.ends_with("/NAME.rs") || path.ends_with("provisioner/pbs.rs");
+            if is_path && !example && !repo().join(path).exists() {
+                missing.push(format!("{}: {path}", doc.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "named in the docs but not there:\n{}",
+        missing.join("\n")
+    );
+}
