@@ -36,7 +36,7 @@ pub struct Handle {
     pub(super) reader: Arc<Mutex<Journal>>,
     pub(super) tokens: Arc<Tokens>,
     pub(super) conns: Arc<AtomicU64>,
-    pub(super) gateway: Option<Arc<crate::storage_emulator::StorageEmulator>>,
+    pub(super) storage_emulator: Option<Arc<crate::storage_emulator::StorageEmulator>>,
     /// For fetching captured output from workers.
     pub(super) http: reqwest::Client,
     /// The elastic pool, until `serve` starts it; and its command channel.

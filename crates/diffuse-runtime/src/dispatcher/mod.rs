@@ -29,7 +29,7 @@
 //! | `GET /` | none | the web dashboard ([`dashboard`]); its script asks the routes above with a token |
 //! | `GET /dashboard/{file}` | none | the dashboard's script, uPlot and its licence |
 //! | `GET /v1/workers/connect` | worker | WebSocket session of a worker (see [`crate::proto`]) |
-//! | `GET /v1/storage/{*path}` | worker | only under `diffuse run --storage-bandwidth` (emulation): a file of the emulated shared storage, at its rate; workers read it with `--storage-gateway` |
+//! | `GET /v1/storage/{*path}` | worker | only under `diffuse run --storage-bandwidth` (emulation): a file of the emulated shared storage, at its rate; workers read it with `--storage-emulator` |
 //!
 //! The dispatcher never reads persistent storage: input sizes and versions are looked up by
 //! workers ([`scheduler::lookup`]).
@@ -94,7 +94,7 @@ pub struct DispatcherConfig {
     pub pool: Option<crate::provisioner::PoolConfig>,
     /// Shared-storage emulation: serve `file://` objects under this root at this many bytes/s
     /// (see [`crate::storage_emulator`]).
-    pub storage_gateway: Option<(PathBuf, f64)>,
+    pub storage_emulator: Option<(PathBuf, f64)>,
     /// What the dispatcher trusts when it fetches captured output from workers' peer servers
     /// over TLS (`--tls-ca`).
     pub trust: crate::tls::Trust,
@@ -221,7 +221,7 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
     let thread = std::thread::Builder::new()
         .name("scheduler".into())
         .spawn(move || scheduler.run(rx))?;
-    let gateway = match &cfg.storage_gateway {
+    let storage_emulator = match &cfg.storage_emulator {
         Some((root, rate)) => Some(Arc::new(
             crate::storage_emulator::StorageEmulator::new(
                 root.clone(),
@@ -252,7 +252,7 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
         reader: Arc::new(Mutex::new(reader)),
         tokens: Arc::new(cfg.tokens),
         conns: Arc::new(AtomicU64::new(1)),
-        gateway,
+        storage_emulator,
         http: cfg
             .trust
             .reqwest(reqwest::Client::builder().connect_timeout(Duration::from_secs(10)))
@@ -267,7 +267,7 @@ pub fn start(cfg: DispatcherConfig) -> Result<(Handle, std::thread::JoinHandle<(
 /// The dispatcher's routes.
 pub fn router(handle: Handle) -> Router {
     let tokens = handle.tokens.clone();
-    let gateway = match handle.gateway.clone() {
+    let emulated_storage = match handle.storage_emulator.clone() {
         Some(g) => Router::new()
             .route("/v1/storage/{*path}", get(crate::storage_emulator::serve))
             .with_state(g),
@@ -289,7 +289,7 @@ pub fn router(handle: Handle) -> Router {
         .merge(stage_api::routes())
         .merge(blobs::routes())
         .with_state(handle)
-        .merge(gateway)
+        .merge(emulated_storage)
         .layer(axum::middleware::from_fn_with_state(tokens, prove))
 }
 

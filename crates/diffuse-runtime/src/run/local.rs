@@ -163,7 +163,7 @@ pub(super) fn elastic_pool(
         args.push("--noop".into());
     }
     if cfg.storage_bandwidth.is_some() {
-        args.extend(["--storage-gateway".into(), url.to_string()]);
+        args.extend(["--storage-emulator".into(), url.to_string()]);
     }
     let pool_dir = cfg.run_dir.join("pool");
     let core = diffuse_core::CoreConfig {
@@ -262,7 +262,7 @@ pub(super) fn start_worker(
         cmd.arg("--noop");
     }
     if cfg.storage_bandwidth.is_some() {
-        cmd.args(["--storage-gateway", url]);
+        cmd.args(["--storage-emulator", url]);
     }
     cmd.spawn()
         .map_err(|e| RunError::Workers(format!("cannot start worker {}: {e}", cfg.exe.display())))

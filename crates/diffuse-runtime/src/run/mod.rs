@@ -310,7 +310,7 @@ fn start_dispatcher(
             // first computed.
             results_store: Some(cfg.cache_root.join(RESULTS_STORE)),
         },
-        storage_gateway: cfg.storage_bandwidth.clone(),
+        storage_emulator: cfg.storage_bandwidth.clone(),
         pool: elastic.map(|(_, pool)| pool),
         // One machine, plain HTTP on the loopback: no TLS.
         trust: crate::tls::Trust::system(),

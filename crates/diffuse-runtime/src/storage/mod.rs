@@ -54,7 +54,7 @@ pub struct Storage {
     buckets: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
     /// Shared-storage emulation (`crate::storage_emulator`): read `file://` objects through this
     /// dispatcher URL with this token.
-    gateway: Option<(String, String)>,
+    emulator: Option<(String, String)>,
     /// The cap on this process's storage reads (its share of `--storage-bandwidth-cap`).
     throttle: throttle::Throttle,
     /// Where `blob://` objects are read (a worker's dispatcher).
@@ -74,7 +74,7 @@ impl Storage {
             files,
             http: http::client(),
             buckets: Mutex::new(HashMap::new()),
-            gateway: None,
+            emulator: None,
             throttle: throttle::Throttle::default(),
             blobs: None,
         }
@@ -109,12 +109,12 @@ impl Storage {
 
     /// Read `file://` objects through the dispatcher's storage emulator
     /// (`crate::storage_emulator`, bandwidth-limited) at `url`, with the worker `token`.
-    pub fn with_gateway(mut self, url: String, token: String) -> Storage {
-        self.gateway = Some((url, token));
+    pub fn with_emulator(mut self, url: String, token: String) -> Storage {
+        self.emulator = Some((url, token));
         self
     }
 
-    async fn get_via_gateway(
+    async fn get_via_emulator(
         &self,
         url: &str,
         token: &str,
@@ -139,7 +139,7 @@ impl Storage {
             return Err(StorageError::NotFound(uri.to_string()));
         }
         if !resp.status().is_success() {
-            return Err(other(format!("storage gateway: status {}", resp.status())));
+            return Err(other(format!("emulated storage: status {}", resp.status())));
         }
         let version = resp
             .headers()
@@ -231,8 +231,8 @@ impl Storage {
     pub async fn get_to_file(&self, uri: &str, dest: &Path) -> Result<Download, StorageError> {
         match crate::uri::scheme(uri) {
             Some(Scheme::File) => {
-                if let Some((url, token)) = &self.gateway {
-                    return self.get_via_gateway(url, token, uri, dest).await;
+                if let Some((url, token)) = &self.emulator {
+                    return self.get_via_emulator(url, token, uri, dest).await;
                 }
                 let files = self.files.clone();
                 let owned = uri.to_string();

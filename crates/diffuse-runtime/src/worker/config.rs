@@ -56,7 +56,7 @@ pub struct WorkerConfig {
     pub noop: bool,
     /// Shared-storage emulation: read `file://` inputs through this dispatcher URL
     /// (`crate::storage_emulator`).
-    pub storage_gateway: Option<String>,
+    pub storage_emulator: Option<String>,
     /// How long to keep trying to reach the dispatcher (at start, or after losing it) before
     /// giving up.
     pub reconnect_timeout: Duration,

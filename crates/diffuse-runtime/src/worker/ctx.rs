@@ -70,7 +70,7 @@ pub(super) struct Ctx {
 
 impl Ctx {
     /// The context of a worker set up as `cfg` says, with its opened `cache`, its `storage`
-    /// (read through `cfg.storage_gateway` if set), the channel `out` to the dispatcher, and the
+    /// (read through `cfg.storage_emulator` if set), the channel `out` to the dispatcher, and the
     /// directories for tasks (`work`) and their captured output (`logs`).
     pub(super) fn new(
         cfg: &WorkerConfig,
@@ -83,8 +83,8 @@ impl Ctx {
         let logs_dir = logs.clone();
         Ok(Ctx {
             cache: Mutex::new(cache),
-            storage: match &cfg.storage_gateway {
-                Some(url) => storage.with_gateway(url.clone(), cfg.token.clone()),
+            storage: match &cfg.storage_emulator {
+                Some(url) => storage.with_emulator(url.clone(), cfg.token.clone()),
                 None => storage,
             }
             .with_blobs(crate::storage::blob::BlobSource {

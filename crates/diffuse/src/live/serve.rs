@@ -252,7 +252,7 @@ pub fn dispatcher(a: DispatcherArgs) -> Result<ExitCode> {
             reuse: a.task.reuse,
             results_store: None,
         },
-        storage_gateway: None,
+        storage_emulator: None,
         trust,
     })
     .with_context(|| format!("cannot start with journal {}", a.journal.display()))?;
@@ -404,10 +404,10 @@ pub struct WorkerArgs {
     /// Run no process: report every task done at once (dispatcher benchmarks).
     #[arg(long)]
     noop: bool,
-    /// EMULATION: read file:// inputs through this dispatcher's bandwidth-limited storage
-    /// gateway (set up by `diffuse run --storage-bandwidth`).
-    #[arg(long)]
-    storage_gateway: Option<String>,
+    /// EMULATION: read file:// inputs through this dispatcher's emulated shared storage, at
+    /// its bandwidth (set up by `diffuse run --storage-bandwidth`).
+    #[arg(long, alias = "storage-gateway")]
+    storage_emulator: Option<String>,
     /// Seconds to keep trying to reach the dispatcher, at start or after losing it, before
     /// exiting. A lost connection stops the running tasks (the dispatcher runs them again);
     /// the cache is kept.
@@ -506,7 +506,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         eviction: a.eviction,
         rack: a.rack,
         noop: a.noop,
-        storage_gateway: a.storage_gateway,
+        storage_emulator: a.storage_emulator,
         reconnect_timeout: Duration::from_secs(a.reconnect_timeout),
         input_roots: a.input_roots,
         task_user,
