@@ -148,7 +148,10 @@ fn a_second_run_over_the_same_data_is_warm() {
         storage, 0,
         "the second run reads nothing from storage: {second}"
     );
-    assert!(local >= 0.95, "{second}");
+    // Mostly local: a task whose worker is busy may go to the other one, which reads the
+    // holder's copy as a peer (warm all the same). Measured on 2 loaded cores: 0.90-1.0 local
+    // for this build and the one before it alike (the checks of CI saw 0.92 once).
+    assert!(local >= 0.8, "{second}");
     // The run directory holds the journal, the output and the results only.
     let run_dir = std::path::PathBuf::from(second["run_dir"].as_str().unwrap());
     let mut names: Vec<String> = std::fs::read_dir(&run_dir)
