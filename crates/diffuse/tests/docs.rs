@@ -531,3 +531,58 @@ fn every_file_the_docs_name_by_its_path_exists() {
         missing.join("\n")
     );
 }
+
+/// The Python client's `Task` has exactly the task fields the dispatcher takes: the fields
+/// `diffuse` names when a task file has an unknown one, against the dataclass's fields in
+/// `python/src/diffuse_client/client.py`. A field added on one side only fails here.
+#[test]
+fn the_python_task_has_the_task_fields_the_dispatcher_takes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("t.jsonl");
+    std::fs::write(
+        &file,
+        "{\"id\": \"x\", \"cmd\": \"true\", \"no_such_field\": 1}\n",
+    )
+    .expect("write a task file");
+    let out = Command::new(env!("CARGO_BIN_EXE_diffuse"))
+        .arg("run")
+        .arg(&file)
+        .current_dir(dir.path())
+        .output()
+        .expect("run diffuse");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    let listed = err
+        .split("expected one of ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no field list in: {err}"));
+    let rust: Vec<&str> = listed
+        .split(" at line")
+        .next()
+        .expect("the list")
+        .split(", ")
+        .map(|f| f.trim_matches('`'))
+        .collect();
+    assert!(rust.len() > 20 && rust.contains(&"walltime_s"), "{rust:?}");
+
+    let py = read("python/src/diffuse_client/client.py");
+    let body = py
+        .split("\nclass Task:\n")
+        .nth(1)
+        .expect("class Task in client.py");
+    let body = body.split("    def ").next().expect("the class's fields");
+    let mut python: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("    "))
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_once(": ").map(|(name, _)| name))
+        .filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .collect();
+    let mut rust_sorted = rust.clone();
+    python.sort_unstable();
+    rust_sorted.sort_unstable();
+    assert_eq!(
+        python, rust_sorted,
+        "the Python Task's fields (left) against the dispatcher's (right)"
+    );
+}
