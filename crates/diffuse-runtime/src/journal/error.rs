@@ -78,3 +78,15 @@ pub(super) fn open_error(path: &str, e: rusqlite::Error) -> JournalError {
         }
     }
 }
+
+#[cfg(test)]
+impl JournalError {
+    /// What a write gets from SQLite when the disk is full: for tests that put a journal that
+    /// can fail in front of a real one.
+    pub(crate) fn disk_full() -> JournalError {
+        JournalError::Sql(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            Some("database or disk is full".into()),
+        ))
+    }
+}

@@ -432,10 +432,7 @@ mod tests {
         }
         fn record_outcomes(&mut self, o: &[TaskOutcome]) -> Result<(), JournalError> {
             if self.full.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(JournalError::Sql(rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
-                    Some("database or disk is full".into()),
-                )));
+                return Err(JournalError::disk_full());
             }
             self.journal.record_outcomes(o)
         }

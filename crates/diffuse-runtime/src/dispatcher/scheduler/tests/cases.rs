@@ -2,11 +2,11 @@
 //! intermediate object, the elastic pool growing and shrinking, a hand-off whose target leaves,
 //! a task's inputs looked up before it runs (batches staged: `stage.rs`).
 
-use super::{found, Env};
+use super::Env;
 use crate::journal::OutcomeState;
-use crate::proto::{Held, KeptOutput, LookupResult, ToDispatcher, ToWorker};
+use crate::proto::{KeptOutput, LookupResult, ToDispatcher, ToWorker};
 use crate::provisioner::{PoolCmd, PoolEvent, RequestState};
-use diffuse_core::{CoreConfig, DynamicConfig, HandoffConfig, Provisioning, StepPolicy};
+use diffuse_core::{CoreConfig, DynamicConfig, Provisioning, StepPolicy};
 use std::time::Duration;
 
 fn outcome(env: &Env, id: &str) -> (OutcomeState, u32) {
@@ -221,40 +221,7 @@ fn the_pool_grows_for_queued_tasks_and_releases_idle_workers() {
 
 #[test]
 fn a_hand_off_whose_target_leaves_ends_at_once() {
-    let cfg = CoreConfig {
-        provisioning: Provisioning::Dynamic(DynamicConfig {
-            step: StepPolicy::AllAtOnce,
-            min_nodes: 1,
-            max_nodes: 2,
-            slots_per_node: 1,
-            idle_timeout: Duration::ZERO,
-            check_interval: Duration::ZERO,
-        }),
-        handoff: Some(HandoffConfig {
-            budget: 1 << 30,
-            time_bound: Duration::from_secs(600),
-        }),
-        ..CoreConfig::default()
-    };
-    let mut env = Env::with_pool(cfg, 1, 2);
-    // Worker a reads x (1000 bytes), then b joins: a has been idle longer, so it goes first.
-    let a = env.join("dfs-1", 1, Some("dfs-1"));
-    env.take();
-    env.submit(r#"{"id":"t","cmd":"true","inputs":["file:///d/x"]}"#);
-    for (_, m) in env.take() {
-        if let ToWorker::Lookup { id, uris, .. } = m {
-            env.from(a, found(id, &uris, 1000));
-        }
-    }
-    let (_, run) = env.take_runs(1).remove(0);
-    let x = Held {
-        uri: "file:///d/x".into(),
-        version: "v1".into(),
-    };
-    env.from(a, ToDispatcher::Cached { objects: vec![x] });
-    env.finish(a, &run, 0, vec![]);
-    let b = env.join("dfs-2", 1, Some("dfs-2"));
-    env.take();
+    let (mut env, a, b) = super::two_workers_one_holding_x(Duration::from_secs(600));
     // Both idle, one kept (--min-workers 1): a is released and pushes x to b first.
     env.tick();
     let sent = env.take();

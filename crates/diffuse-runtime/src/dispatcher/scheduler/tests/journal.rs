@@ -22,10 +22,7 @@ impl TaskLog for Switched {
     fn submit(&mut self, tasks: &[SubmittedTask]) -> Result<(), JournalError> {
         self.tries.fetch_add(1, Ordering::SeqCst);
         if self.full.load(Ordering::SeqCst) {
-            return Err(JournalError::Sql(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
-                Some("database or disk is full".into()),
-            )));
+            return Err(JournalError::disk_full());
         }
         self.journal.submit(tasks)
     }

@@ -325,3 +325,46 @@ pub(super) fn found(id: u64, uris: &[String], size: u64) -> ToDispatcher {
             .collect(),
     }
 }
+
+/// An elastic pool of 1 to 2 workers with cache hand-off (its time bound `bound`): worker a
+/// (`dfs-1`) ran a task reading `file:///d/x` (1000 bytes) and holds it; then b (`dfs-2`)
+/// joined. Both are idle and one is kept, so the next tick releases a (idle longer), which
+/// pushes x to b first. Messages so far taken.
+pub(super) fn two_workers_one_holding_x(bound: Duration) -> (Env, W, W) {
+    use crate::proto::Held;
+    use diffuse_core::{DynamicConfig, HandoffConfig, Provisioning, StepPolicy};
+    let cfg = CoreConfig {
+        provisioning: Provisioning::Dynamic(DynamicConfig {
+            step: StepPolicy::AllAtOnce,
+            min_nodes: 1,
+            max_nodes: 2,
+            slots_per_node: 1,
+            idle_timeout: Duration::ZERO,
+            check_interval: Duration::ZERO,
+        }),
+        handoff: Some(HandoffConfig {
+            budget: 1 << 30,
+            time_bound: bound,
+        }),
+        ..CoreConfig::default()
+    };
+    let mut env = Env::with_pool(cfg, 1, 2);
+    let a = env.join("dfs-1", 1, Some("dfs-1"));
+    env.take();
+    env.submit(r#"{"id":"t","cmd":"true","inputs":["file:///d/x"]}"#);
+    for (_, m) in env.take() {
+        if let ToWorker::Lookup { id, uris, .. } = m {
+            env.from(a, found(id, &uris, 1000));
+        }
+    }
+    let (_, run) = env.take_runs(1).remove(0);
+    let x = Held {
+        uri: "file:///d/x".into(),
+        version: "v1".into(),
+    };
+    env.from(a, ToDispatcher::Cached { objects: vec![x] });
+    env.finish(a, &run, 0, vec![]);
+    let b = env.join("dfs-2", 1, Some("dfs-2"));
+    env.take();
+    (env, a, b)
+}

@@ -3,9 +3,9 @@
 //! sampled once a second, a staged batch's seconds.
 
 use super::{Env, HEARTBEAT_TIMEOUT};
-use crate::proto::{Held, ToDispatcher, ToWorker};
+use crate::proto::{ToDispatcher, ToWorker};
 use crate::provisioner::PoolCmd;
-use diffuse_core::{CoreConfig, DynamicConfig, HandoffConfig, Provisioning, StepPolicy};
+use diffuse_core::CoreConfig;
 use std::time::Duration;
 
 #[test]
@@ -64,39 +64,7 @@ fn a_worker_heard_from_is_kept_however_long_it_runs() {
 #[test]
 fn a_released_worker_waits_for_its_hand_off_until_the_time_bound_then_leaves() {
     let bound = Duration::from_secs(60);
-    let cfg = CoreConfig {
-        provisioning: Provisioning::Dynamic(DynamicConfig {
-            step: StepPolicy::AllAtOnce,
-            min_nodes: 1,
-            max_nodes: 2,
-            slots_per_node: 1,
-            idle_timeout: Duration::ZERO,
-            check_interval: Duration::ZERO,
-        }),
-        handoff: Some(HandoffConfig {
-            budget: 1 << 30,
-            time_bound: bound,
-        }),
-        ..CoreConfig::default()
-    };
-    let mut env = Env::with_pool(cfg, 1, 2);
-    let a = env.join("dfs-1", 1, Some("dfs-1"));
-    env.take();
-    env.submit(r#"{"id":"t","cmd":"true","inputs":["file:///d/x"]}"#);
-    for (_, m) in env.take() {
-        if let ToWorker::Lookup { id, uris, .. } = m {
-            env.from(a, super::found(id, &uris, 1000));
-        }
-    }
-    let (_, run) = env.take_runs(1).remove(0);
-    let x = Held {
-        uri: "file:///d/x".into(),
-        version: "v1".into(),
-    };
-    env.from(a, ToDispatcher::Cached { objects: vec![x] });
-    env.finish(a, &run, 0, vec![]);
-    let b = env.join("dfs-2", 1, Some("dfs-2"));
-    env.take();
+    let (mut env, a, b) = super::two_workers_one_holding_x(bound);
     // a is released and pushes x to b, which never reports the copy but stays connected.
     env.tick();
     assert!(env
